@@ -1,0 +1,445 @@
+//! The command line: `scan`, `kb check|list|import|explain`.
+//!
+//! Thin: each command loads what it needs, calls the library and maps the outcome to an exit
+//! code. Every command's `--help` ends with examples.
+
+use std::io::{self, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::engine::{ChunkInfo, Engine};
+use crate::enrich::Enricher;
+use crate::kb::{self, KnowledgeBase};
+use crate::record::Provenance;
+use crate::scan::{self, ScanOptions};
+use crate::sink::stdout::{self as out, Format, StdoutSink};
+use crate::source::file;
+
+/// faultline: tells a GPU-training fleet what just broke, why, and what to do about it.
+#[derive(Debug, Parser)]
+#[command(name = "faultline", version, about, long_about = None, after_help = "\
+Examples:
+  faultline scan examples/                 # diagnose the shipped sample job logs
+  faultline scan --format text job.log.gz  # for people
+  kubectl logs -f trainer-0 | faultline scan -
+  faultline kb explain '[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'
+  faultline kb check kb/")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Scan files, directories (recursively), .gz/.zst files or stdin (`-`) and print every
+    /// match with its diagnosis, then a summary per job.
+    #[command(after_help = "\
+Output: one JSON object per match (schema_version 1, see README), then one `summary` object
+per job. Exit code 0 when the scan ran, whatever it found; 1 when an input could not be read
+(the others are still scanned); 2 on other errors.
+
+Examples:
+  faultline scan examples/
+  faultline scan --format text logs/job-1234.log.gz
+  faultline scan --job-id llm-pretrain-7 - < rank0.log
+  faultline scan logs/ | jq 'select(.role == \"root\")'")]
+    Scan(ScanArgs),
+    /// Check, list, import and explain knowledge-base entries.
+    #[command(subcommand)]
+    Kb(KbCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct KbArg {
+    /// Knowledge-base directory; the KB built into the binary when absent.
+    #[arg(long, env = "FAULTLINE_KB", value_name = "DIR")]
+    pub kb: Option<PathBuf>,
+}
+
+impl KbArg {
+    pub fn load(&self) -> Result<KnowledgeBase> {
+        Ok(match &self.kb {
+            Some(dir) => KnowledgeBase::load_dir(dir)?,
+            None => KnowledgeBase::embedded()?,
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Files, directories or `-` for stdin.
+    #[arg(value_name = "PATH", default_value = "-")]
+    pub paths: Vec<String>,
+    #[command(flatten)]
+    pub kb: KbArg,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+    /// Job id of every raw line (default: the file name without extensions; `stdin`).
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    /// Longest line kept; longer lines are cut there and marked `truncated`.
+    #[arg(long, value_name = "BYTES", default_value_t = file::DEFAULT_MAX_LINE_BYTES)]
+    pub max_line_bytes: usize,
+    /// Bytes scanned per matcher call.
+    #[arg(long, value_name = "BYTES", default_value_t = file::DEFAULT_CHUNK_BYTES, hide = true)]
+    pub chunk_bytes: usize,
+    /// Do not print the per-job summaries.
+    #[arg(long)]
+    pub no_summary: bool,
+    /// Progress bar on stderr: `auto` shows it on a terminal for inputs over 64 MiB.
+    #[arg(long, value_enum, default_value_t = Progress::Auto)]
+    pub progress: Progress,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Progress {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KbCommand {
+    /// Prove a KB directory sound: fields, ids, patterns in both engines, examples.
+    #[command(after_help = "\
+Exit code 0 when the KB is sound (warnings allowed), 1 when it has errors. Each error names the
+file, the entry and the field.
+
+Examples:
+  faultline kb check            # ./kb if present, else the built-in KB
+  faultline kb check my-kb/")]
+    Check {
+        /// KB directory (default: ./kb if it exists, else the built-in KB).
+        dir: Option<PathBuf>,
+        /// Also print warnings (examples that hit other entries too).
+        #[arg(long)]
+        warnings: bool,
+    },
+    /// List every entry: a table, Markdown (kb/COVERAGE.md) or JSON.
+    #[command(after_help = "\
+Examples:
+  faultline kb list
+  faultline kb list --format markdown > kb/COVERAGE.md
+  faultline kb list --format json | jq '.[].error_code'")]
+    List {
+        #[command(flatten)]
+        kb: KbArg,
+        #[arg(long, value_enum, default_value_t = ListFormat::Table)]
+        format: ListFormat,
+    },
+    /// Convert seed-format Markdown or deadends.dev JSON entries into KB TOML files.
+    #[command(after_help = "\
+Each entry is written to OUT/<domain>/<slug>.toml with a first pattern, example and negative
+example derived from its title; sharpen them, then run `faultline kb check`.
+
+Examples:
+  faultline kb import seeds/pytorch-nccl-timeout-allreduce.md --out kb
+  faultline kb import deadends-export.json --out /tmp/imported --force")]
+    Import {
+        /// Markdown (.md) or JSON (.json) files.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// KB directory to write into.
+        #[arg(long, default_value = "kb")]
+        out: PathBuf,
+        /// Overwrite existing entries.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Show which entries match a line, with captures and diagnosis.
+    #[command(after_help = "\
+Examples:
+  faultline kb explain '[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'
+  faultline kb explain --format json 'NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.'")]
+    Explain {
+        /// The log line (raw text or a JSON envelope).
+        line: String,
+        #[command(flatten)]
+        kb: KbArg,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ListFormat {
+    Table,
+    Markdown,
+    Json,
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Scan(args) => run_scan(args),
+        Command::Kb(KbCommand::Check { dir, warnings }) => run_check(dir, warnings),
+        Command::Kb(KbCommand::List { kb, format }) => {
+            let kb = kb.load()?;
+            let text = match format {
+                ListFormat::Table => list_table(&kb),
+                ListFormat::Markdown => list_markdown(&kb),
+                ListFormat::Json => serde_json::to_string_pretty(&kb.entries)? + "\n",
+            };
+            write_stdout(text.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Kb(KbCommand::Import { files, out, force }) => run_import(&files, &out, force),
+        Command::Kb(KbCommand::Explain { line, kb, format }) => run_explain(&line, &kb, format),
+    }
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<()> {
+    let mut stdout = io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+fn run_scan(args: ScanArgs) -> Result<ExitCode> {
+    let kb = args.kb.load()?;
+    let engine = Engine::new(kb).context("compiling the knowledge base")?;
+    let (inputs, errors) = file::expand(&args.paths, args.job_id.as_deref());
+    for e in &errors {
+        eprintln!("faultline: cannot read {e}");
+    }
+    let total: u64 = inputs.iter().filter_map(|i| i.size).sum();
+    let progress = match args.progress {
+        Progress::Always => true,
+        Progress::Never => false,
+        Progress::Auto => io::stderr().is_terminal() && total > 64 << 20,
+    };
+    let opts = ScanOptions {
+        chunk_bytes: args.chunk_bytes,
+        max_line_bytes: args.max_line_bytes,
+        summary: !args.no_summary,
+        progress,
+    };
+    let stdout = io::stdout().lock();
+    let mut sink = StdoutSink::new(
+        io::BufWriter::with_capacity(256 * 1024, stdout),
+        args.format,
+    );
+    let stats = match scan::scan_inputs(&engine, &inputs, &opts, &mut sink, &mut |_| {}) {
+        Ok(stats) => stats,
+        Err(scan::ScanError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for e in &stats.errors {
+        eprintln!("faultline: cannot read {e}");
+    }
+    if stats.truncated_lines > 0 {
+        eprintln!(
+            "faultline: {} line(s) longer than {} bytes were cut (marked \"truncated\")",
+            stats.truncated_lines, args.max_line_bytes
+        );
+    }
+    let failed = !errors.is_empty() || !stats.errors.is_empty();
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn run_check(dir: Option<PathBuf>, show_warnings: bool) -> Result<ExitCode> {
+    let (files, origin) = match dir {
+        Some(dir) => (kb::read_dir(&dir)?, dir.display().to_string()),
+        None if Path::new("kb").is_dir() => (kb::read_dir(Path::new("kb"))?, "kb".to_string()),
+        None => (KnowledgeBase::embedded_files(), "<embedded>".to_string()),
+    };
+    if files.is_empty() {
+        bail!("{origin} holds no *.toml entries");
+    }
+    let report = kb::check::check(files, &origin);
+    for p in &report.errors {
+        eprintln!("error: {origin}/{p}");
+    }
+    if show_warnings {
+        for p in &report.warnings {
+            eprintln!("warning: {origin}/{p}");
+        }
+    }
+    eprintln!(
+        "{origin}: {} entries, {} patterns, {} examples: {} error(s), {} warning(s)",
+        report.entries,
+        report.patterns,
+        report.examples,
+        report.errors.len(),
+        report.warnings.len()
+    );
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run_import(files: &[PathBuf], out_dir: &Path, force: bool) -> Result<ExitCode> {
+    let mut failed = false;
+    for path in files {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let specs = if path.extension().is_some_and(|e| e == "json") {
+            kb::import::from_json(&text)
+        } else {
+            kb::import::from_markdown(&text).map(|s| vec![s])
+        };
+        let specs = match specs {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("faultline: {}: {e}", path.display());
+                failed = true;
+                continue;
+            }
+        };
+        for spec in specs {
+            let target = out_dir.join(format!("{}.toml", spec.id));
+            if target.exists() && !force {
+                eprintln!(
+                    "faultline: {} exists; --force overwrites it",
+                    target.display()
+                );
+                failed = true;
+                continue;
+            }
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            let toml = toml::to_string_pretty(&spec)?;
+            std::fs::write(&target, toml)
+                .with_context(|| format!("writing {}", target.display()))?;
+            eprintln!("wrote {}", target.display());
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn run_explain(line: &str, kb: &KbArg, format: Format) -> Result<ExitCode> {
+    let kb = kb.load()?;
+    let engine = Engine::new(kb)?;
+    let enricher = Enricher::new(Arc::clone(&engine.kb));
+    let mut worker = engine.worker()?;
+    let mut events = Vec::new();
+    engine.scan_chunk(
+        &mut worker,
+        line.as_bytes(),
+        ChunkInfo {
+            first_line: 1,
+            truncated: false,
+        },
+        &mut |hit| {
+            let source = Provenance::File {
+                path: "<argument>".into(),
+                line: 1,
+            };
+            events.push(enricher.event(&hit, "explain", source));
+        },
+    )?;
+    let mut buf = Vec::new();
+    if events.is_empty() {
+        writeln!(buf, "no entry matches this line")?;
+    }
+    for e in &events {
+        match format {
+            Format::Json => {
+                serde_json::to_writer_pretty(&mut buf, e)?;
+                writeln!(buf)?;
+            }
+            Format::Text => out::write_event_text(&mut buf, e)?,
+        }
+    }
+    write_stdout(&buf)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list_table(kb: &KnowledgeBase) -> String {
+    let mut rows = vec![[
+        "ERROR CODE".to_string(),
+        "ID".to_string(),
+        "ROLE".to_string(),
+        "SEVERITY".to_string(),
+        "CATEGORY".to_string(),
+    ]];
+    for e in sorted(kb) {
+        rows.push([
+            e.error_code.clone(),
+            e.id.clone(),
+            e.role.to_string(),
+            e.severity.to_string(),
+            e.category.clone(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..5)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "{} entries, {} error codes, KB version {}\n",
+        kb.entries.len(),
+        kb.error_codes().len(),
+        kb.version
+    ));
+    out
+}
+
+fn sorted(kb: &KnowledgeBase) -> Vec<&kb::Entry> {
+    let mut entries: Vec<&kb::Entry> = kb.entries.iter().collect();
+    entries
+        .sort_by(|a, b| (&a.domain, &a.error_code, &a.id).cmp(&(&b.domain, &b.error_code, &b.id)));
+    entries
+}
+
+/// `kb/COVERAGE.md`: every code, its domain, category, role, and how it was verified.
+pub fn list_markdown(kb: &KnowledgeBase) -> String {
+    let mut out = String::from(
+        "# KB coverage\n\nGenerated by `faultline kb list --format markdown > kb/COVERAGE.md`; a test fails when it is stale.\n\n",
+    );
+    out.push_str(&format!(
+        "{} entries, {} error codes.\n\n",
+        kb.entries.len(),
+        kb.error_codes().len()
+    ));
+    out.push_str("| Error code | Entry | Domain | Category | Role | Severity | Patterns verified | Diagnosis |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|\n");
+    for e in sorted(kb) {
+        let code = if e.aliases.is_empty() {
+            format!("`{}`", e.error_code)
+        } else {
+            format!(
+                "`{}` (alias {})",
+                e.error_code,
+                e.aliases
+                    .iter()
+                    .map(|a| format!("`{a}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        out.push_str(&format!(
+            "| {code} | `{}` | {} | {} | {} | {} | {} | {} |\n",
+            e.id, e.domain, e.category, e.role, e.severity, e.patterns_verified, e.verification
+        ));
+    }
+    out
+}

@@ -1,0 +1,362 @@
+//! The scanning engine: a chunk of lines in, confirmed matches with captures out.
+//!
+//! Flow for one chunk: the [`Matcher`] scans the whole buffer once and reports raw hits; hits
+//! are mapped back to their lines; each hit line is decoded ([`crate::envelope`]) and the hit is
+//! confirmed by the entry's anchored `regex` on that line's message, which also yields the
+//! captures. JSON envelope lines are decoded first and their messages scanned one by one, since
+//! escaping can hide a match from the raw bytes. Everything a line costs beyond the one
+//! buffer-wide scan is paid only by lines that hit.
+
+use std::sync::Arc;
+
+use crate::envelope;
+use crate::kb::KnowledgeBase;
+use crate::matcher::{HyperscanMatcher, MatchError, Matcher, RawHit};
+use crate::record::LogRecord;
+
+/// A confirmed match of one KB entry on one line.
+#[derive(Debug)]
+pub struct Hit<'a> {
+    /// Index into [`KnowledgeBase::entries`].
+    pub entry: usize,
+    /// Dense id of the pattern that confirmed the match.
+    pub pattern: usize,
+    /// 1-based line number within the stream (file or record payload).
+    pub line: u64,
+    pub record: &'a LogRecord<'a>,
+    /// Named groups of the confirming pattern that took part in the match, in pattern order.
+    pub captures: Vec<(String, String)>,
+}
+
+/// A compiled KB: the knowledge base and its matcher. Share it with `Arc`.
+#[derive(Debug)]
+pub struct Engine<M: Matcher = HyperscanMatcher> {
+    pub kb: Arc<KnowledgeBase>,
+    pub matcher: M,
+}
+
+/// Per-worker state: the matcher's scratch and reusable buffers. Not shared.
+pub struct Worker<M: Matcher> {
+    scratch: M::Scratch,
+    hits: Vec<RawHit>,
+    line_hits: Vec<RawHit>,
+    patterns: Vec<u32>,
+    seen: Vec<usize>,
+    json: Vec<LogRecord<'static>>,
+}
+
+/// What the caller knows about a chunk.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChunkInfo {
+    /// Line number of the chunk's first line (1-based).
+    pub first_line: u64,
+    /// The chunk is a single line that was cut at the line-length limit.
+    pub truncated: bool,
+}
+
+impl Engine<HyperscanMatcher> {
+    /// Compiles `kb` into one Hyperscan database.
+    pub fn new(kb: KnowledgeBase) -> Result<Self, MatchError> {
+        let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+        let matcher = HyperscanMatcher::compile(&sources)?;
+        Ok(Engine {
+            kb: Arc::new(kb),
+            matcher,
+        })
+    }
+}
+
+impl<M: Matcher> Engine<M> {
+    /// Pairs a KB with any matcher compiled from its patterns, in order (tests use the oracle).
+    pub fn with_matcher(kb: Arc<KnowledgeBase>, matcher: M) -> Self {
+        Engine { kb, matcher }
+    }
+
+    /// State for one worker thread or task.
+    pub fn worker(&self) -> Result<Worker<M>, MatchError> {
+        Ok(Worker {
+            scratch: self.matcher.scratch()?,
+            hits: Vec::new(),
+            line_hits: Vec::new(),
+            patterns: Vec::new(),
+            seen: Vec::new(),
+            json: Vec::new(),
+        })
+    }
+
+    /// Scans `chunk`, a run of `\n`-separated lines, and calls `on_hit` for every confirmed
+    /// match in line order. Returns the number of lines in the chunk.
+    pub fn scan_chunk(
+        &self,
+        w: &mut Worker<M>,
+        chunk: &[u8],
+        info: ChunkInfo,
+        on_hit: &mut dyn FnMut(Hit<'_>),
+    ) -> Result<u64, MatchError> {
+        w.hits.clear();
+        self.matcher.find(&mut w.scratch, chunk, &mut w.hits)?;
+        w.hits.sort_unstable();
+
+        let mut json_lines = json_line_starts(chunk).peekable();
+        let mut counter = LineCounter {
+            pos: 0,
+            line: info.first_line,
+        };
+        let mut i = 0;
+        loop {
+            let next_hit = w.hits.get(i).map(|h| line_bounds(chunk, h.end as usize));
+            let next_json = json_lines.peek().copied();
+            let (start, end, is_json) = match (next_hit, next_json) {
+                (None, None) => break,
+                (Some((s, e)), Some(j)) if s < j => (s, e, false),
+                (Some(_), Some(j)) | (None, Some(j)) => (j, line_end(chunk, j), true),
+                (Some((s, e)), None) => (s, e, false),
+            };
+            if is_json {
+                json_lines.next();
+            }
+            // The hits on this line: contiguous, since hits are sorted by end offset.
+            let first = i;
+            while i < w.hits.len() && (w.hits[i].end as usize) <= end {
+                i += 1;
+            }
+            let line_no = counter.line_at(chunk, start);
+            let line = &chunk[start..end];
+            if is_json {
+                let mut records = std::mem::take(&mut w.json);
+                records.clear();
+                let decoded = envelope::decode_json(line, &mut records).is_ok();
+                if decoded {
+                    for record in &mut records {
+                        record.truncated = info.truncated;
+                        w.line_hits.clear();
+                        self.matcher
+                            .find(&mut w.scratch, &record.message, &mut w.line_hits)?;
+                        let hits = std::mem::take(&mut w.line_hits);
+                        self.confirm(w, &hits, record, line_no, on_hit);
+                        w.line_hits = hits;
+                    }
+                }
+                w.json = records;
+                if decoded {
+                    continue;
+                }
+            }
+            if i > first {
+                let mut record = envelope::decode_raw(line);
+                record.truncated = info.truncated;
+                let hits = std::mem::take(&mut w.hits);
+                self.confirm(w, &hits[first..i], &record, line_no, on_hit);
+                w.hits = hits;
+            }
+        }
+        Ok(counter.total(chunk))
+    }
+
+    /// Confirms the raw `hits` of one line on its decoded message: one match per entry, from
+    /// the entry's first pattern that matches the message.
+    fn confirm(
+        &self,
+        w: &mut Worker<M>,
+        hits: &[RawHit],
+        record: &LogRecord<'_>,
+        line: u64,
+        on_hit: &mut dyn FnMut(Hit<'_>),
+    ) {
+        w.patterns.clear();
+        w.patterns.extend(hits.iter().map(|h| h.pattern));
+        w.patterns.sort_unstable();
+        w.patterns.dedup();
+        w.seen.clear();
+        for &p in &w.patterns {
+            let Some(pattern) = self.kb.patterns.get(p as usize) else {
+                continue;
+            };
+            if w.seen.contains(&pattern.entry) {
+                continue;
+            }
+            let Some(caps) = pattern.regex.captures(&record.message) else {
+                continue;
+            };
+            w.seen.push(pattern.entry);
+            let captures = pattern
+                .regex
+                .capture_names()
+                .enumerate()
+                .filter_map(|(i, name)| {
+                    let m = caps.get(i)?;
+                    Some((
+                        name?.to_string(),
+                        String::from_utf8_lossy(m.as_bytes()).into_owned(),
+                    ))
+                })
+                .collect();
+            on_hit(Hit {
+                entry: pattern.entry,
+                pattern: p as usize,
+                line,
+                record,
+                captures,
+            });
+        }
+    }
+}
+
+/// Counts lines incrementally as the scan moves forward through a chunk.
+struct LineCounter {
+    pos: usize,
+    line: u64,
+}
+
+impl LineCounter {
+    fn line_at(&mut self, chunk: &[u8], start: usize) -> u64 {
+        if start > self.pos {
+            self.line += memchr::memchr_iter(b'\n', &chunk[self.pos..start]).count() as u64;
+            self.pos = start;
+        }
+        self.line
+    }
+
+    /// Lines in the whole chunk: its newlines, plus a last line without one.
+    fn total(&mut self, chunk: &[u8]) -> u64 {
+        let newlines = memchr::memchr_iter(b'\n', chunk).count() as u64;
+        newlines + u64::from(chunk.last().is_some_and(|&b| b != b'\n'))
+    }
+}
+
+/// The line containing the byte before `end` (a match's last byte): `[start, end)` offsets.
+fn line_bounds(chunk: &[u8], end: usize) -> (usize, usize) {
+    let end = end.min(chunk.len());
+    let start = memchr::memrchr(b'\n', &chunk[..end]).map_or(0, |i| i + 1);
+    (start, line_end(chunk, start.max(end)))
+}
+
+fn line_end(chunk: &[u8], from: usize) -> usize {
+    memchr::memchr(b'\n', &chunk[from..]).map_or(chunk.len(), |i| from + i)
+}
+
+/// Offsets of the lines whose first byte is `{`: the JSON envelope candidates.
+fn json_line_starts(chunk: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let first = (chunk.first() == Some(&b'{')).then_some(0);
+    first
+        .into_iter()
+        .chain(memchr::memmem::find_iter(chunk, b"\n{").map(|i| i + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kb::KnowledgeBase;
+    use crate::matcher::RegexMatcher;
+
+    fn kb() -> KnowledgeBase {
+        let entry = |id: &str, code: &str, pattern: &str| {
+            format!(
+                r#"id = "{id}"
+title = "t"
+domain = "test"
+category = "crash"
+error_code = "{code}"
+role = "root"
+severity = "error"
+verification = "ai_generated"
+patterns_verified = "unverified"
+root_cause = "r"
+patterns = ['{pattern}']
+examples = ["x"]
+negative_examples = ["y"]
+references = ["z"]
+"#
+            )
+        };
+        KnowledgeBase::from_files(
+            vec![
+                (
+                    "test/a.toml".into(),
+                    entry("test/a", "A", r"boom (?P<n>\d+)"),
+                ),
+                ("test/b.toml".into(), entry("test/b", "B", r"fail[^!\n]*!")),
+                ("test/c.toml".into(), entry("test/c", "C", r"cross[^!]*end")),
+            ],
+            "test",
+        )
+        .expect("valid")
+    }
+
+    fn scan_with<M: Matcher>(engine: &Engine<M>, input: &str) -> Vec<(u64, String, String)> {
+        let mut w = engine.worker().expect("scratch");
+        let mut out = Vec::new();
+        engine
+            .scan_chunk(
+                &mut w,
+                input.as_bytes(),
+                ChunkInfo {
+                    first_line: 1,
+                    truncated: false,
+                },
+                &mut |h| {
+                    out.push((
+                        h.line,
+                        engine.kb.entries[h.entry].error_code.clone(),
+                        format!("{:?}", h.captures),
+                    ))
+                },
+            )
+            .expect("scan");
+        out
+    }
+
+    fn both(input: &str) -> Vec<(u64, String, String)> {
+        let kb = kb();
+        let hs = Engine::new(kb.clone()).expect("compiles");
+        let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+        let oracle = Engine::with_matcher(
+            Arc::new(kb.clone()),
+            RegexMatcher::compile(&sources).expect("compiles"),
+        );
+        let a = scan_with(&hs, input);
+        let b = scan_with(&oracle, input);
+        assert_eq!(a, b, "Hyperscan and the oracle disagree on {input:?}");
+        a
+    }
+
+    #[test]
+    fn hits_map_to_lines_and_captures() {
+        let out = both("ok\nboom 42\nfine\n[rank3]: fail now!\n");
+        assert_eq!(
+            out,
+            vec![
+                (2, "A".into(), r#"[("n", "42")]"#.into()),
+                (4, "B".into(), "[]".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn matches_never_span_lines() {
+        // `cross[^!]*end` could cross the newline in a buffer-wide scan; it must not count.
+        assert!(both("cross over\nthe end\n").is_empty());
+        assert_eq!(both("cross to the end\n").len(), 1);
+    }
+
+    #[test]
+    fn crlf_and_missing_final_newline() {
+        let out = both("boom 1\r\nboom 2");
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1].0, 2);
+    }
+
+    #[test]
+    fn json_envelopes_are_decoded_before_matching() {
+        // The escaped quote would hide nothing here, but the rank and message come from JSON.
+        let out = both("{\"log\":\"[rank5]: boom 7\\n\"}\nboom 8\n{broken json boom 9\n");
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].0, 1);
+        assert_eq!(out[2].0, 3, "invalid JSON falls back to raw text");
+    }
+
+    #[test]
+    fn one_match_per_entry_per_line() {
+        assert_eq!(both("boom 1 boom 2\n").len(), 1);
+    }
+}

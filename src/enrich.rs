@@ -1,0 +1,164 @@
+//! Match + knowledge base -> [`MatchEvent`]: the schema_version 1 output contract.
+//!
+//! Pure functions of their inputs. The diagnosis of each entry is built once per KB and shared
+//! by every event of that entry (`Arc`), so enriching costs an allocation of the event only.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::engine::Hit;
+use crate::kb::spec::{DeadEndSpec, VersionSpec};
+use crate::kb::{Entry, KnowledgeBase, Role, Severity};
+use crate::record::Provenance;
+
+/// Version of the event and incident JSON contract. Bumped only for breaking changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The most bytes of a line carried in an event; longer lines are cut and marked `truncated`.
+pub const MAX_EVENT_LINE_BYTES: usize = 8 * 1024;
+
+/// What to do about an entry: shared by all its events.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnosis {
+    pub title: String,
+    pub root_cause: String,
+    pub fix_rate: Option<f64>,
+    pub verification: String,
+    pub versions: Vec<VersionSpec>,
+    /// Best first.
+    pub workarounds: Vec<Workaround>,
+    pub dead_ends: Vec<DeadEndSpec>,
+    pub references: Vec<String>,
+}
+
+/// A workaround as events carry it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Workaround {
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    pub success_rate: Option<f64>,
+}
+
+impl Diagnosis {
+    pub fn of(entry: &Entry) -> Self {
+        Diagnosis {
+            title: entry.title.clone(),
+            root_cause: entry.root_cause.clone(),
+            fix_rate: entry.fix_rate,
+            verification: entry.verification.clone(),
+            versions: entry.versions.clone(),
+            workarounds: entry
+                .workarounds
+                .iter()
+                .map(|w| Workaround {
+                    text: w.text.clone(),
+                    command: w.command.clone(),
+                    success_rate: w.success_rate,
+                })
+                .collect(),
+            dead_ends: entry.dead_ends.clone(),
+            references: entry.references.clone(),
+        }
+    }
+}
+
+/// One enriched match: the unit faultline emits for every line that hits an entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MatchEvent {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub schema_version: u32,
+    pub kb_id: String,
+    pub error_code: String,
+    pub domain: String,
+    pub category: String,
+    pub role: Role,
+    pub severity: Severity,
+    pub job_id: String,
+    pub rank: Option<u32>,
+    pub host: Option<String>,
+    pub pod: Option<String>,
+    pub timestamp: Option<String>,
+    pub source: Provenance,
+    /// The matched line's message (launcher prefix stripped), at most
+    /// [`MAX_EVENT_LINE_BYTES`], invalid UTF-8 replaced.
+    pub line: String,
+    /// The line was cut, at the input's line-length limit or at the event's.
+    pub truncated: bool,
+    pub captures: BTreeMap<String, String>,
+    pub kb_version: String,
+    pub diagnosis: Arc<Diagnosis>,
+    /// Envelope `cluster`, for metrics dimensions; not part of the JSON contract.
+    #[serde(skip)]
+    pub cluster: Option<String>,
+}
+
+/// Builds events for one KB version.
+#[derive(Debug, Clone)]
+pub struct Enricher {
+    kb: Arc<KnowledgeBase>,
+    diagnoses: Vec<Arc<Diagnosis>>,
+}
+
+impl Enricher {
+    pub fn new(kb: Arc<KnowledgeBase>) -> Self {
+        let diagnoses = kb
+            .entries
+            .iter()
+            .map(|e| Arc::new(Diagnosis::of(e)))
+            .collect();
+        Enricher { kb, diagnoses }
+    }
+
+    pub fn kb(&self) -> &Arc<KnowledgeBase> {
+        &self.kb
+    }
+
+    /// The event for `hit`; `default_job` names the job when the line itself does not.
+    pub fn event(&self, hit: &Hit<'_>, default_job: &str, source: Provenance) -> MatchEvent {
+        let entry = &self.kb.entries[hit.entry];
+        let meta = &hit.record.meta;
+        let message = &hit.record.message;
+        let cut = message.len() > MAX_EVENT_LINE_BYTES;
+        let shown = if cut {
+            &message[..MAX_EVENT_LINE_BYTES]
+        } else {
+            &message[..]
+        };
+        // Captured fields win over envelope fields only where the envelope says nothing.
+        let capture = |name: &str| {
+            hit.captures
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        MatchEvent {
+            kind: "match",
+            schema_version: SCHEMA_VERSION,
+            kb_id: entry.id.clone(),
+            error_code: entry.error_code.clone(),
+            domain: entry.domain.clone(),
+            category: entry.category.clone(),
+            role: entry.role,
+            severity: entry.severity,
+            job_id: meta
+                .job_id
+                .clone()
+                .unwrap_or_else(|| default_job.to_string()),
+            rank: meta.rank,
+            host: meta.host.clone().or_else(|| capture("host")),
+            pod: meta.pod.clone(),
+            timestamp: meta.timestamp.clone(),
+            source,
+            line: String::from_utf8_lossy(shown).into_owned(),
+            truncated: cut || hit.record.truncated,
+            captures: hit.captures.iter().cloned().collect(),
+            kb_version: self.kb.version.clone(),
+            diagnosis: Arc::clone(&self.diagnoses[hit.entry]),
+            cluster: meta.cluster.clone(),
+        }
+    }
+}

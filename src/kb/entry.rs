@@ -1,0 +1,408 @@
+//! The validated KB entry: what the rest of faultline reads.
+//!
+//! [`Entry::from_spec`] checks every field of an [`EntrySpec`] and turns the free strings of the
+//! file into closed enums; each problem becomes a [`Problem`] naming the file, the entry id and
+//! the field, so `kb check` can report them all at once.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::spec::{DeadEndSpec, EntrySpec, VersionSpec, WorkaroundSpec};
+
+/// What an entry's line means for an incident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Starts a failure: Xid, ECC, OOM, device assert, script error.
+    Root,
+    /// Context worth keeping that neither starts nor follows a failure.
+    Symptom,
+    /// Follows another rank's failure: NCCL timeouts, remote errors, aborted communicators.
+    Cascade,
+    /// A recoverable event.
+    Info,
+}
+
+/// How loud an entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Critical,
+    Error,
+    Warning,
+    Info,
+}
+
+macro_rules! str_enum {
+    ($ty:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            /// The spelling used in KB files, JSON and metric labels.
+            pub fn as_str(self) -> &'static str {
+                match self { $($ty::$variant => $text),+ }
+            }
+
+            /// Parses the KB spelling.
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some($ty::$variant),)+ _ => None }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+str_enum!(Role { Root => "root", Symptom => "symptom", Cascade => "cascade", Info => "info" });
+str_enum!(Severity { Critical => "critical", Error => "error", Warning => "warning", Info => "info" });
+
+/// Accepted values of `verification` (how the diagnosis was judged).
+pub const VERIFICATIONS: &[&str] = &[
+    "ai_generated",
+    "expert_reviewed",
+    "community_reported",
+    "measured",
+];
+
+/// Accepted values of `patterns_verified` (how the patterns were checked against reality).
+pub const PATTERN_VERIFICATIONS: &[&str] =
+    &["source", "real_log", "captured", "secondary", "unverified"];
+
+/// Accepted values of a version row's `status`.
+pub const VERSION_STATUSES: &[&str] = &["active", "fixed", "changed", "deprecated"];
+
+/// One problem found in a KB file. `entry` is empty when the file has no readable id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub file: PathBuf,
+    pub entry: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let entry = if self.entry.is_empty() {
+            "?"
+        } else {
+            &self.entry
+        };
+        write!(
+            f,
+            "{}: entry {entry}: field `{}`: {}",
+            self.file.display(),
+            self.field,
+            self.message
+        )
+    }
+}
+
+/// A validated knowledge-base entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Entry {
+    pub id: String,
+    pub title: String,
+    pub domain: String,
+    pub category: String,
+    pub error_code: String,
+    pub aliases: Vec<String>,
+    pub role: Role,
+    pub severity: Severity,
+    pub verification: String,
+    pub patterns_verified: String,
+    pub fix_rate: Option<f64>,
+    pub root_cause: String,
+    pub patterns: Vec<String>,
+    pub examples: Vec<String>,
+    pub negative_examples: Vec<String>,
+    pub references: Vec<String>,
+    pub versions: Vec<VersionSpec>,
+    /// Sorted by success rate, best first; unknown rates last, in file order.
+    pub workarounds: Vec<WorkaroundSpec>,
+    pub dead_ends: Vec<DeadEndSpec>,
+    /// The file the entry was read from, relative to the KB root.
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+impl Entry {
+    /// Validates `spec`, read from `path` (relative to the KB root). Returns every problem.
+    pub fn from_spec(spec: EntrySpec, path: &Path) -> Result<Entry, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let mut problem = |field: &str, message: String| {
+            problems.push(Problem {
+                file: path.to_path_buf(),
+                entry: spec.id.clone(),
+                field: field.to_string(),
+                message,
+            })
+        };
+
+        let expected_id = expected_id(path);
+        match &expected_id {
+            Some(expected) if *expected != spec.id => problem(
+                "id",
+                format!("`{}` must equal the file's path `{expected}`", spec.id),
+            ),
+            None => problem(
+                "id",
+                "the file must live at <domain>/<slug>.toml under the KB root".to_string(),
+            ),
+            _ => {}
+        }
+        if !is_id(&spec.id) {
+            problem(
+                "id",
+                format!(
+                    "`{}` must be <domain>/<slug> in lowercase a-z, 0-9 and '-'",
+                    spec.id
+                ),
+            );
+        }
+        if let Some((domain, _)) = spec.id.split_once('/') {
+            if domain != spec.domain {
+                problem(
+                    "domain",
+                    format!("`{}` must equal the id's domain `{domain}`", spec.domain),
+                );
+            }
+        }
+        if !is_snake_lower(&spec.category) {
+            problem(
+                "category",
+                format!("`{}` must be a lowercase identifier", spec.category),
+            );
+        }
+        if !is_upper_snake(&spec.error_code) {
+            problem(
+                "error_code",
+                format!("`{}` must be UPPER_SNAKE_CASE", spec.error_code),
+            );
+        }
+        for alias in &spec.aliases {
+            if !is_upper_snake(alias) {
+                problem("aliases", format!("`{alias}` must be UPPER_SNAKE_CASE"));
+            }
+        }
+        let role = Role::parse(&spec.role);
+        if role.is_none() {
+            problem(
+                "role",
+                format!("`{}` is not one of root, cascade, symptom, info", spec.role),
+            );
+        }
+        let severity = Severity::parse(&spec.severity);
+        if severity.is_none() {
+            problem(
+                "severity",
+                format!(
+                    "`{}` is not one of critical, error, warning, info",
+                    spec.severity
+                ),
+            );
+        }
+        if !VERIFICATIONS.contains(&spec.verification.as_str()) {
+            problem(
+                "verification",
+                format!(
+                    "`{}` is not one of {}",
+                    spec.verification,
+                    VERIFICATIONS.join(", ")
+                ),
+            );
+        }
+        if !PATTERN_VERIFICATIONS.contains(&spec.patterns_verified.as_str()) {
+            problem(
+                "patterns_verified",
+                format!(
+                    "`{}` is not one of {}",
+                    spec.patterns_verified,
+                    PATTERN_VERIFICATIONS.join(", ")
+                ),
+            );
+        }
+        for (field, text) in [("title", &spec.title), ("root_cause", &spec.root_cause)] {
+            if text.trim().is_empty() {
+                problem(field, "must not be empty".to_string());
+            }
+        }
+        if spec.title.contains('\n') {
+            problem("title", "must be one line".to_string());
+        }
+        for (field, list) in [
+            ("patterns", &spec.patterns),
+            ("examples", &spec.examples),
+            ("negative_examples", &spec.negative_examples),
+            ("references", &spec.references),
+        ] {
+            if list.is_empty() {
+                problem(field, "needs at least one item".to_string());
+            }
+            if list.iter().any(|item| item.trim().is_empty()) {
+                problem(field, "has an empty item".to_string());
+            }
+        }
+        for (field, list) in [
+            ("examples", &spec.examples),
+            ("negative_examples", &spec.negative_examples),
+        ] {
+            if list.iter().any(|line| line.contains('\n')) {
+                problem(field, "each example is one line (no newline)".to_string());
+            }
+        }
+        check_rate(&mut problem, "fix_rate", spec.fix_rate);
+        for (i, row) in spec.versions.iter().enumerate() {
+            let field = format!("versions[{i}]");
+            if row.component.trim().is_empty() || row.range.trim().is_empty() {
+                problem(&field, "component and range must not be empty".to_string());
+            }
+            if !VERSION_STATUSES.contains(&row.status.as_str()) {
+                problem(
+                    &format!("{field}.status"),
+                    format!(
+                        "`{}` is not one of {}",
+                        row.status,
+                        VERSION_STATUSES.join(", ")
+                    ),
+                );
+            }
+        }
+        for (i, w) in spec.workarounds.iter().enumerate() {
+            if w.text.trim().is_empty() {
+                problem(
+                    &format!("workarounds[{i}].text"),
+                    "must not be empty".to_string(),
+                );
+            }
+            check_rate(
+                &mut problem,
+                &format!("workarounds[{i}].success_rate"),
+                w.success_rate,
+            );
+        }
+        for (i, d) in spec.dead_ends.iter().enumerate() {
+            if d.action.trim().is_empty() || d.why.trim().is_empty() {
+                problem(
+                    &format!("dead_ends[{i}]"),
+                    "action and why must not be empty".to_string(),
+                );
+            }
+            check_rate(
+                &mut problem,
+                &format!("dead_ends[{i}].fail_rate"),
+                d.fail_rate,
+            );
+        }
+
+        let (Some(role), Some(severity), true) = (role, severity, problems.is_empty()) else {
+            return Err(problems);
+        };
+        let mut workarounds = spec.workarounds;
+        // Stable sort: equal or unknown rates keep the author's order.
+        workarounds.sort_by(|a, b| {
+            let key = |w: &WorkaroundSpec| w.success_rate.unwrap_or(-1.0);
+            key(b).total_cmp(&key(a))
+        });
+        Ok(Entry {
+            id: spec.id,
+            title: spec.title,
+            domain: spec.domain,
+            category: spec.category,
+            error_code: spec.error_code,
+            aliases: spec.aliases,
+            role,
+            severity,
+            verification: spec.verification,
+            patterns_verified: spec.patterns_verified,
+            fix_rate: spec.fix_rate,
+            root_cause: spec.root_cause.trim().to_string(),
+            patterns: spec.patterns,
+            examples: spec.examples,
+            negative_examples: spec.negative_examples,
+            references: spec.references,
+            versions: spec.versions,
+            workarounds,
+            dead_ends: spec.dead_ends,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+fn check_rate(problem: &mut impl FnMut(&str, String), field: &str, rate: Option<f64>) {
+    if let Some(rate) = rate {
+        if !(0.0..=1.0).contains(&rate) {
+            problem(
+                field,
+                format!("{rate} must be a fraction between 0.0 and 1.0 (75% is 0.75)"),
+            );
+        }
+    }
+}
+
+/// The id a file at `path` (relative to the KB root) must carry: `domain/slug`.
+pub fn expected_id(path: &Path) -> Option<String> {
+    let mut parts = path.iter().map(|p| p.to_str());
+    let domain = parts.next()??;
+    let file = parts.next()??;
+    if parts.next().is_some() {
+        return None;
+    }
+    let slug = file.strip_suffix(".toml")?;
+    Some(format!("{domain}/{slug}"))
+}
+
+fn is_id(id: &str) -> bool {
+    let Some((domain, slug)) = id.split_once('/') else {
+        return false;
+    };
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    };
+    ok(domain) && ok(slug) && !slug.contains('/')
+}
+
+fn is_snake_lower(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+fn is_upper_snake(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_uppercase())
+        && s.bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_id_is_domain_slash_slug() {
+        assert_eq!(
+            expected_id(Path::new("pytorch/nccl-timeout.toml")).as_deref(),
+            Some("pytorch/nccl-timeout")
+        );
+        assert_eq!(expected_id(Path::new("a/b/c.toml")), None);
+        assert_eq!(expected_id(Path::new("flat.toml")), None);
+    }
+
+    #[test]
+    fn identifiers() {
+        assert!(is_upper_snake("XID_79"));
+        assert!(!is_upper_snake("Xid79"));
+        assert!(is_snake_lower("collective_timeout"));
+        assert!(!is_snake_lower("Network"));
+        assert!(is_id("nvidia/xid-79"));
+        assert!(!is_id("nvidia/Xid"));
+    }
+}

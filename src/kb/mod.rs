@@ -1,0 +1,325 @@
+//! The knowledge base: every failure faultline recognises, with its diagnosis.
+//!
+//! Flow: TOML files ([`spec`], as written) -> [`Entry`] (validated, [`entry`]) ->
+//! [`KnowledgeBase`] (all entries, plus a dense table of patterns whose index is the Hyperscan
+//! pattern id). [`check`] proves a KB sound in both engines; [`import`] converts other formats.
+
+pub mod check;
+pub mod entry;
+pub mod import;
+pub mod spec;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use regex::bytes::{Regex, RegexBuilder};
+use regex_syntax::hir::{Hir, HirKind, Look};
+
+pub use entry::{Entry, Problem, Role, Severity};
+pub use spec::EntrySpec;
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/embedded_kb.rs"));
+}
+
+/// Errors loading a knowledge base.
+#[derive(Debug, thiserror::Error)]
+pub enum KbError {
+    #[error("cannot read the knowledge base at {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the knowledge base has {} problem(s):\n{}", .0.len(), render(.0))]
+    Invalid(Vec<Problem>),
+    #[error("the knowledge base at {0} holds no entries")]
+    Empty(PathBuf),
+}
+
+fn render(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("  {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One pattern of one entry; its position in [`KnowledgeBase::patterns`] is its pattern id.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    /// Index of the owning entry in [`KnowledgeBase::entries`].
+    pub entry: usize,
+    /// Index of the pattern within its entry.
+    pub index: usize,
+    pub source: String,
+    /// The same pattern for the `regex` crate: confirms hits and extracts captures.
+    pub regex: Regex,
+}
+
+/// A loaded, validated knowledge base.
+#[derive(Debug, Clone)]
+pub struct KnowledgeBase {
+    pub entries: Vec<Entry>,
+    pub patterns: Vec<Pattern>,
+    /// Content hash of every file: changes whenever any entry changes.
+    pub version: String,
+    /// Where it came from, for messages (`<embedded>` or a directory).
+    pub origin: String,
+}
+
+/// A KB file's path (relative to the root) and its text.
+pub type KbFile = (PathBuf, String);
+
+impl KnowledgeBase {
+    /// Loads the KB shipped inside the binary.
+    pub fn embedded() -> Result<Self, KbError> {
+        Self::from_files(Self::embedded_files(), "<embedded>")
+    }
+
+    /// The files of the KB shipped inside the binary.
+    pub fn embedded_files() -> Vec<KbFile> {
+        embedded::EMBEDDED_KB
+            .iter()
+            .map(|(path, text)| (PathBuf::from(path), (*text).to_string()))
+            .collect()
+    }
+
+    /// Loads every `*.toml` under `dir`.
+    pub fn load_dir(dir: &Path) -> Result<Self, KbError> {
+        let files = read_dir(dir)?;
+        if files.is_empty() {
+            return Err(KbError::Empty(dir.to_path_buf()));
+        }
+        Self::from_files(files, &dir.display().to_string())
+    }
+
+    /// Builds a KB from in-memory files (path relative to the KB root, text).
+    pub fn from_files(files: Vec<KbFile>, origin: &str) -> Result<Self, KbError> {
+        let (kb, problems) = Self::build(files, origin);
+        if problems.is_empty() {
+            Ok(kb)
+        } else {
+            Err(KbError::Invalid(problems))
+        }
+    }
+
+    /// Builds a KB of the entries and patterns that are valid, and lists the problems of the
+    /// rest: `kb check` goes on to test what it can.
+    pub fn build(mut files: Vec<KbFile>, origin: &str) -> (Self, Vec<Problem>) {
+        files.sort();
+        let version = version_of(&files);
+        let mut problems = Vec::new();
+        let mut entries = Vec::new();
+        for (path, text) in &files {
+            match parse_entry(path, text) {
+                Ok(entry) => entries.push(entry),
+                Err(mut p) => problems.append(&mut p),
+            }
+        }
+        let mut seen = std::collections::HashMap::new();
+        for entry in &entries {
+            if let Some(first) = seen.insert(entry.id.clone(), entry.path.clone()) {
+                problems.push(Problem {
+                    file: entry.path.clone(),
+                    entry: entry.id.clone(),
+                    field: "id".into(),
+                    message: format!("duplicate id, also in {}", first.display()),
+                });
+            }
+        }
+        let mut patterns = Vec::new();
+        for (e, entry) in entries.iter().enumerate() {
+            for (i, source) in entry.patterns.iter().enumerate() {
+                match compile_pattern(source) {
+                    Ok(regex) => patterns.push(Pattern {
+                        entry: e,
+                        index: i,
+                        source: source.clone(),
+                        regex,
+                    }),
+                    Err(message) => problems.push(Problem {
+                        file: entry.path.clone(),
+                        entry: entry.id.clone(),
+                        field: format!("patterns[{i}]"),
+                        message,
+                    }),
+                }
+            }
+        }
+        let kb = KnowledgeBase {
+            entries,
+            patterns,
+            version,
+            origin: origin.to_string(),
+        };
+        (kb, problems)
+    }
+
+    /// The entry owning pattern `id`.
+    pub fn entry_of(&self, pattern: usize) -> &Entry {
+        &self.entries[self.patterns[pattern].entry]
+    }
+
+    /// Every distinct error code, sorted.
+    pub fn error_codes(&self) -> Vec<&str> {
+        let mut codes: Vec<&str> = self.entries.iter().map(|e| e.error_code.as_str()).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        codes
+    }
+}
+
+/// Reads every `*.toml` under `dir`, recursively, as (relative path, text).
+pub fn read_dir(dir: &Path) -> Result<Vec<KbFile>, KbError> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        let read = fs::read_dir(&current).map_err(|source| KbError::Io {
+            path: current.clone(),
+            source,
+        })?;
+        for item in read {
+            let item = item.map_err(|source| KbError::Io {
+                path: current.clone(),
+                source,
+            })?;
+            let path = item.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "toml") {
+                let text = fs::read_to_string(&path).map_err(|source| KbError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                let rel = path.strip_prefix(dir).unwrap_or(&path).to_path_buf();
+                files.push((rel, text));
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Parses and validates one file's text.
+pub fn parse_entry(path: &Path, text: &str) -> Result<Entry, Vec<Problem>> {
+    let spec: EntrySpec = toml::from_str(text).map_err(|e| {
+        vec![Problem {
+            file: path.to_path_buf(),
+            entry: sniff_id(text),
+            field: toml_field(&e),
+            message: e.message().to_string(),
+        }]
+    })?;
+    Entry::from_spec(spec, path)
+}
+
+/// Best-effort id of a file that does not parse, so the error still names the entry.
+fn sniff_id(text: &str) -> String {
+    text.lines()
+        .find_map(|l| {
+            let rest = l
+                .trim()
+                .strip_prefix("id")?
+                .trim_start()
+                .strip_prefix('=')?;
+            Some(rest.trim().trim_matches(['"', '\'']).to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// The field a TOML error is about: serde names unknown and missing fields in its message.
+fn toml_field(e: &toml::de::Error) -> String {
+    let msg = e.message();
+    for marker in ["unknown field `", "missing field `"] {
+        if let Some(rest) = msg.split(marker).nth(1) {
+            if let Some(field) = rest.split('`').next() {
+                return field.to_string();
+            }
+        }
+    }
+    "(syntax)".to_string()
+}
+
+/// Compiles a pattern for the `regex` crate after checking the rules every engine relies on.
+pub fn compile_pattern(source: &str) -> Result<Regex, String> {
+    let hir = regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .build()
+        .parse(source)
+        .map_err(|e| format!("not valid regex syntax: {e}"))?;
+    if let Some(look) = forbidden_look(&hir) {
+        return Err(format!(
+            "uses the anchor {look}; patterns match anywhere in the message, so anchor on the \
+             message's literal text instead of ^ or $"
+        ));
+    }
+    if hir.properties().minimum_len() == Some(0) {
+        return Err("can match the empty string".to_string());
+    }
+    RegexBuilder::new(source)
+        .unicode(false)
+        .build()
+        .map_err(|e| format!("the regex crate rejects it: {e}"))
+}
+
+fn forbidden_look(hir: &Hir) -> Option<&'static str> {
+    match hir.kind() {
+        HirKind::Look(look) => match look {
+            Look::Start | Look::StartLF | Look::StartCRLF => Some("^ (or \\A)"),
+            Look::End | Look::EndLF | Look::EndCRLF => Some("$ (or \\z)"),
+            _ => None,
+        },
+        HirKind::Repetition(rep) => forbidden_look(&rep.sub),
+        HirKind::Capture(cap) => forbidden_look(&cap.sub),
+        HirKind::Concat(subs) | HirKind::Alternation(subs) => subs.iter().find_map(forbidden_look),
+        HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) => None,
+    }
+}
+
+/// FNV-1a over every path and text: a stable content hash (std's hasher is not stable).
+fn version_of(files: &[KbFile]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for (path, text) in files {
+        for byte in path
+            .to_string_lossy()
+            .bytes()
+            .chain([0])
+            .chain(text.bytes())
+            .chain([0])
+        {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{hash:016x}")[..12].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anchors_and_empty_patterns_are_rejected() {
+        assert!(compile_pattern("^foo").unwrap_err().contains('^'));
+        assert!(compile_pattern("foo$").unwrap_err().contains('$'));
+        assert!(compile_pattern("a*").unwrap_err().contains("empty"));
+        assert!(compile_pattern("(?P<rank>\\d+) died").is_ok());
+    }
+
+    #[test]
+    fn patterns_are_bytewise_ascii() {
+        let re = compile_pattern("rank \\d+").expect("valid");
+        // A Unicode digit is not \d in byte mode, as in Hyperscan without UCP.
+        assert!(!re.is_match("rank \u{0663}".as_bytes()));
+        assert!(re.is_match(b"rank 3\xff"));
+    }
+
+    #[test]
+    fn version_changes_with_content() {
+        let a = version_of(&[(PathBuf::from("a/b.toml"), "x".into())]);
+        let b = version_of(&[(PathBuf::from("a/b.toml"), "y".into())]);
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 12);
+    }
+}

@@ -1,0 +1,100 @@
+//! The KB entry as written on disk: one TOML file per entry, `kb/<domain>/<slug>.toml`.
+//!
+//! This is the serde shape only (`deny_unknown_fields`, so a typo is an error, not a silently
+//! ignored field). [`super::entry`] turns it into a validated [`super::Entry`]; errors there name
+//! the file, the entry and the field.
+
+use serde::{Deserialize, Serialize};
+
+/// One knowledge-base entry, exactly as written in its TOML file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntrySpec {
+    /// `<domain>/<slug>`; must equal the file's path under the KB root, without `.toml`.
+    pub id: String,
+    /// One line saying what failed, for people.
+    pub title: String,
+    /// Emitting software family: `pytorch`, `cuda`, `nccl`, `nvidia`, `linux`, `slurm`, ...
+    pub domain: String,
+    /// Failure class, from the category vocabulary in `kb/README.md`.
+    pub category: String,
+    /// Stable metric label and alert key (`NCCL_TIMEOUT`, `XID_79`): never changes once shipped.
+    pub error_code: String,
+    /// Earlier codes this entry was known by; kept so that old alerts and tickets still resolve.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
+    /// `root`, `cascade`, `symptom` or `info`.
+    pub role: String,
+    /// `critical`, `error`, `warning` or `info`.
+    pub severity: String,
+    /// How the diagnosis and its rates were judged (seed format): `ai_generated`,
+    /// `expert_reviewed`, `community_reported`, `measured`.
+    pub verification: String,
+    /// How the patterns were checked against reality: `source` (read in the emitting program's
+    /// source), `real_log` (seen in published logs), `captured` (printed by the real program in
+    /// this project's captures), `secondary` (a secondary copy) or `unverified`.
+    pub patterns_verified: String,
+    /// Share of incidents that the workarounds fix, 0.0..=1.0; absent when nobody measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix_rate: Option<f64>,
+    /// What is going on, for the on-call engineer at 3 a.m.
+    pub root_cause: String,
+    /// Regexes in the common syntax of Hyperscan and the `regex` crate; named groups become
+    /// captures (`rank`, `op`, `seq`, `timeout_ms`, `gpu`, `xid`, `pid`, `host`, ...).
+    pub patterns: Vec<String>,
+    /// Verbatim log lines that must match this entry (at least one).
+    pub examples: Vec<String>,
+    /// Near-miss lines that must not match this entry (at least one).
+    pub negative_examples: Vec<String>,
+    /// Where the message is printed: a source file and function, or a documentation page.
+    pub references: Vec<String>,
+    /// Version compatibility rows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<VersionSpec>,
+    /// What to try, best first once sorted by success rate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workarounds: Vec<WorkaroundSpec>,
+    /// Fixes known not to work, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dead_ends: Vec<DeadEndSpec>,
+}
+
+/// One row of the version compatibility table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VersionSpec {
+    /// `torch`, `cuda`, `nccl`, `driver`, ...
+    pub component: String,
+    /// A version range such as `>=1.10` or `>=2.2,<2.4`.
+    pub range: String,
+    /// `active`, `fixed`, `changed` or `deprecated`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub introduced: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<String>,
+}
+
+/// A fix that works some of the time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkaroundSpec {
+    pub text: String,
+    /// A shell command or code snippet that applies it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// 0.0..=1.0; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_rate: Option<f64>,
+}
+
+/// A fix that people try and that does not work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadEndSpec {
+    pub action: String,
+    pub why: String,
+    /// 0.0..=1.0; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_rate: Option<f64>,
+}

@@ -1,0 +1,36 @@
+//! faultline tells a GPU-training fleet what just broke, why, and what to do about it.
+//!
+//! It matches every log line of a training job against a knowledge base of failure signatures
+//! (PyTorch, NCCL, CUDA, the NVIDIA driver, the kernel, Slurm, Kubernetes...) in one Hyperscan
+//! pass, and attaches to each match its diagnosis: root cause, workarounds ranked by success
+//! rate, dead ends, version compatibility and the fields it extracted (rank, op, timeout, GPU).
+//!
+//! # Layout
+//!
+//! ```text
+//!  source::file ──chunks of lines──▶ engine ──Hit──▶ enrich ──MatchEvent──▶ sink::stdout
+//!                                      │   ▲
+//!                  envelope (JSON, ────┘   └── matcher (Hyperscan; regex oracle)
+//!                  launcher prefixes)            ▲
+//!                                                └── kb (TOML entries -> validated Entry)
+//! ```
+//!
+//! - [`record`]: the input vocabulary (a line, its job, rank, host, timestamp, provenance).
+//! - [`envelope`]: raw lines and shipper JSON envelopes -> [`record::LogRecord`].
+//! - [`kb`]: the knowledge base: format, validation, `kb check`, importers.
+//! - [`matcher`]: the multi-pattern engines behind one trait.
+//! - [`engine`]: a chunk of lines -> confirmed matches with captures.
+//! - [`enrich`]: a match -> the schema_version 1 event with its diagnosis.
+//! - [`source`], [`sink`]: inputs and outputs; [`scan`] wires them for `faultline scan`.
+//! - [`cli`]: the command line.
+
+pub mod cli;
+pub mod engine;
+pub mod enrich;
+pub mod envelope;
+pub mod kb;
+pub mod matcher;
+pub mod record;
+pub mod scan;
+pub mod sink;
+pub mod source;

@@ -1,0 +1,64 @@
+//! The input vocabulary: what one log line is, where it came from, and which job it belongs to.
+//!
+//! Sources (files, stdin, Kafka) produce raw bytes; [`crate::envelope`] turns each line into a
+//! [`LogRecord`] view; the matcher and the enricher read it. Nothing here allocates per line
+//! except the optional owned message of a JSON envelope.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Serialize;
+
+/// Where a line came from, precise enough to find it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Provenance {
+    /// A line of a file (or of stdin, named `-`); `line` counts from 1.
+    File { path: String, line: u64 },
+    /// A Kafka record; `line` is the line's index inside a multi-line payload, from 1.
+    Kafka {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        line: u64,
+    },
+}
+
+impl fmt::Display for Provenance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Provenance::File { path, line } => write!(f, "{path}:{line}"),
+            Provenance::Kafka {
+                topic,
+                partition,
+                offset,
+                line,
+            } => write!(f, "{topic}/{partition}@{offset}#{line}"),
+        }
+    }
+}
+
+/// Fields that a shipper's envelope or a launcher prefix told us about a line.
+///
+/// All optional: a raw line from a file knows none of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LineMeta {
+    pub job_id: Option<String>,
+    pub rank: Option<u32>,
+    pub host: Option<String>,
+    pub pod: Option<String>,
+    pub timestamp: Option<String>,
+    /// Extra envelope fields kept for metrics dimensions (for example `cluster`).
+    pub cluster: Option<String>,
+}
+
+/// One decoded log line: the message to match and what is known about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord<'a> {
+    /// The text that patterns are matched against: the envelope's message, launcher prefix
+    /// stripped. Borrowed from the input unless the envelope had to be unescaped.
+    pub message: Cow<'a, [u8]>,
+    pub meta: LineMeta,
+    /// True when the line was longer than the configured limit and was cut.
+    pub truncated: bool,
+}

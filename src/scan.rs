@@ -1,0 +1,222 @@
+//! `faultline scan`: files and stdin through the same engine as the Kafka pipeline.
+//!
+//! Flow: [`crate::source::file`] chunks -> [`Engine::scan_chunk`] -> [`Enricher::event`] ->
+//! [`StdoutSink`], then one summary per job.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+use crate::engine::{Engine, Worker};
+use crate::enrich::{Enricher, MatchEvent};
+use crate::matcher::Matcher;
+use crate::record::Provenance;
+use crate::sink::stdout::{JobSummary, StdoutSink};
+use crate::source::file::{self, ChunkReader, Input, InputError};
+
+/// How to scan.
+#[derive(Debug, Clone)]
+pub struct ScanOptions {
+    pub chunk_bytes: usize,
+    pub max_line_bytes: usize,
+    /// Print a summary per job after the matches.
+    pub summary: bool,
+    /// Show a progress bar on stderr (callers decide: a terminal and a large input).
+    pub progress: bool,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions {
+            chunk_bytes: file::DEFAULT_CHUNK_BYTES,
+            max_line_bytes: file::DEFAULT_MAX_LINE_BYTES,
+            summary: true,
+            progress: false,
+        }
+    }
+}
+
+/// What a scan did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    pub inputs: u64,
+    pub bytes: u64,
+    pub lines: u64,
+    pub matches: u64,
+    pub truncated_lines: u64,
+    /// Inputs that could not be read, with the reason.
+    pub errors: Vec<String>,
+}
+
+/// Errors that stop a scan (unreadable inputs do not: they are counted in [`ScanStats`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error(transparent)]
+    Match(#[from] crate::matcher::MatchError),
+    #[error("writing output: {0}")]
+    Output(io::Error),
+}
+
+/// Scans `inputs` in order, writing every match to `out` and, at the end, a summary per job.
+/// `on_event` sees each event too (incident correlation hooks in here).
+pub fn scan_inputs<M: Matcher, W: Write>(
+    engine: &Engine<M>,
+    inputs: &[Input],
+    opts: &ScanOptions,
+    out: &mut StdoutSink<W>,
+    on_event: &mut dyn FnMut(&MatchEvent),
+) -> Result<ScanStats, ScanError> {
+    let enricher = Enricher::new(Arc::clone(&engine.kb));
+    let mut worker = engine.worker()?;
+    let mut stats = ScanStats::default();
+    let mut jobs: BTreeMap<String, JobSummary> = BTreeMap::new();
+    let progress = opts.progress.then(|| {
+        let total: u64 = inputs.iter().filter_map(|i| i.size).sum();
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {wide_msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    for input in inputs {
+        stats.inputs += 1;
+        if let Some(bar) = &progress {
+            bar.set_message(input.name.clone());
+        }
+        let reader = match file::open(input) {
+            Ok(r) => r,
+            Err(e) => {
+                stats.errors.push(
+                    InputError {
+                        name: input.name.clone(),
+                        source: e,
+                    }
+                    .to_string(),
+                );
+                continue;
+            }
+        };
+        let counted = Counted {
+            inner: reader,
+            bar: progress.clone(),
+            bytes: 0,
+        };
+        let result = scan_one(
+            engine,
+            &enricher,
+            &mut worker,
+            input,
+            counted,
+            opts,
+            out,
+            &mut jobs,
+            &mut stats,
+            on_event,
+        );
+        match result {
+            Ok(()) => {}
+            Err(OneError::Read(e)) => {
+                stats.errors.push(
+                    InputError {
+                        name: input.name.clone(),
+                        source: e,
+                    }
+                    .to_string(),
+                );
+            }
+            Err(OneError::Fatal(e)) => return Err(e),
+        }
+    }
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    if opts.summary {
+        for summary in jobs.values() {
+            out.summary(summary).map_err(ScanError::Output)?;
+        }
+    }
+    out.flush().map_err(ScanError::Output)?;
+    Ok(stats)
+}
+
+enum OneError {
+    Read(io::Error),
+    Fatal(ScanError),
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scan_one<M: Matcher, W: Write, R: Read>(
+    engine: &Engine<M>,
+    enricher: &Enricher,
+    worker: &mut Worker<M>,
+    input: &Input,
+    mut reader: Counted<R>,
+    opts: &ScanOptions,
+    out: &mut StdoutSink<W>,
+    jobs: &mut BTreeMap<String, JobSummary>,
+    stats: &mut ScanStats,
+    on_event: &mut dyn FnMut(&MatchEvent),
+) -> Result<(), OneError> {
+    let mut chunks = ChunkReader::new(&mut reader, opts.chunk_bytes, opts.max_line_bytes);
+    let mut write_error = None;
+    loop {
+        let chunk = match chunks.next_chunk() {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => {
+                stats.truncated_lines += chunks.truncated_lines;
+                return Err(OneError::Read(e));
+            }
+        };
+        let lines = engine
+            .scan_chunk(worker, chunk.data, chunk.info, &mut |hit| {
+                if write_error.is_some() {
+                    return;
+                }
+                let source = Provenance::File {
+                    path: input.name.clone(),
+                    line: hit.line,
+                };
+                let event = enricher.event(&hit, &input.job_id, source);
+                stats.matches += 1;
+                jobs.entry(event.job_id.clone())
+                    .or_insert_with(|| JobSummary::new(&event.job_id))
+                    .add(&event);
+                on_event(&event);
+                if let Err(e) = out.event(&event) {
+                    write_error = Some(e);
+                }
+            })
+            .map_err(|e| OneError::Fatal(e.into()))?;
+        if let Some(e) = write_error.take() {
+            return Err(OneError::Fatal(ScanError::Output(e)));
+        }
+        stats.lines += lines;
+        chunks.advance_lines(lines);
+    }
+    stats.truncated_lines += chunks.truncated_lines;
+    drop(chunks);
+    stats.bytes += reader.bytes;
+    Ok(())
+}
+
+/// Counts bytes read (after decompression) and moves the progress bar.
+struct Counted<R> {
+    inner: R,
+    bar: Option<indicatif::ProgressBar>,
+    bytes: u64,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes += n as u64;
+        if let Some(bar) = &self.bar {
+            bar.inc(n as u64);
+        }
+        Ok(n)
+    }
+}

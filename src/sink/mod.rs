@@ -1,0 +1,3 @@
+//! Where events go. [`stdout`] prints them for `faultline scan` (JSON lines or text for people).
+
+pub mod stdout;

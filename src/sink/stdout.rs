@@ -1,0 +1,161 @@
+//! Events and summaries to a writer, as JSON lines (the schema_version 1 contract) or as text
+//! for people.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::enrich::{MatchEvent, SCHEMA_VERSION};
+
+/// Output format of `scan` and `kb explain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One JSON object per line.
+    Json,
+    /// Readable text.
+    Text,
+}
+
+/// What one job produced over a scan.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct JobSummary {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub schema_version: u32,
+    pub job_id: String,
+    pub matches: u64,
+    pub by_error_code: BTreeMap<String, u64>,
+    pub by_role: BTreeMap<String, u64>,
+    /// Distinct ranks that printed a match.
+    pub ranks: Vec<u32>,
+    pub first_timestamp: Option<String>,
+    pub last_timestamp: Option<String>,
+}
+
+impl JobSummary {
+    pub fn new(job_id: &str) -> Self {
+        JobSummary {
+            kind: "summary",
+            schema_version: SCHEMA_VERSION,
+            job_id: job_id.to_string(),
+            ..Default::default()
+        }
+    }
+
+    pub fn add(&mut self, event: &MatchEvent) {
+        self.matches += 1;
+        *self
+            .by_error_code
+            .entry(event.error_code.clone())
+            .or_default() += 1;
+        *self.by_role.entry(event.role.to_string()).or_default() += 1;
+        if let Some(rank) = event.rank {
+            if let Err(at) = self.ranks.binary_search(&rank) {
+                self.ranks.insert(at, rank);
+            }
+        }
+        if let Some(ts) = &event.timestamp {
+            if self.first_timestamp.as_ref().is_none_or(|f| ts < f) {
+                self.first_timestamp = Some(ts.clone());
+            }
+            if self.last_timestamp.as_ref().is_none_or(|l| ts > l) {
+                self.last_timestamp = Some(ts.clone());
+            }
+        }
+    }
+}
+
+/// Writes events in one format.
+pub struct StdoutSink<W: Write> {
+    out: W,
+    format: Format,
+}
+
+impl<W: Write> StdoutSink<W> {
+    pub fn new(out: W, format: Format) -> Self {
+        StdoutSink { out, format }
+    }
+
+    pub fn event(&mut self, event: &MatchEvent) -> io::Result<()> {
+        match self.format {
+            Format::Json => self.json(event),
+            Format::Text => write_event_text(&mut self.out, event),
+        }
+    }
+
+    pub fn summary(&mut self, summary: &JobSummary) -> io::Result<()> {
+        match self.format {
+            Format::Json => self.json(summary),
+            Format::Text => {
+                let codes: Vec<String> = summary
+                    .by_error_code
+                    .iter()
+                    .map(|(c, n)| format!("{c}={n}"))
+                    .collect();
+                writeln!(
+                    self.out,
+                    "== job {}: {} match(es) from {} rank(s): {}",
+                    summary.job_id,
+                    summary.matches,
+                    summary.ranks.len(),
+                    codes.join(" ")
+                )
+            }
+        }
+    }
+
+    /// Any serialisable record as one JSON line.
+    pub fn json<T: Serialize>(&mut self, value: &T) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, value).map_err(io::Error::from)?;
+        self.out.write_all(b"\n")
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+/// An event for people: where, what, why, and what to do.
+pub fn write_event_text(out: &mut impl Write, e: &MatchEvent) -> io::Result<()> {
+    let mut who = format!("job={}", e.job_id);
+    if let Some(rank) = e.rank {
+        who.push_str(&format!(" rank={rank}"));
+    }
+    if let Some(host) = &e.host {
+        who.push_str(&format!(" host={host}"));
+    }
+    writeln!(
+        out,
+        "{} [{}] {} ({}, {}) {}",
+        e.source,
+        e.severity.as_str().to_uppercase(),
+        e.error_code,
+        e.kb_id,
+        e.role,
+        who
+    )?;
+    writeln!(out, "  | {}", e.line)?;
+    if !e.captures.is_empty() {
+        let caps: Vec<String> = e.captures.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        writeln!(out, "  captures: {}", caps.join(" "))?;
+    }
+    let d = &e.diagnosis;
+    writeln!(out, "  what: {}", d.title)?;
+    writeln!(out, "  why: {}", d.root_cause.replace('\n', " "))?;
+    for w in d.workarounds.iter().take(3) {
+        let rate = w
+            .success_rate
+            .map(|r| format!(" ({:.0}% success)", r * 100.0))
+            .unwrap_or_default();
+        writeln!(out, "  try: {}{rate}", w.text)?;
+    }
+    for d in d.dead_ends.iter().take(2) {
+        writeln!(out, "  don't: {} ({})", d.action, d.why)?;
+    }
+    writeln!(out)
+}
