@@ -51,6 +51,42 @@ Examples:
     /// Check, list, import and explain knowledge-base entries.
     #[command(subcommand)]
     Kb(KbCommand),
+    /// Generate benchmark inputs (see scripts/bench-scan.sh).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Write a log corpus: healthy lines (loghub samples and synthetic training output) with KB
+    /// examples mixed in.
+    #[command(after_help = "\
+Examples:
+  faultline bench corpus --size-mb 500 --background ../shared/corpus/loghub > /tmp/corpus.log
+  faultline bench corpus --size-mb 50 --failure-rate 0.01 > /tmp/small.log")]
+    Corpus {
+        #[command(flatten)]
+        kb: KbArg,
+        /// Approximate size in MiB.
+        #[arg(long, default_value_t = 100)]
+        size_mb: u64,
+        /// Share of lines that are KB examples.
+        #[arg(long, default_value_t = 0.001)]
+        failure_rate: f64,
+        /// Directory of `*.log` files to mix in as real background lines.
+        #[arg(long, value_name = "DIR")]
+        background: Option<PathBuf>,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Print every KB pattern, one per line (for `rg -f`).
+    #[command(after_help = "\
+Examples:
+  faultline bench patterns > /tmp/patterns.txt && rg -c -f /tmp/patterns.txt /tmp/corpus.log")]
+    Patterns {
+        #[command(flatten)]
+        kb: KbArg,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -190,6 +226,23 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Kb(KbCommand::Import { files, out, force }) => run_import(&files, &out, force),
         Command::Kb(KbCommand::Explain { line, kb, format }) => run_explain(&line, &kb, format),
+        Command::Bench(BenchCommand::Corpus { kb, size_mb, failure_rate, background, seed }) => {
+            let kb = kb.load()?;
+            let background = crate::bench::background_lines(background.as_deref())?;
+            let stdout = io::stdout().lock();
+            let mut out = io::BufWriter::new(stdout);
+            let (lines, failures) =
+                crate::bench::write_corpus(&kb, &background, size_mb << 20, failure_rate, seed, &mut out)?;
+            out.flush()?;
+            eprintln!("wrote {lines} lines, {failures} of them KB examples");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Patterns { kb }) => {
+            let kb = kb.load()?;
+            let text: String = kb.patterns.iter().map(|p| format!("{}\n", p.source)).collect();
+            write_stdout(text.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -22,8 +22,10 @@
 //! - [`engine`]: a chunk of lines -> confirmed matches with captures.
 //! - [`enrich`]: a match -> the schema_version 1 event with its diagnosis.
 //! - [`source`], [`sink`]: inputs and outputs; [`scan`] wires them for `faultline scan`.
+//! - [`bench`]: generated corpora for the benchmarks.
 //! - [`cli`]: the command line.
 
+pub mod bench;
 pub mod cli;
 pub mod engine;
 pub mod enrich;

@@ -1,7 +1,7 @@
 //! `faultline kb import`: entries of other formats -> [`EntrySpec`] TOML.
 //!
-//! Reads the seed's Markdown format (the deadends.dev page layout) and deadends.dev JSON
-//! entries. Neither carries patterns, so a first pattern is derived from the title: regex
+//! Reads the seed's Markdown format and deadends.dev JSON entries (one object, an array, or
+//! NDJSON). Neither carries patterns, so a first pattern is derived from the title: regex
 //! metacharacters escaped, then numbers, ranks, collective names and durations generalised into
 //! named groups. An example (the title) and a near-miss negative example are derived too; the
 //! importer's output is a draft for a person to sharpen, and it passes `kb check` as it is.
@@ -101,10 +101,193 @@ pub fn from_markdown(text: &str) -> Result<EntrySpec, ImportError> {
     }))
 }
 
-/// Parses deadends.dev JSON: one entry object or an array of them.
+/// A deadends.dev entry as published (`schema_version` 1.0.0), reduced to what maps onto a KB
+/// entry. Unknown fields are ignored: the format is someone else's and grows.
+#[derive(Debug, serde::Deserialize)]
+struct DeadendsEntry {
+    id: String,
+    #[serde(default)]
+    url: Option<String>,
+    error: DeadendsError,
+    #[serde(default)]
+    environment: Option<DeadendsEnvironment>,
+    verdict: DeadendsVerdict,
+    #[serde(default)]
+    dead_ends: Vec<DeadendsDeadEnd>,
+    #[serde(default)]
+    workarounds: Vec<DeadendsWorkaround>,
+    #[serde(default)]
+    metadata: Option<DeadendsMetadata>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct DeadendsError {
+    signature: String,
+    #[serde(default)]
+    regex: Option<String>,
+    domain: String,
+    category: String,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct DeadendsEnvironment {
+    #[serde(default)]
+    runtime: Option<DeadendsRuntime>,
+    #[serde(default)]
+    additional: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct DeadendsRuntime {
+    name: String,
+    version_range: String,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct DeadendsVerdict {
+    #[serde(default)]
+    fix_success_rate: Option<f64>,
+    summary: String,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct DeadendsDeadEnd {
+    action: String,
+    why_fails: String,
+    #[serde(default)]
+    fail_rate: Option<f64>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct DeadendsWorkaround {
+    action: String,
+    #[serde(default)]
+    how: Option<String>,
+    #[serde(default)]
+    success_rate: Option<f64>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct DeadendsMetadata {
+    #[serde(default)]
+    review_status: Option<String>,
+}
+
+/// Parses deadends.dev JSON: one entry object, an array of entries, or NDJSON (one entry per
+/// line, as its `errors.ndjson` API publishes them).
 pub fn from_json(text: &str) -> Result<Vec<EntrySpec>, ImportError> {
-    let _ = text;
-    Err(err("json", "deadends.dev JSON import is not available yet"))
+    let trimmed = text.trim_start();
+    let entries: Vec<DeadendsEntry> = if trimmed.starts_with('[') {
+        serde_json::from_str(trimmed).map_err(|e| err("json", e.to_string()))?
+    } else {
+        let mut stream = serde_json::Deserializer::from_str(trimmed).into_iter::<DeadendsEntry>();
+        let mut out = Vec::new();
+        for (i, item) in stream.by_ref().enumerate() {
+            out.push(item.map_err(|e| err(&format!("json entry {}", i + 1), e.to_string()))?);
+        }
+        out
+    };
+    if entries.is_empty() {
+        return Err(err("json", "no entries"));
+    }
+    Ok(entries.into_iter().map(from_deadends).collect())
+}
+
+fn from_deadends(e: DeadendsEntry) -> EntrySpec {
+    let mut parts = e.id.split('/');
+    let domain = slugify(parts.next().unwrap_or(&e.error.domain));
+    let slug = parts.map(slugify).filter(|s| !s.is_empty()).collect::<Vec<_>>().join("-");
+    let slug = if slug.is_empty() { slugify(&e.error.signature) } else { slug };
+    let code_source = e.id.split('/').nth(1).unwrap_or(&slug);
+    let error_code = slugify(code_source).replace('-', "_").to_uppercase();
+    let verification = match e.metadata.as_ref().and_then(|m| m.review_status.as_deref()) {
+        Some("human_reviewed") => "expert_reviewed",
+        Some("community_verified") => "community_reported",
+        _ => "ai_generated",
+    };
+    let mut versions = Vec::new();
+    if let Some(env) = &e.environment {
+        if let Some(rt) = &env.runtime {
+            versions.push(version_row(&rt.name, &rt.version_range));
+        }
+        for (key, value) in env.additional.iter().flatten() {
+            if let Some(range) = value.as_str().filter(|v| v.starts_with(['<', '>', '=', '~', '!'])) {
+                let component = key.trim_end_matches("_version").trim_end_matches("_toolkit");
+                versions.push(version_row(component, range));
+            }
+        }
+    }
+    let mut spec = draft(DraftParts {
+        id: format!("{domain}/{slug}"),
+        title: e.error.signature.clone(),
+        domain,
+        category: slugify(&e.error.category).replace('-', "_"),
+        error_code,
+        verification: verification.to_string(),
+        fix_rate: e.verdict.fix_success_rate.filter(|r| (0.0..=1.0).contains(r)),
+        root_cause: e.verdict.summary,
+        versions,
+        workarounds: e
+            .workarounds
+            .into_iter()
+            .map(|w| WorkaroundSpec {
+                text: w.action,
+                command: w.how.filter(|h| !h.trim().is_empty()),
+                success_rate: w.success_rate.filter(|r| (0.0..=1.0).contains(r)),
+            })
+            .collect(),
+        dead_ends: e
+            .dead_ends
+            .into_iter()
+            .map(|d| DeadEndSpec {
+                action: d.action,
+                why: d.why_fails,
+                fail_rate: d.fail_rate.filter(|r| (0.0..=1.0).contains(r)),
+            })
+            .collect(),
+        origin: "deadends.dev JSON".into(),
+    });
+    if let Some(url) = e.url {
+        spec.references.insert(0, url);
+    }
+    // Keep the entry's own regex when both engines accept it and it matches the signature.
+    if let Some(regex) = e.error.regex {
+        let usable = super::compile_pattern(&regex)
+            .ok()
+            .filter(|re| re.is_match(spec.examples[0].as_bytes()))
+            .is_some()
+            && crate::matcher::HyperscanMatcher::check_one(&regex).is_ok()
+            && !spec.negative_examples.iter().any(|n| {
+                super::compile_pattern(&regex).is_ok_and(|re| re.is_match(n.as_bytes()))
+            });
+        if usable {
+            spec.patterns.insert(0, regex);
+        }
+    }
+    spec
+}
+
+fn version_row(component: &str, range: &str) -> VersionSpec {
+    VersionSpec {
+        component: component.to_string(),
+        range: range.to_string(),
+        status: "active".to_string(),
+        introduced: None,
+        deprecated: None,
+    }
+}
+
+/// Lowercase `a-z0-9-` with single dashes: a valid id part.
+fn slugify(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+    }
+    out.trim_end_matches('-').chars().take(60).collect::<String>().trim_end_matches('-').to_string()
 }
 
 /// Renders an entry in the seed's Markdown format (the inverse of [`from_markdown`]).
@@ -496,6 +679,28 @@ mod tests {
         let spec = from_markdown(SEED).expect("imports");
         let again = from_markdown(&to_markdown(&spec)).expect("re-imports");
         assert_eq!(spec, again);
+    }
+
+    #[test]
+    fn deadends_json_maps_onto_the_kb_format() {
+        let one = include_str!("../../tests/fixtures/deadends/cuda-oom-example.json");
+        let specs = from_json(one).expect("imports");
+        assert_eq!(specs.len(), 1);
+        let s = &specs[0];
+        assert_eq!(s.id, "pytorch/cuda-out-of-memory-backward-torch2-4-h100");
+        assert_eq!(s.error_code, "CUDA_OUT_OF_MEMORY_BACKWARD");
+        assert_eq!(s.verification, "expert_reviewed");
+        assert_eq!(s.fix_rate, Some(0.82));
+        assert_eq!(s.workarounds.len(), 3);
+        assert_eq!(s.workarounds[1].command.as_deref(), Some("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
+        assert_eq!(s.dead_ends[0].fail_rate, Some(0.85));
+        assert!(s.versions.iter().any(|v| v.component == "pytorch" && v.range == ">=2.4"));
+        assert!(s.versions.iter().any(|v| v.component == "cuda" && v.range == ">=12.1"));
+        let array = include_str!("../../tests/fixtures/deadends/two-entries.json");
+        let nd = include_str!("../../tests/fixtures/deadends/two-entries.ndjson");
+        assert_eq!(from_json(array).expect("array").len(), 2);
+        assert_eq!(from_json(nd).expect("ndjson"), from_json(array).expect("array"));
+        assert!(from_json("{\"id\": 1}").is_err());
     }
 
     #[test]

@@ -1,0 +1,201 @@
+//! The shipped KB is sound in both engines, documented, and the seed imports.
+
+use std::fs;
+
+use faultline::kb::{self, check, import, KnowledgeBase};
+
+use crate::support::{kb, repo, shared};
+
+#[test]
+fn shipped_kb_passes_kb_check_in_both_engines() {
+    let files = kb::read_dir(&repo().join("kb")).expect("kb/ readable");
+    let report = check::check(files, "kb");
+    let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+    assert!(errors.is_empty(), "kb check errors:\n{}", errors.join("\n"));
+    assert!(report.entries >= 100, "only {} entries", report.entries);
+    assert!(report.examples >= 2 * report.entries);
+}
+
+#[test]
+fn embedded_kb_is_the_kb_directory() {
+    let embedded = KnowledgeBase::embedded().expect("embedded KB loads");
+    assert_eq!(embedded.version, kb().version, "rebuild: the binary's KB differs from kb/");
+    assert_eq!(embedded.entries.len(), kb().entries.len());
+}
+
+#[test]
+fn coverage_md_is_current() {
+    let expected = faultline::cli::list_markdown(&kb());
+    let actual = fs::read_to_string(repo().join("kb/COVERAGE.md")).unwrap_or_default();
+    assert!(
+        actual == expected,
+        "kb/COVERAGE.md is stale: run `cargo run -- kb list --kb kb --format markdown > kb/COVERAGE.md`"
+    );
+}
+
+/// The error codes the product promises (issue 3): metric labels and alert keys.
+const REQUIRED_CODES: &[&str] = &[
+    "NCCL_TIMEOUT", "NCCL_HEARTBEAT_MONITOR_TIMEOUT", "NCCL_WATCHDOG_TEARDOWN", "NCCL_COMM_ABORTED",
+    "NCCL_ASYNC_ERROR", "NCCL_SYSTEM_ERROR", "NCCL_UNHANDLED_CUDA_ERROR", "NCCL_INTERNAL_ERROR",
+    "NCCL_REMOTE_ERROR", "NCCL_INVALID_USAGE", "TCPSTORE_TIMEOUT", "TCPSTORE_RECV_FAILED",
+    "DIST_STORE_WAIT_TIMEOUT", "RENDEZVOUS_ERROR", "GLOO_CONNECTION_CLOSED", "GLOO_TIMEOUT",
+    "TORCHELASTIC_CHILD_FAILED", "TORCHELASTIC_WORKER_EXIT",
+    "CUDA_OOM", "CUDA_OOM_RUNTIME", "CUBLAS_ALLOC_FAILED", "CUDA_ILLEGAL_ADDRESS",
+    "CUDA_ECC_UNCORRECTABLE", "CUDA_LAUNCH_FAILURE", "CUDA_DEVICE_ASSERT", "CUDA_MISALIGNED_ADDRESS",
+    "CUDA_ILLEGAL_INSTRUCTION", "CUDA_NVLINK_UNCORRECTABLE", "CUDA_SYSTEM_NOT_READY",
+    "CUDA_UNKNOWN_ERROR", "CUDA_DEVICE_UNAVAILABLE", "CUBLAS_EXECUTION_FAILED", "CUDA_ASYNC_REPORT_HINT",
+    "DATALOADER_WORKER_KILLED", "DATALOADER_SHM_BUS_ERROR", "DATALOADER_WORKER_EXITED",
+    "DATALOADER_WORKER_SEGFAULT", "SHM_NO_SPACE",
+    "NCCL_IB_COMPLETION_ERROR", "NCCL_IB_ASYNC_EVENT", "NCCL_IB_FATAL", "NCCL_IBV_CALL_FAILED",
+    "NCCL_SOCKET_ERROR", "NCCL_NO_SOCKET_INTERFACE", "NCCL_SHM_ERROR", "NCCL_CUDA_FAILURE",
+    "NCCL_CUDA_CALLOC_FAILED",
+    "IBV_WC_RETRY_EXCEEDED", "IBV_WC_ERROR", "MLX5_CQE_ERROR",
+    "XID", "XID_13", "XID_31", "XID_43", "XID_45", "XID_48", "XID_63", "XID_64", "XID_74", "XID_79",
+    "XID_92", "XID_94", "XID_95", "XID_119", "XID_120", "XID_154", "NVSWITCH_SXID",
+    "NVML_DRIVER_MISMATCH", "NVML_GPU_LOST", "NVRM_INIT_FAILED",
+    "LINUX_OOM_KILL", "PCIE_AER_FATAL",
+    "SLURM_TIME_LIMIT", "SLURM_NODE_FAIL", "SLURM_PREEMPTED", "SLURM_REQUEUED", "SLURM_CANCELLED",
+    "SLURM_TASK_FAILURE", "SLURM_CGROUP_OOM", "SLURM_SRUN_TASK_EXIT", "SLURM_SRUN_NODE_FAILURE",
+    "SLURM_MEM_LIMIT",
+    "K8S_OOMKILLED", "K8S_EVICTED", "KUBEFLOW_REPLICA_FAILED",
+    "DS_LOSS_SCALE_MIN", "DS_FP16_OVERFLOW", "MEGATRON_NAN_GRAD_NORM", "MEGATRON_INF_GRAD_NORM", "NAN_LOSS",
+    "CKPT_WRITE_FAILED", "DISK_FULL", "SEGFAULT", "BUS_ERROR",
+    "PYTHON_IMPORT_ERROR", "PYTHON_FILE_NOT_FOUND", "PYTHON_PERMISSION_ERROR", "PYTHON_SYNTAX_ERROR",
+    "PYTHON_KEY_ERROR", "PYTHON_ATTRIBUTE_ERROR", "PYTHON_TYPE_ERROR", "PYTHON_VALUE_ERROR",
+    "PYTHON_ASSERTION_ERROR", "PYTHON_NAME_ERROR", "PYTHON_INDEX_ERROR",
+];
+
+#[test]
+fn every_promised_error_code_has_an_entry_with_two_examples() {
+    let kb = kb();
+    let codes = kb.error_codes();
+    let missing: Vec<&&str> = REQUIRED_CODES.iter().filter(|c| !codes.contains(c)).collect();
+    assert!(missing.is_empty(), "codes without an entry: {missing:?}");
+    for e in &kb.entries {
+        assert!(e.examples.len() >= 2, "{} has fewer than two examples", e.id);
+        assert!(!e.negative_examples.is_empty(), "{} has no negative example", e.id);
+    }
+}
+
+#[test]
+fn the_seed_keeps_its_id_diagnosis_and_alias() {
+    let kb = kb();
+    let seed = kb
+        .entries
+        .iter()
+        .find(|e| e.id == "pytorch/nccl-timeout-allreduce")
+        .expect("the seed entry ships");
+    assert_eq!(seed.error_code, "NCCL_TIMEOUT");
+    assert!(seed.aliases.iter().any(|a| a == "NCCL_TIMEOUT_600"));
+    assert_eq!(seed.fix_rate, Some(0.75));
+    let rates: Vec<Option<f64>> = seed.workarounds.iter().map(|w| w.success_rate).collect();
+    assert_eq!(rates, vec![Some(0.8), Some(0.7), Some(0.6)]);
+    assert_eq!(seed.dead_ends.len(), 2);
+    assert!(seed.root_cause.contains("network congestion, GPU hang, or uneven workload"));
+}
+
+#[test]
+fn the_seed_imports_and_passes_kb_check() {
+    let md = fs::read_to_string(repo().join("tests/fixtures/seed/pytorch-nccl-timeout-allreduce.md")).expect("fixture");
+    if let Some(original) = shared("seeds/pytorch-nccl-timeout-allreduce.md") {
+        assert_eq!(fs::read_to_string(original).expect("seed"), md, "the fixture is the seed");
+    }
+    let spec = import::from_markdown(&md).expect("imports");
+    let toml = toml::to_string_pretty(&spec).expect("serialises");
+    let path = format!("{}.toml", spec.id);
+    let report = check::check(vec![(path.into(), toml.clone())], "import");
+    assert!(report.errors.is_empty(), "{:?}\n{toml}", report.errors);
+    // Round trip: TOML -> spec -> Markdown -> spec keeps every field.
+    let back: kb::EntrySpec = toml::from_str(&toml).expect("parses");
+    assert_eq!(back, spec);
+    assert_eq!(import::from_markdown(&import::to_markdown(&back)).expect("re-imports"), spec);
+}
+
+fn broken(file: &str, text: &str) -> Vec<String> {
+    let report = check::check(vec![(file.into(), text.to_string())], "bad");
+    report.errors.iter().map(ToString::to_string).collect()
+}
+
+const GOOD: &str = r#"id = "cuda/demo"
+title = "demo"
+domain = "cuda"
+category = "kernel_bug"
+error_code = "DEMO"
+role = "root"
+severity = "error"
+verification = "ai_generated"
+patterns_verified = "unverified"
+root_cause = "r"
+patterns = ['CUDA error: demo (?P<code>\d+)']
+examples = ["CUDA error: demo 7"]
+negative_examples = ["CUDA error: demo"]
+references = ["here"]
+"#;
+
+#[test]
+fn a_good_entry_passes() {
+    assert_eq!(broken("cuda/demo.toml", GOOD), Vec::<String>::new());
+}
+
+#[test]
+fn broken_entries_name_file_entry_and_field() {
+    let cases: &[(&str, String, &str)] = &[
+        ("cuda/demo.toml", GOOD.replace("severity", "severty"), "field `severty`"),
+        ("cuda/other.toml", GOOD.to_string(), "field `id`"),
+        ("cuda/demo.toml", GOOD.replace("\"root\"", "\"rooot\""), "field `role`"),
+        ("cuda/demo.toml", GOOD.replace("demo (?P", "demo ^(?P"), "field `patterns[0]`"),
+        ("cuda/demo.toml", GOOD.replace("(?P<code>\\d+)", "(?P<code>\\d+"), "field `patterns[0]`"),
+        ("cuda/demo.toml", GOOD.replace("demo 7\"", "demo x\""), "field `examples[0]`"),
+        ("cuda/demo.toml", GOOD.replace("[\"CUDA error: demo\"]", "[\"CUDA error: demo 8\"]"), "field `negative_examples[0]`"),
+        ("cuda/demo.toml", GOOD.replace("examples = [\"CUDA error: demo 7\"]", "examples = []"), "field `examples`"),
+        ("cuda/demo.toml", GOOD.replace("root_cause = \"r\"", "root_cause = \"r\"\nfix_rate = 75"), "field `fix_rate`"),
+        ("cuda/demo.toml", GOOD.replace("patterns = ['", "patterns = ['(?=x)"), "field `patterns[0]`"),
+    ];
+    for (file, text, field) in cases {
+        let errors = broken(file, text);
+        assert!(
+            errors.iter().any(|e| e.contains(file) && e.contains(field) && e.contains("cuda/demo")),
+            "expected an error naming {file}, cuda/demo and {field}; got {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn a_pattern_hyperscan_rejects_is_reported_for_that_pattern() {
+    // Backreferences parse in neither engine's common subset.
+    let errors = broken("cuda/demo.toml", &GOOD.replace("patterns = ['", "patterns = ['(a)\\1 "));
+    assert!(errors.iter().any(|e| e.contains("patterns[0]")), "{errors:?}");
+}
+
+#[test]
+fn duplicate_ids_are_errors() {
+    let report = check::check(
+        vec![("cuda/demo.toml".into(), GOOD.into()), ("cuda/demo2.toml".into(), GOOD.into())],
+        "bad",
+    );
+    assert!(report.errors.iter().any(|e| e.field == "id"), "{:?}", report.errors);
+}
+
+#[test]
+fn kb_dir_problems_are_all_reported_by_load() {
+    let dir = tempfile::tempdir().expect("tmp");
+    fs::create_dir_all(dir.path().join("cuda")).expect("mkdir");
+    fs::write(dir.path().join("cuda/demo.toml"), GOOD.replace("domain", "domian")).expect("write");
+    let err = KnowledgeBase::load_dir(dir.path()).expect_err("invalid");
+    let text = err.to_string();
+    assert!(text.contains("cuda/demo.toml") && text.contains("domian"), "{text}");
+}
+
+#[test]
+fn deadends_json_imports_pass_kb_check() {
+    for name in ["cuda-oom-example.json", "two-entries.json", "two-entries.ndjson"] {
+        let text = fs::read_to_string(repo().join("tests/fixtures/deadends").join(name)).expect("fixture");
+        let specs = import::from_json(&text).expect("imports");
+        let files = specs
+            .iter()
+            .map(|s| (format!("{}.toml", s.id).into(), toml::to_string_pretty(s).expect("toml")))
+            .collect();
+        let report = check::check(files, name);
+        assert!(report.errors.is_empty(), "{name}: {:?}", report.errors);
+    }
+}

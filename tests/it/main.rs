@@ -1,0 +1,7 @@
+//! Integration tests: one binary, one module per area.
+
+mod cli;
+mod corpus;
+mod kb;
+mod scan;
+mod support;
