@@ -6,13 +6,14 @@ cd "$(dirname "$0")/.."
 size_mb=${1:-500}
 runs=${2:-3}
 work=${BENCH_DIR:-$(mktemp -d)}
+mkdir -p "$work"
 bin=target/release/faultline
 cargo build --release --locked --quiet
 background=()
 [ -d ../shared/corpus/loghub ] && background=(--background ../shared/corpus/loghub)
 corpus=$work/corpus-${size_mb}m.log
 [ -s "$corpus" ] || $bin bench corpus --size-mb "$size_mb" "${background[@]}" > "$corpus"
-$bin bench patterns > "$work/patterns.txt"
+$bin bench patterns --unnamed > "$work/patterns.txt"
 bytes=$(stat -c %s "$corpus")
 cat "$corpus" > /dev/null  # warm the page cache
 

@@ -90,7 +90,9 @@ pub fn synthetic_healthy_line(rng: &mut Rng, out: &mut Vec<u8>) {
 
 /// Lines of every `*.log` under `dir` (the loghub samples), when it exists.
 pub fn background_lines(dir: Option<&Path>) -> io::Result<Vec<Vec<u8>>> {
-    let Some(dir) = dir else { return Ok(Vec::new()) };
+    let Some(dir) = dir else {
+        return Ok(Vec::new());
+    };
     let mut lines = Vec::new();
     let mut paths: Vec<_> = fs::read_dir(dir)?
         .filter_map(Result::ok)

@@ -86,6 +86,10 @@ Examples:
     Patterns {
         #[command(flatten)]
         kb: KbArg,
+        /// Turn named groups into plain groups (`rg -f` joins all patterns into one regex, where
+        /// a name may appear only once).
+        #[arg(long)]
+        unnamed: bool,
     },
 }
 
@@ -226,20 +230,40 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Kb(KbCommand::Import { files, out, force }) => run_import(&files, &out, force),
         Command::Kb(KbCommand::Explain { line, kb, format }) => run_explain(&line, &kb, format),
-        Command::Bench(BenchCommand::Corpus { kb, size_mb, failure_rate, background, seed }) => {
+        Command::Bench(BenchCommand::Corpus {
+            kb,
+            size_mb,
+            failure_rate,
+            background,
+            seed,
+        }) => {
             let kb = kb.load()?;
             let background = crate::bench::background_lines(background.as_deref())?;
             let stdout = io::stdout().lock();
             let mut out = io::BufWriter::new(stdout);
-            let (lines, failures) =
-                crate::bench::write_corpus(&kb, &background, size_mb << 20, failure_rate, seed, &mut out)?;
+            let (lines, failures) = crate::bench::write_corpus(
+                &kb,
+                &background,
+                size_mb << 20,
+                failure_rate,
+                seed,
+                &mut out,
+            )?;
             out.flush()?;
             eprintln!("wrote {lines} lines, {failures} of them KB examples");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(BenchCommand::Patterns { kb }) => {
+        Command::Bench(BenchCommand::Patterns { kb, unnamed }) => {
             let kb = kb.load()?;
-            let text: String = kb.patterns.iter().map(|p| format!("{}\n", p.source)).collect();
+            let names = regex::Regex::new(r"\(\?P?<[A-Za-z_][A-Za-z0-9_]*>")?;
+            let text: String = kb
+                .patterns
+                .iter()
+                .map(|p| match unnamed {
+                    true => format!("{}\n", names.replace_all(&p.source, "(?:")),
+                    false => format!("{}\n", p.source),
+                })
+                .collect();
             write_stdout(text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }

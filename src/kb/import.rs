@@ -196,8 +196,16 @@ pub fn from_json(text: &str) -> Result<Vec<EntrySpec>, ImportError> {
 fn from_deadends(e: DeadendsEntry) -> EntrySpec {
     let mut parts = e.id.split('/');
     let domain = slugify(parts.next().unwrap_or(&e.error.domain));
-    let slug = parts.map(slugify).filter(|s| !s.is_empty()).collect::<Vec<_>>().join("-");
-    let slug = if slug.is_empty() { slugify(&e.error.signature) } else { slug };
+    let slug = parts
+        .map(slugify)
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("-");
+    let slug = if slug.is_empty() {
+        slugify(&e.error.signature)
+    } else {
+        slug
+    };
     let code_source = e.id.split('/').nth(1).unwrap_or(&slug);
     let error_code = slugify(code_source).replace('-', "_").to_uppercase();
     let verification = match e.metadata.as_ref().and_then(|m| m.review_status.as_deref()) {
@@ -211,8 +219,13 @@ fn from_deadends(e: DeadendsEntry) -> EntrySpec {
             versions.push(version_row(&rt.name, &rt.version_range));
         }
         for (key, value) in env.additional.iter().flatten() {
-            if let Some(range) = value.as_str().filter(|v| v.starts_with(['<', '>', '=', '~', '!'])) {
-                let component = key.trim_end_matches("_version").trim_end_matches("_toolkit");
+            if let Some(range) = value
+                .as_str()
+                .filter(|v| v.starts_with(['<', '>', '=', '~', '!']))
+            {
+                let component = key
+                    .trim_end_matches("_version")
+                    .trim_end_matches("_toolkit");
                 versions.push(version_row(component, range));
             }
         }
@@ -224,7 +237,10 @@ fn from_deadends(e: DeadendsEntry) -> EntrySpec {
         category: slugify(&e.error.category).replace('-', "_"),
         error_code,
         verification: verification.to_string(),
-        fix_rate: e.verdict.fix_success_rate.filter(|r| (0.0..=1.0).contains(r)),
+        fix_rate: e
+            .verdict
+            .fix_success_rate
+            .filter(|r| (0.0..=1.0).contains(r)),
         root_cause: e.verdict.summary,
         versions,
         workarounds: e
@@ -257,9 +273,10 @@ fn from_deadends(e: DeadendsEntry) -> EntrySpec {
             .filter(|re| re.is_match(spec.examples[0].as_bytes()))
             .is_some()
             && crate::matcher::HyperscanMatcher::check_one(&regex).is_ok()
-            && !spec.negative_examples.iter().any(|n| {
-                super::compile_pattern(&regex).is_ok_and(|re| re.is_match(n.as_bytes()))
-            });
+            && !spec
+                .negative_examples
+                .iter()
+                .any(|n| super::compile_pattern(&regex).is_ok_and(|re| re.is_match(n.as_bytes())));
         if usable {
             spec.patterns.insert(0, regex);
         }
@@ -287,7 +304,12 @@ fn slugify(s: &str) -> String {
             out.push('-');
         }
     }
-    out.trim_end_matches('-').chars().take(60).collect::<String>().trim_end_matches('-').to_string()
+    out.trim_end_matches('-')
+        .chars()
+        .take(60)
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_string()
 }
 
 /// Renders an entry in the seed's Markdown format (the inverse of [`from_markdown`]).
@@ -692,14 +714,26 @@ mod tests {
         assert_eq!(s.verification, "expert_reviewed");
         assert_eq!(s.fix_rate, Some(0.82));
         assert_eq!(s.workarounds.len(), 3);
-        assert_eq!(s.workarounds[1].command.as_deref(), Some("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
+        assert_eq!(
+            s.workarounds[1].command.as_deref(),
+            Some("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        );
         assert_eq!(s.dead_ends[0].fail_rate, Some(0.85));
-        assert!(s.versions.iter().any(|v| v.component == "pytorch" && v.range == ">=2.4"));
-        assert!(s.versions.iter().any(|v| v.component == "cuda" && v.range == ">=12.1"));
+        assert!(s
+            .versions
+            .iter()
+            .any(|v| v.component == "pytorch" && v.range == ">=2.4"));
+        assert!(s
+            .versions
+            .iter()
+            .any(|v| v.component == "cuda" && v.range == ">=12.1"));
         let array = include_str!("../../tests/fixtures/deadends/two-entries.json");
         let nd = include_str!("../../tests/fixtures/deadends/two-entries.ndjson");
         assert_eq!(from_json(array).expect("array").len(), 2);
-        assert_eq!(from_json(nd).expect("ndjson"), from_json(array).expect("array"));
+        assert_eq!(
+            from_json(nd).expect("ndjson"),
+            from_json(array).expect("array")
+        );
         assert!(from_json("{\"id\": 1}").is_err());
     }
 
