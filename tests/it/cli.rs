@@ -14,7 +14,11 @@ fn faultline() -> Command {
 #[test]
 fn an_unreadable_path_is_reported_and_the_others_still_scanned() {
     let out = faultline()
-        .args(["scan", "does/not/exist.log", "examples/bert-finetune-oom-77.log"])
+        .args([
+            "scan",
+            "does/not/exist.log",
+            "examples/bert-finetune-oom-77.log",
+        ])
         .output()
         .expect("runs");
     assert_eq!(out.status.code(), Some(1));
@@ -26,15 +30,26 @@ fn an_unreadable_path_is_reported_and_the_others_still_scanned() {
 
 #[test]
 fn scan_exits_zero_whatever_it_finds() {
-    let out = faultline().args(["scan", "examples/"]).output().expect("runs");
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = faultline()
+        .args(["scan", "examples/"])
+        .output()
+        .expect("runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON lines"))
         .collect();
     assert!(lines.iter().any(|l| l["type"] == "match"));
     assert!(lines.iter().any(|l| l["type"] == "summary"));
-    let healthy = faultline().args(["scan", "--no-summary", "Cargo.toml"]).output().expect("runs");
+    let healthy = faultline()
+        .args(["scan", "--no-summary", "Cargo.toml"])
+        .output()
+        .expect("runs");
     assert_eq!(healthy.status.code(), Some(0));
     assert!(healthy.stdout.is_empty());
 }
@@ -55,7 +70,10 @@ fn stdin_is_scanned_with_the_given_job_id() {
         .expect("write");
     let out = child.wait_with_output().expect("waits");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("\"job_id\":\"j-9\"") && text.contains("\"rank\":4"), "{text}");
+    assert!(
+        text.contains("\"job_id\":\"j-9\"") && text.contains("\"rank\":4"),
+        "{text}"
+    );
     assert!(text.contains("CUDA_ILLEGAL_ADDRESS"), "{text}");
 }
 
@@ -66,53 +84,119 @@ fn text_format_is_for_people() {
         .output()
         .expect("runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("XID_79") && text.contains("why:") && text.contains("try:"), "{text}");
+    assert!(
+        text.contains("XID_79") && text.contains("why:") && text.contains("try:"),
+        "{text}"
+    );
 }
 
 #[test]
 fn kb_commands_work_on_the_shipped_kb() {
-    let check = faultline().args(["kb", "check", "kb"]).output().expect("runs");
-    assert_eq!(check.status.code(), Some(0), "{}", String::from_utf8_lossy(&check.stderr));
-    let list = faultline().args(["kb", "list", "--format", "json"]).output().expect("runs");
+    let check = faultline()
+        .args(["kb", "check", "kb"])
+        .output()
+        .expect("runs");
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let list = faultline()
+        .args(["kb", "list", "--format", "json"])
+        .output()
+        .expect("runs");
     let entries: Vec<serde_json::Value> = serde_json::from_slice(&list.stdout).expect("JSON");
     assert!(entries.len() >= 100);
     let explain = faultline()
-        .args(["kb", "explain", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."])
+        .args([
+            "kb",
+            "explain",
+            "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+        ])
         .output()
         .expect("runs");
     let text = String::from_utf8_lossy(&explain.stdout);
-    assert!(text.contains("XID_79") && text.contains("gpu=0000:3b:00"), "{text}");
+    assert!(
+        text.contains("XID_79") && text.contains("gpu=0000:3b:00"),
+        "{text}"
+    );
 }
 
 #[test]
 fn kb_check_fails_on_a_broken_kb() {
     let dir = tempfile::tempdir().expect("tmp");
     std::fs::create_dir_all(dir.path().join("cuda")).expect("mkdir");
-    std::fs::write(dir.path().join("cuda/x.toml"), "id = \"cuda/x\"\ntitel = \"typo\"\n").expect("write");
-    let out = faultline().args(["kb", "check"]).arg(dir.path()).output().expect("runs");
+    std::fs::write(
+        dir.path().join("cuda/x.toml"),
+        "id = \"cuda/x\"\ntitel = \"typo\"\n",
+    )
+    .expect("write");
+    let out = faultline()
+        .args(["kb", "check"])
+        .arg(dir.path())
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("cuda/x.toml") && stderr.contains("entry cuda/x") && stderr.contains("titel"), "{stderr}");
+    assert!(
+        stderr.contains("cuda/x.toml")
+            && stderr.contains("entry cuda/x")
+            && stderr.contains("titel"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn kb_import_writes_an_entry_that_checks() {
     let dir = tempfile::tempdir().expect("tmp");
     let out = faultline()
-        .args(["kb", "import", "tests/fixtures/seed/pytorch-nccl-timeout-allreduce.md", "tests/fixtures/deadends/two-entries.json", "--out"])
+        .args([
+            "kb",
+            "import",
+            "tests/fixtures/seed/pytorch-nccl-timeout-allreduce.md",
+            "tests/fixtures/deadends/two-entries.json",
+            "--out",
+        ])
         .arg(dir.path())
         .output()
         .expect("runs");
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(dir.path().join("pytorch/nccl-timeout-allreduce.toml").exists());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir
+        .path()
+        .join("pytorch/nccl-timeout-allreduce.toml")
+        .exists());
     let again = faultline()
-        .args(["kb", "import", "tests/fixtures/seed/pytorch-nccl-timeout-allreduce.md", "--out"])
+        .args([
+            "kb",
+            "import",
+            "tests/fixtures/seed/pytorch-nccl-timeout-allreduce.md",
+            "--out",
+        ])
         .arg(dir.path())
         .output()
         .expect("runs");
-    assert_eq!(again.status.code(), Some(1), "refuses to overwrite without --force");
-    let check = faultline().args(["kb", "check"]).arg(dir.path()).output().expect("runs");
-    assert_eq!(check.status.code(), Some(0), "{}", String::from_utf8_lossy(&check.stderr));
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "refuses to overwrite without --force"
+    );
+    let check = faultline()
+        .args(["kb", "check"])
+        .arg(dir.path())
+        .output()
+        .expect("runs");
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
 }
 
 #[test]
@@ -127,6 +211,9 @@ fn every_command_has_help_with_an_example() {
     ] {
         let out = faultline().args(&args).output().expect("runs");
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains("Examples:") && text.contains("faultline "), "{args:?}: {text}");
+        assert!(
+            text.contains("Examples:") && text.contains("faultline "),
+            "{args:?}: {text}"
+        );
     }
 }

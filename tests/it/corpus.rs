@@ -25,7 +25,11 @@ fn healthy_training_output_has_no_root_or_cascade_match() {
         .filter(|e| matches!(e.role, Role::Root | Role::Cascade))
         .map(|e| format!("{} {} {}", e.source, e.kb_id, e.line))
         .collect();
-    assert!(loud.is_empty(), "healthy lines matched:\n{}", loud.join("\n"));
+    assert!(
+        loud.is_empty(),
+        "healthy lines matched:\n{}",
+        loud.join("\n")
+    );
 }
 
 /// Reviewed root/cascade matches in loghub: `file:line kb_id` per line.
@@ -67,11 +71,18 @@ fn loghub_root_and_cascade_matches_are_all_reviewed() {
 #[test]
 fn hyperscan_agrees_with_the_oracle_on_loghub() {
     let Some(dir) = shared("corpus/loghub") else {
-        eprintln!("SKIPPED hyperscan_agrees_with_the_oracle_on_loghub: ../shared/corpus/loghub is absent");
+        eprintln!(
+            "SKIPPED hyperscan_agrees_with_the_oracle_on_loghub: ../shared/corpus/loghub is absent"
+        );
         return;
     };
     let (a, _) = scan_paths(&hyperscan(), &[&dir], &ScanOptions::default());
     let (b, _) = scan_paths(&oracle(), &[&dir], &ScanOptions::default());
-    let key = |e: &faultline::enrich::MatchEvent| (e.source.to_string(), e.kb_id.clone(), e.captures.clone());
-    assert_eq!(a.iter().map(key).collect::<Vec<_>>(), b.iter().map(key).collect::<Vec<_>>());
+    let key = |e: &faultline::enrich::MatchEvent| {
+        (e.source.to_string(), e.kb_id.clone(), e.captures.clone())
+    };
+    assert_eq!(
+        a.iter().map(key).collect::<Vec<_>>(),
+        b.iter().map(key).collect::<Vec<_>>()
+    );
 }

@@ -19,7 +19,11 @@ fn shipped_kb_passes_kb_check_in_both_engines() {
 #[test]
 fn embedded_kb_is_the_kb_directory() {
     let embedded = KnowledgeBase::embedded().expect("embedded KB loads");
-    assert_eq!(embedded.version, kb().version, "rebuild: the binary's KB differs from kb/");
+    assert_eq!(
+        embedded.version,
+        kb().version,
+        "rebuild: the binary's KB differs from kb/"
+    );
     assert_eq!(embedded.entries.len(), kb().entries.len());
 }
 
@@ -35,45 +39,133 @@ fn coverage_md_is_current() {
 
 /// The error codes the product promises (issue 3): metric labels and alert keys.
 const REQUIRED_CODES: &[&str] = &[
-    "NCCL_TIMEOUT", "NCCL_HEARTBEAT_MONITOR_TIMEOUT", "NCCL_WATCHDOG_TEARDOWN", "NCCL_COMM_ABORTED",
-    "NCCL_ASYNC_ERROR", "NCCL_SYSTEM_ERROR", "NCCL_UNHANDLED_CUDA_ERROR", "NCCL_INTERNAL_ERROR",
-    "NCCL_REMOTE_ERROR", "NCCL_INVALID_USAGE", "TCPSTORE_TIMEOUT", "TCPSTORE_RECV_FAILED",
-    "DIST_STORE_WAIT_TIMEOUT", "RENDEZVOUS_ERROR", "GLOO_CONNECTION_CLOSED", "GLOO_TIMEOUT",
-    "TORCHELASTIC_CHILD_FAILED", "TORCHELASTIC_WORKER_EXIT",
-    "CUDA_OOM", "CUDA_OOM_RUNTIME", "CUBLAS_ALLOC_FAILED", "CUDA_ILLEGAL_ADDRESS",
-    "CUDA_ECC_UNCORRECTABLE", "CUDA_LAUNCH_FAILURE", "CUDA_DEVICE_ASSERT", "CUDA_MISALIGNED_ADDRESS",
-    "CUDA_ILLEGAL_INSTRUCTION", "CUDA_NVLINK_UNCORRECTABLE", "CUDA_SYSTEM_NOT_READY",
-    "CUDA_UNKNOWN_ERROR", "CUDA_DEVICE_UNAVAILABLE", "CUBLAS_EXECUTION_FAILED", "CUDA_ASYNC_REPORT_HINT",
-    "DATALOADER_WORKER_KILLED", "DATALOADER_SHM_BUS_ERROR", "DATALOADER_WORKER_EXITED",
-    "DATALOADER_WORKER_SEGFAULT", "SHM_NO_SPACE",
-    "NCCL_IB_COMPLETION_ERROR", "NCCL_IB_ASYNC_EVENT", "NCCL_IB_FATAL", "NCCL_IBV_CALL_FAILED",
-    "NCCL_SOCKET_ERROR", "NCCL_NO_SOCKET_INTERFACE", "NCCL_SHM_ERROR", "NCCL_CUDA_FAILURE",
+    "NCCL_TIMEOUT",
+    "NCCL_HEARTBEAT_MONITOR_TIMEOUT",
+    "NCCL_WATCHDOG_TEARDOWN",
+    "NCCL_COMM_ABORTED",
+    "NCCL_ASYNC_ERROR",
+    "NCCL_SYSTEM_ERROR",
+    "NCCL_UNHANDLED_CUDA_ERROR",
+    "NCCL_INTERNAL_ERROR",
+    "NCCL_REMOTE_ERROR",
+    "NCCL_INVALID_USAGE",
+    "TCPSTORE_TIMEOUT",
+    "TCPSTORE_RECV_FAILED",
+    "DIST_STORE_WAIT_TIMEOUT",
+    "RENDEZVOUS_ERROR",
+    "GLOO_CONNECTION_CLOSED",
+    "GLOO_TIMEOUT",
+    "TORCHELASTIC_CHILD_FAILED",
+    "TORCHELASTIC_WORKER_EXIT",
+    "CUDA_OOM",
+    "CUDA_OOM_RUNTIME",
+    "CUBLAS_ALLOC_FAILED",
+    "CUDA_ILLEGAL_ADDRESS",
+    "CUDA_ECC_UNCORRECTABLE",
+    "CUDA_LAUNCH_FAILURE",
+    "CUDA_DEVICE_ASSERT",
+    "CUDA_MISALIGNED_ADDRESS",
+    "CUDA_ILLEGAL_INSTRUCTION",
+    "CUDA_NVLINK_UNCORRECTABLE",
+    "CUDA_SYSTEM_NOT_READY",
+    "CUDA_UNKNOWN_ERROR",
+    "CUDA_DEVICE_UNAVAILABLE",
+    "CUBLAS_EXECUTION_FAILED",
+    "CUDA_ASYNC_REPORT_HINT",
+    "DATALOADER_WORKER_KILLED",
+    "DATALOADER_SHM_BUS_ERROR",
+    "DATALOADER_WORKER_EXITED",
+    "DATALOADER_WORKER_SEGFAULT",
+    "SHM_NO_SPACE",
+    "NCCL_IB_COMPLETION_ERROR",
+    "NCCL_IB_ASYNC_EVENT",
+    "NCCL_IB_FATAL",
+    "NCCL_IBV_CALL_FAILED",
+    "NCCL_SOCKET_ERROR",
+    "NCCL_NO_SOCKET_INTERFACE",
+    "NCCL_SHM_ERROR",
+    "NCCL_CUDA_FAILURE",
     "NCCL_CUDA_CALLOC_FAILED",
-    "IBV_WC_RETRY_EXCEEDED", "IBV_WC_ERROR", "MLX5_CQE_ERROR",
-    "XID", "XID_13", "XID_31", "XID_43", "XID_45", "XID_48", "XID_63", "XID_64", "XID_74", "XID_79",
-    "XID_92", "XID_94", "XID_95", "XID_119", "XID_120", "XID_154", "NVSWITCH_SXID",
-    "NVML_DRIVER_MISMATCH", "NVML_GPU_LOST", "NVRM_INIT_FAILED",
-    "LINUX_OOM_KILL", "PCIE_AER_FATAL",
-    "SLURM_TIME_LIMIT", "SLURM_NODE_FAIL", "SLURM_PREEMPTED", "SLURM_REQUEUED", "SLURM_CANCELLED",
-    "SLURM_TASK_FAILURE", "SLURM_CGROUP_OOM", "SLURM_SRUN_TASK_EXIT", "SLURM_SRUN_NODE_FAILURE",
+    "IBV_WC_RETRY_EXCEEDED",
+    "IBV_WC_ERROR",
+    "MLX5_CQE_ERROR",
+    "XID",
+    "XID_13",
+    "XID_31",
+    "XID_43",
+    "XID_45",
+    "XID_48",
+    "XID_63",
+    "XID_64",
+    "XID_74",
+    "XID_79",
+    "XID_92",
+    "XID_94",
+    "XID_95",
+    "XID_119",
+    "XID_120",
+    "XID_154",
+    "NVSWITCH_SXID",
+    "NVML_DRIVER_MISMATCH",
+    "NVML_GPU_LOST",
+    "NVRM_INIT_FAILED",
+    "LINUX_OOM_KILL",
+    "PCIE_AER_FATAL",
+    "SLURM_TIME_LIMIT",
+    "SLURM_NODE_FAIL",
+    "SLURM_PREEMPTED",
+    "SLURM_REQUEUED",
+    "SLURM_CANCELLED",
+    "SLURM_TASK_FAILURE",
+    "SLURM_CGROUP_OOM",
+    "SLURM_SRUN_TASK_EXIT",
+    "SLURM_SRUN_NODE_FAILURE",
     "SLURM_MEM_LIMIT",
-    "K8S_OOMKILLED", "K8S_EVICTED", "KUBEFLOW_REPLICA_FAILED",
-    "DS_LOSS_SCALE_MIN", "DS_FP16_OVERFLOW", "MEGATRON_NAN_GRAD_NORM", "MEGATRON_INF_GRAD_NORM", "NAN_LOSS",
-    "CKPT_WRITE_FAILED", "DISK_FULL", "SEGFAULT", "BUS_ERROR",
-    "PYTHON_IMPORT_ERROR", "PYTHON_FILE_NOT_FOUND", "PYTHON_PERMISSION_ERROR", "PYTHON_SYNTAX_ERROR",
-    "PYTHON_KEY_ERROR", "PYTHON_ATTRIBUTE_ERROR", "PYTHON_TYPE_ERROR", "PYTHON_VALUE_ERROR",
-    "PYTHON_ASSERTION_ERROR", "PYTHON_NAME_ERROR", "PYTHON_INDEX_ERROR",
+    "K8S_OOMKILLED",
+    "K8S_EVICTED",
+    "KUBEFLOW_REPLICA_FAILED",
+    "DS_LOSS_SCALE_MIN",
+    "DS_FP16_OVERFLOW",
+    "MEGATRON_NAN_GRAD_NORM",
+    "MEGATRON_INF_GRAD_NORM",
+    "NAN_LOSS",
+    "CKPT_WRITE_FAILED",
+    "DISK_FULL",
+    "SEGFAULT",
+    "BUS_ERROR",
+    "PYTHON_IMPORT_ERROR",
+    "PYTHON_FILE_NOT_FOUND",
+    "PYTHON_PERMISSION_ERROR",
+    "PYTHON_SYNTAX_ERROR",
+    "PYTHON_KEY_ERROR",
+    "PYTHON_ATTRIBUTE_ERROR",
+    "PYTHON_TYPE_ERROR",
+    "PYTHON_VALUE_ERROR",
+    "PYTHON_ASSERTION_ERROR",
+    "PYTHON_NAME_ERROR",
+    "PYTHON_INDEX_ERROR",
 ];
 
 #[test]
 fn every_promised_error_code_has_an_entry_with_two_examples() {
     let kb = kb();
     let codes = kb.error_codes();
-    let missing: Vec<&&str> = REQUIRED_CODES.iter().filter(|c| !codes.contains(c)).collect();
+    let missing: Vec<&&str> = REQUIRED_CODES
+        .iter()
+        .filter(|c| !codes.contains(c))
+        .collect();
     assert!(missing.is_empty(), "codes without an entry: {missing:?}");
     for e in &kb.entries {
-        assert!(e.examples.len() >= 2, "{} has fewer than two examples", e.id);
-        assert!(!e.negative_examples.is_empty(), "{} has no negative example", e.id);
+        assert!(
+            e.examples.len() >= 2,
+            "{} has fewer than two examples",
+            e.id
+        );
+        assert!(
+            !e.negative_examples.is_empty(),
+            "{} has no negative example",
+            e.id
+        );
     }
 }
 
@@ -91,14 +183,22 @@ fn the_seed_keeps_its_id_diagnosis_and_alias() {
     let rates: Vec<Option<f64>> = seed.workarounds.iter().map(|w| w.success_rate).collect();
     assert_eq!(rates, vec![Some(0.8), Some(0.7), Some(0.6)]);
     assert_eq!(seed.dead_ends.len(), 2);
-    assert!(seed.root_cause.contains("network congestion, GPU hang, or uneven workload"));
+    assert!(seed
+        .root_cause
+        .contains("network congestion, GPU hang, or uneven workload"));
 }
 
 #[test]
 fn the_seed_imports_and_passes_kb_check() {
-    let md = fs::read_to_string(repo().join("tests/fixtures/seed/pytorch-nccl-timeout-allreduce.md")).expect("fixture");
+    let md =
+        fs::read_to_string(repo().join("tests/fixtures/seed/pytorch-nccl-timeout-allreduce.md"))
+            .expect("fixture");
     if let Some(original) = shared("seeds/pytorch-nccl-timeout-allreduce.md") {
-        assert_eq!(fs::read_to_string(original).expect("seed"), md, "the fixture is the seed");
+        assert_eq!(
+            fs::read_to_string(original).expect("seed"),
+            md,
+            "the fixture is the seed"
+        );
     }
     let spec = import::from_markdown(&md).expect("imports");
     let toml = toml::to_string_pretty(&spec).expect("serialises");
@@ -108,7 +208,10 @@ fn the_seed_imports_and_passes_kb_check() {
     // Round trip: TOML -> spec -> Markdown -> spec keeps every field.
     let back: kb::EntrySpec = toml::from_str(&toml).expect("parses");
     assert_eq!(back, spec);
-    assert_eq!(import::from_markdown(&import::to_markdown(&back)).expect("re-imports"), spec);
+    assert_eq!(
+        import::from_markdown(&import::to_markdown(&back)).expect("re-imports"),
+        spec
+    );
 }
 
 fn broken(file: &str, text: &str) -> Vec<String> {
@@ -140,21 +243,59 @@ fn a_good_entry_passes() {
 #[test]
 fn broken_entries_name_file_entry_and_field() {
     let cases: &[(&str, String, &str)] = &[
-        ("cuda/demo.toml", GOOD.replace("severity", "severty"), "field `severty`"),
+        (
+            "cuda/demo.toml",
+            GOOD.replace("severity", "severty"),
+            "field `severty`",
+        ),
         ("cuda/other.toml", GOOD.to_string(), "field `id`"),
-        ("cuda/demo.toml", GOOD.replace("\"root\"", "\"rooot\""), "field `role`"),
-        ("cuda/demo.toml", GOOD.replace("demo (?P", "demo ^(?P"), "field `patterns[0]`"),
-        ("cuda/demo.toml", GOOD.replace("(?P<code>\\d+)", "(?P<code>\\d+"), "field `patterns[0]`"),
-        ("cuda/demo.toml", GOOD.replace("demo 7\"", "demo x\""), "field `examples[0]`"),
-        ("cuda/demo.toml", GOOD.replace("[\"CUDA error: demo\"]", "[\"CUDA error: demo 8\"]"), "field `negative_examples[0]`"),
-        ("cuda/demo.toml", GOOD.replace("examples = [\"CUDA error: demo 7\"]", "examples = []"), "field `examples`"),
-        ("cuda/demo.toml", GOOD.replace("root_cause = \"r\"", "root_cause = \"r\"\nfix_rate = 75"), "field `fix_rate`"),
-        ("cuda/demo.toml", GOOD.replace("patterns = ['", "patterns = ['(?=x)"), "field `patterns[0]`"),
+        (
+            "cuda/demo.toml",
+            GOOD.replace("\"root\"", "\"rooot\""),
+            "field `role`",
+        ),
+        (
+            "cuda/demo.toml",
+            GOOD.replace("demo (?P", "demo ^(?P"),
+            "field `patterns[0]`",
+        ),
+        (
+            "cuda/demo.toml",
+            GOOD.replace("(?P<code>\\d+)", "(?P<code>\\d+"),
+            "field `patterns[0]`",
+        ),
+        (
+            "cuda/demo.toml",
+            GOOD.replace("demo 7\"", "demo x\""),
+            "field `examples[0]`",
+        ),
+        (
+            "cuda/demo.toml",
+            GOOD.replace("[\"CUDA error: demo\"]", "[\"CUDA error: demo 8\"]"),
+            "field `negative_examples[0]`",
+        ),
+        (
+            "cuda/demo.toml",
+            GOOD.replace("examples = [\"CUDA error: demo 7\"]", "examples = []"),
+            "field `examples`",
+        ),
+        (
+            "cuda/demo.toml",
+            GOOD.replace("root_cause = \"r\"", "root_cause = \"r\"\nfix_rate = 75"),
+            "field `fix_rate`",
+        ),
+        (
+            "cuda/demo.toml",
+            GOOD.replace("patterns = ['", "patterns = ['(?=x)"),
+            "field `patterns[0]`",
+        ),
     ];
     for (file, text, field) in cases {
         let errors = broken(file, text);
         assert!(
-            errors.iter().any(|e| e.contains(file) && e.contains(field) && e.contains("cuda/demo")),
+            errors
+                .iter()
+                .any(|e| e.contains(file) && e.contains(field) && e.contains("cuda/demo")),
             "expected an error naming {file}, cuda/demo and {field}; got {errors:?}"
         );
     }
@@ -163,37 +304,67 @@ fn broken_entries_name_file_entry_and_field() {
 #[test]
 fn a_pattern_hyperscan_rejects_is_reported_for_that_pattern() {
     // Backreferences parse in neither engine's common subset.
-    let errors = broken("cuda/demo.toml", &GOOD.replace("patterns = ['", "patterns = ['(a)\\1 "));
-    assert!(errors.iter().any(|e| e.contains("patterns[0]")), "{errors:?}");
+    let errors = broken(
+        "cuda/demo.toml",
+        &GOOD.replace("patterns = ['", "patterns = ['(a)\\1 "),
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("patterns[0]")),
+        "{errors:?}"
+    );
 }
 
 #[test]
 fn duplicate_ids_are_errors() {
     let report = check::check(
-        vec![("cuda/demo.toml".into(), GOOD.into()), ("cuda/demo2.toml".into(), GOOD.into())],
+        vec![
+            ("cuda/demo.toml".into(), GOOD.into()),
+            ("cuda/demo2.toml".into(), GOOD.into()),
+        ],
         "bad",
     );
-    assert!(report.errors.iter().any(|e| e.field == "id"), "{:?}", report.errors);
+    assert!(
+        report.errors.iter().any(|e| e.field == "id"),
+        "{:?}",
+        report.errors
+    );
 }
 
 #[test]
 fn kb_dir_problems_are_all_reported_by_load() {
     let dir = tempfile::tempdir().expect("tmp");
     fs::create_dir_all(dir.path().join("cuda")).expect("mkdir");
-    fs::write(dir.path().join("cuda/demo.toml"), GOOD.replace("domain", "domian")).expect("write");
+    fs::write(
+        dir.path().join("cuda/demo.toml"),
+        GOOD.replace("domain", "domian"),
+    )
+    .expect("write");
     let err = KnowledgeBase::load_dir(dir.path()).expect_err("invalid");
     let text = err.to_string();
-    assert!(text.contains("cuda/demo.toml") && text.contains("domian"), "{text}");
+    assert!(
+        text.contains("cuda/demo.toml") && text.contains("domian"),
+        "{text}"
+    );
 }
 
 #[test]
 fn deadends_json_imports_pass_kb_check() {
-    for name in ["cuda-oom-example.json", "two-entries.json", "two-entries.ndjson"] {
-        let text = fs::read_to_string(repo().join("tests/fixtures/deadends").join(name)).expect("fixture");
+    for name in [
+        "cuda-oom-example.json",
+        "two-entries.json",
+        "two-entries.ndjson",
+    ] {
+        let text =
+            fs::read_to_string(repo().join("tests/fixtures/deadends").join(name)).expect("fixture");
         let specs = import::from_json(&text).expect("imports");
         let files = specs
             .iter()
-            .map(|s| (format!("{}.toml", s.id).into(), toml::to_string_pretty(s).expect("toml")))
+            .map(|s| {
+                (
+                    format!("{}.toml", s.id).into(),
+                    toml::to_string_pretty(s).expect("toml"),
+                )
+            })
             .collect();
         let report = check::check(files, name);
         assert!(report.errors.is_empty(), "{name}: {:?}", report.errors);

@@ -37,23 +37,36 @@ fn examples_snapshot() {
 fn every_envelope_and_prefix_kind_is_read() {
     let dir = repo().join("examples");
     let (events, _) = scan_paths(&hyperscan(), &[&dir], &ScanOptions::default());
-    let by_file = |name: &'static str| events.iter().filter(move |e| e.source.to_string().contains(name));
+    let by_file = |name: &'static str| {
+        events
+            .iter()
+            .filter(move |e| e.source.to_string().contains(name))
+    };
     // srun -l + [rankN]: the global rank wins.
-    assert!(by_file("llama-pretrain-4821.log").any(|e| e.rank == Some(11) && e.error_code == "CUDA_UNKNOWN_ERROR"));
+    assert!(by_file("llama-pretrain-4821.log")
+        .any(|e| e.rank == Some(11) && e.error_code == "CUDA_UNKNOWN_ERROR"));
     // torchrun --tee [default1]:
-    assert!(by_file("bert-finetune-oom-77.log").any(|e| e.rank == Some(1) && e.error_code == "CUDA_OOM"));
+    assert!(by_file("bert-finetune-oom-77.log")
+        .any(|e| e.rank == Some(1) && e.error_code == "CUDA_OOM"));
     // mpirun [1,3]<stderr>:
     assert!(by_file("gpt-neox-mpirun-55.log").any(|e| e.rank == Some(3)));
     // docker json-file: timestamp from the envelope.
-    assert!(by_file("docker.jsonl").any(|e| e.timestamp.as_deref() == Some("2024-11-29T11:00:03.120000000Z")));
+    assert!(by_file("docker.jsonl")
+        .any(|e| e.timestamp.as_deref() == Some("2024-11-29T11:00:03.120000000Z")));
     // CRI: timestamp from the prefix, rank from [rank2]:.
-    assert!(by_file("cri.log").any(|e| e.rank == Some(2) && e.timestamp.as_deref() == Some("2024-11-29T11:00:03.120000000Z")));
+    assert!(by_file("cri.log")
+        .any(|e| e.rank == Some(2)
+            && e.timestamp.as_deref() == Some("2024-11-29T11:00:03.120000000Z")));
     // Vector: job, rank, host and pod from fields.
-    assert!(by_file("vector.jsonl").any(|e| e.job_id == "moe-sft-991" && e.rank == Some(27) && e.pod.as_deref() == Some("moe-sft-991-worker-3")));
+    assert!(by_file("vector.jsonl").any(|e| e.job_id == "moe-sft-991"
+        && e.rank == Some(27)
+        && e.pod.as_deref() == Some("moe-sft-991-worker-3")));
     // Fluent Bit: job from the Kubeflow label, host from kubernetes.host.
-    assert!(by_file("fluentbit.jsonl").any(|e| e.job_id == "moe-sft-991" && e.host.as_deref() == Some("gpu-node-07")));
+    assert!(by_file("fluentbit.jsonl")
+        .any(|e| e.job_id == "moe-sft-991" && e.host.as_deref() == Some("gpu-node-07")));
     // OTLP JSON: job and host from resource attributes, time from timeUnixNano.
-    assert!(by_file("otlp.json").any(|e| e.job_id == "7311" && e.host.as_deref() == Some("gpu-node-12")));
+    assert!(by_file("otlp.json")
+        .any(|e| e.job_id == "7311" && e.host.as_deref() == Some("gpu-node-12")));
 }
 
 #[test]
@@ -103,7 +116,8 @@ action = "torch.cuda.empty_cache() in the loop"
 why = "It returns cached blocks but frees nothing in use."
 fail_rate = 0.9
 "#;
-    let kb = KnowledgeBase::from_files(vec![("cuda/demo-oom.toml".into(), text.into())], "fixed").expect("valid");
+    let kb = KnowledgeBase::from_files(vec![("cuda/demo-oom.toml".into(), text.into())], "fixed")
+        .expect("valid");
     Engine::new(kb).expect("compiles")
 }
 
@@ -111,11 +125,18 @@ fail_rate = 0.9
 fn output_contract_schema_version_1() {
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("job-42.log");
-    std::fs::write(&path, "ok\n[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n").expect("write");
+    std::fs::write(
+        &path,
+        "ok\n[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+    )
+    .expect("write");
     let (_, bytes) = scan_paths(&fixed_engine(), &[&path], &ScanOptions::default());
     let text = String::from_utf8(bytes).expect("utf8");
     let text = text.replace(&dir.path().display().to_string(), "<tmp>");
-    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
     insta::assert_json_snapshot!("contract", lines, { "[].kb_version" => "[kb_version]" });
     // Workarounds come sorted by success rate, best first.
     assert_eq!(lines[0]["diagnosis"]["workarounds"][0]["success_rate"], 0.7);
@@ -131,7 +152,9 @@ fn bad_input_is_handled_with_bounded_memory() {
     invalid.extend(hit);
     std::fs::write(dir.path().join("invalid.log"), &invalid).expect("write");
     // Binary garbage with NULs, then a hit.
-    let mut binary: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let mut binary: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     binary.push(b'\n');
     binary.extend(hit);
     std::fs::write(dir.path().join("binary.log"), &binary).expect("write");
@@ -146,18 +169,37 @@ fn bad_input_is_handled_with_bounded_memory() {
     std::fs::write(dir.path().join("empty.log"), b"").expect("write");
     std::fs::write(dir.path().join("blank.log"), b"\n\n\r\n").expect("write");
 
-    let opts = ScanOptions { max_line_bytes: 1 << 20, ..ScanOptions::default() };
+    let opts = ScanOptions {
+        max_line_bytes: 1 << 20,
+        ..ScanOptions::default()
+    };
     let (events, _) = scan_paths(&fixed_engine(), &[dir.path()], &opts);
-    let of = |name: &str| events.iter().filter(|e| e.source.to_string().contains(name)).collect::<Vec<_>>();
+    let of = |name: &str| {
+        events
+            .iter()
+            .filter(|e| e.source.to_string().contains(name))
+            .collect::<Vec<_>>()
+    };
     let invalid_hits = of("invalid.log");
     assert_eq!(invalid_hits.len(), 1);
-    assert!(invalid_hits[0].line.starts_with('\u{fffd}'), "invalid bytes replaced: {:?}", invalid_hits[0].line);
+    assert!(
+        invalid_hits[0].line.starts_with('\u{fffd}'),
+        "invalid bytes replaced: {:?}",
+        invalid_hits[0].line
+    );
     assert_eq!(of("binary.log").len(), 1);
     let long_hits = of("long.log");
-    assert_eq!(long_hits.len(), 2, "the cut line still matches at its head, and the next line too");
+    assert_eq!(
+        long_hits.len(),
+        2,
+        "the cut line still matches at its head, and the next line too"
+    );
     assert!(long_hits[0].truncated);
     assert!(long_hits[0].line.len() <= faultline::enrich::MAX_EVENT_LINE_BYTES);
-    assert_eq!(long_hits[1].source.to_string(), format!("{}:2", dir.path().join("long.log").display()));
+    assert_eq!(
+        long_hits[1].source.to_string(),
+        format!("{}:2", dir.path().join("long.log").display())
+    );
     assert!(!long_hits[1].truncated);
     assert!(of("empty.log").is_empty() && of("blank.log").is_empty());
 }
@@ -169,11 +211,17 @@ fn compressed_inputs_are_read() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(text).expect("gz");
     std::fs::write(dir.path().join("a.log.gz"), gz.finish().expect("gz")).expect("write");
-    std::fs::write(dir.path().join("b.log.zst"), zstd::encode_all(&text[..], 1).expect("zstd")).expect("write");
+    std::fs::write(
+        dir.path().join("b.log.zst"),
+        zstd::encode_all(&text[..], 1).expect("zstd"),
+    )
+    .expect("write");
     let (events, _) = scan_paths(&fixed_engine(), &[dir.path()], &ScanOptions::default());
     assert_eq!(events.len(), 2);
     assert!(events.iter().all(|e| e.job_id == "a" || e.job_id == "b"));
-    assert!(events.iter().all(|e| e.captures.get("size").map(String::as_str) == Some("3.00 MiB")));
+    assert!(events
+        .iter()
+        .all(|e| e.captures.get("size").map(String::as_str) == Some("3.00 MiB")));
 }
 
 #[test]
@@ -181,7 +229,11 @@ fn small_chunks_give_the_same_matches_as_large_ones() {
     let dir = repo().join("examples");
     let engine = hyperscan();
     let (big, _) = scan_paths(&engine, &[&dir], &ScanOptions::default());
-    let small = ScanOptions { chunk_bytes: 4096, max_line_bytes: 4096, ..ScanOptions::default() };
+    let small = ScanOptions {
+        chunk_bytes: 4096,
+        max_line_bytes: 4096,
+        ..ScanOptions::default()
+    };
     let (tiny, _) = scan_paths(&engine, &[&dir], &small);
     assert_eq!(projection(&big), projection(&tiny));
 }
@@ -192,7 +244,10 @@ fn engine_is_shareable_across_threads() {
     let handles: Vec<_> = (0..2)
         .map(|_| {
             let engine = Arc::clone(&engine);
-            std::thread::spawn(move || crate::support::events_of_line(&engine, "RuntimeError: CUDA error: unknown error").len())
+            std::thread::spawn(move || {
+                crate::support::events_of_line(&engine, "RuntimeError: CUDA error: unknown error")
+                    .len()
+            })
         })
         .collect();
     for h in handles {

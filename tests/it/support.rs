@@ -24,9 +24,11 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
 
 pub fn kb() -> Arc<KnowledgeBase> {
     static KB: OnceLock<Arc<KnowledgeBase>> = OnceLock::new();
-    Arc::clone(KB.get_or_init(|| {
-        Arc::new(KnowledgeBase::load_dir(&repo().join("kb")).expect("kb/ loads"))
-    }))
+    Arc::clone(
+        KB.get_or_init(|| {
+            Arc::new(KnowledgeBase::load_dir(&repo().join("kb")).expect("kb/ loads"))
+        }),
+    )
 }
 
 pub fn hyperscan() -> Engine<HyperscanMatcher> {
@@ -54,19 +56,40 @@ pub fn scan_paths<M: faultline::matcher::Matcher>(
     assert!(errors.is_empty(), "inputs readable: {errors:?}");
     let mut sink = StdoutSink::new(Vec::new(), Format::Json);
     let mut events = Vec::new();
-    scan_inputs(engine, &inputs, opts, &mut sink, &mut |e| events.push(e.clone())).expect("scan runs");
+    scan_inputs(engine, &inputs, opts, &mut sink, &mut |e| {
+        events.push(e.clone())
+    })
+    .expect("scan runs");
     (events, sink.into_inner())
 }
 
 /// Every event of one line, through the engine as `scan` sees it.
-pub fn events_of_line<M: faultline::matcher::Matcher>(engine: &Engine<M>, line: &str) -> Vec<MatchEvent> {
+pub fn events_of_line<M: faultline::matcher::Matcher>(
+    engine: &Engine<M>,
+    line: &str,
+) -> Vec<MatchEvent> {
     let enricher = Enricher::new(Arc::clone(&engine.kb));
     let mut worker = engine.worker().expect("scratch");
     let mut out = Vec::new();
     engine
-        .scan_chunk(&mut worker, line.as_bytes(), ChunkInfo { first_line: 1, truncated: false }, &mut |hit| {
-            out.push(enricher.event(&hit, "test", Provenance::File { path: "-".into(), line: 1 }));
-        })
+        .scan_chunk(
+            &mut worker,
+            line.as_bytes(),
+            ChunkInfo {
+                first_line: 1,
+                truncated: false,
+            },
+            &mut |hit| {
+                out.push(enricher.event(
+                    &hit,
+                    "test",
+                    Provenance::File {
+                        path: "-".into(),
+                        line: 1,
+                    },
+                ));
+            },
+        )
         .expect("scan");
     out
 }
