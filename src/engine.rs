@@ -33,6 +33,9 @@ pub struct Hit<'a> {
 pub struct Engine<M: Matcher = HyperscanMatcher> {
     pub kb: Arc<KnowledgeBase>,
     pub matcher: M,
+    /// Drop fallback entries' matches on lines a specific entry also matched (the default;
+    /// `kb check` turns it off to test every entry's own examples).
+    pub suppress_fallbacks: bool,
 }
 
 /// Per-worker state: the matcher's scratch and reusable buffers. Not shared.
@@ -62,6 +65,7 @@ impl Engine<HyperscanMatcher> {
         Ok(Engine {
             kb: Arc::new(kb),
             matcher,
+            suppress_fallbacks: true,
         })
     }
 }
@@ -69,7 +73,11 @@ impl Engine<HyperscanMatcher> {
 impl<M: Matcher> Engine<M> {
     /// Pairs a KB with any matcher compiled from its patterns, in order (tests use the oracle).
     pub fn with_matcher(kb: Arc<KnowledgeBase>, matcher: M) -> Self {
-        Engine { kb, matcher }
+        Engine {
+            kb,
+            matcher,
+            suppress_fallbacks: true,
+        }
     }
 
     /// State for one worker thread or task.
@@ -154,7 +162,8 @@ impl<M: Matcher> Engine<M> {
     }
 
     /// Confirms the raw `hits` of one line on its decoded message: one match per entry, from
-    /// the entry's first pattern that matches the message.
+    /// the entry's first pattern that matches the message. Fallback entries are reported only
+    /// when no other entry matched.
     fn confirm(
         &self,
         w: &mut Worker<M>,
@@ -168,6 +177,7 @@ impl<M: Matcher> Engine<M> {
         w.patterns.sort_unstable();
         w.patterns.dedup();
         w.seen.clear();
+        let mut confirmed: Vec<Hit<'_>> = Vec::new();
         for &p in &w.patterns {
             let Some(pattern) = self.kb.patterns.get(p as usize) else {
                 continue;
@@ -191,13 +201,21 @@ impl<M: Matcher> Engine<M> {
                     ))
                 })
                 .collect();
-            on_hit(Hit {
+            confirmed.push(Hit {
                 entry: pattern.entry,
                 pattern: p as usize,
                 line,
                 record,
                 captures,
             });
+        }
+        let specific =
+            self.suppress_fallbacks && confirmed.iter().any(|h| !self.kb.entries[h.entry].fallback);
+        for hit in confirmed {
+            if specific && self.kb.entries[hit.entry].fallback {
+                continue;
+            }
+            on_hit(hit);
         }
     }
 }
@@ -248,6 +266,27 @@ mod tests {
     use super::*;
     use crate::kb::KnowledgeBase;
     use crate::matcher::RegexMatcher;
+
+    fn entry_text(id: &str, code: &str, pattern: &str, fallback: bool) -> String {
+        format!(
+            r#"id = "{id}"
+title = "t"
+domain = "test"
+category = "crash"
+error_code = "{code}"
+role = "root"
+severity = "error"
+fallback = {fallback}
+verification = "ai_generated"
+patterns_verified = "unverified"
+root_cause = "r"
+patterns = ['{pattern}']
+examples = ["x"]
+negative_examples = ["y"]
+references = ["z"]
+"#
+        )
+    }
 
     fn kb() -> KnowledgeBase {
         let entry = |id: &str, code: &str, pattern: &str| {
@@ -353,6 +392,31 @@ references = ["z"]
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].0, 1);
         assert_eq!(out[2].0, 3, "invalid JSON falls back to raw text");
+    }
+
+    #[test]
+    fn fallback_entries_yield_to_specific_ones() {
+        let mut files = vec![
+            (
+                "test/a.toml".into(),
+                entry_text("test/a", "A", r"boom (?P<n>\d+)", false),
+            ),
+            (
+                "test/z.toml".into(),
+                entry_text("test/z", "ANY_BOOM", r"boom", true),
+            ),
+        ];
+        files.sort();
+        let kb = KnowledgeBase::from_files(files, "test").expect("valid");
+        let engine = Engine::new(kb).expect("compiles");
+        let codes = |line: &str| {
+            scan_with(&engine, line)
+                .into_iter()
+                .map(|(_, code, _)| code)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(codes("boom 7\n"), vec!["A".to_string()]);
+        assert_eq!(codes("boom!\n"), vec!["ANY_BOOM".to_string()]);
     }
 
     #[test]

@@ -66,7 +66,10 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
     let sources: Vec<String> = kb.patterns.iter().map(|p| p.source.clone()).collect();
     let kb = Arc::new(kb);
     let oracle = match RegexMatcher::compile(&sources) {
-        Ok(m) => Engine::with_matcher(Arc::clone(&kb), m),
+        Ok(m) => Engine {
+            suppress_fallbacks: false,
+            ..Engine::with_matcher(Arc::clone(&kb), m)
+        },
         Err(e) => {
             errors.push(Problem {
                 file: kb.origin.clone().into(),
@@ -80,7 +83,10 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
     };
     let hyperscan = if hs_ok {
         match HyperscanMatcher::compile(&sources) {
-            Ok(m) => Some(Engine::with_matcher(Arc::clone(&kb), m)),
+            Ok(m) => Some(Engine {
+                suppress_fallbacks: false,
+                ..Engine::with_matcher(Arc::clone(&kb), m)
+            }),
             Err(e) => {
                 errors.push(Problem {
                     file: kb.origin.clone().into(),
@@ -136,7 +142,8 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
             }
             let others: Vec<&str> = by_regex
                 .iter()
-                .filter(|(x, _)| *x != e)
+                // A catch-all overlapping a specific entry is its purpose, not a conflict.
+                .filter(|(x, _)| *x != e && !kb.entries[*x].fallback && !entry.fallback)
                 .map(|(x, _)| kb.entries[*x].id.as_str())
                 .collect();
             if !others.is_empty() {

@@ -115,6 +115,8 @@ pub struct Entry {
     pub aliases: Vec<String>,
     pub role: Role,
     pub severity: Severity,
+    /// Reported only when no non-fallback entry matches the same line.
+    pub fallback: bool,
     pub verification: String,
     pub patterns_verified: String,
     pub fix_rate: Option<f64>,
@@ -319,6 +321,7 @@ impl Entry {
             aliases: spec.aliases,
             role,
             severity,
+            fallback: spec.fallback,
             verification: spec.verification,
             patterns_verified: spec.patterns_verified,
             fix_rate: spec.fix_rate,

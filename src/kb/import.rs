@@ -535,6 +535,7 @@ pub(crate) fn draft(p: DraftParts) -> EntrySpec {
         aliases: Vec::new(),
         role: if cascade { "cascade" } else { "root" }.to_string(),
         severity: "error".to_string(),
+        fallback: false,
         verification,
         patterns_verified: "unverified".to_string(),
         fix_rate: p.fix_rate,

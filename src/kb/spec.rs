@@ -27,6 +27,10 @@ pub struct EntrySpec {
     pub role: String,
     /// `critical`, `error`, `warning` or `info`.
     pub severity: String,
+    /// A catch-all (the generic Xid entry, say): reported only when no specific entry matches
+    /// the same line, so one line is not counted twice.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fallback: bool,
     /// How the diagnosis and its rates were judged (seed format): `ai_generated`,
     /// `expert_reviewed`, `community_reported`, `measured`.
     pub verification: String,
