@@ -30,6 +30,7 @@ pub mod cli;
 pub mod engine;
 pub mod enrich;
 pub mod envelope;
+pub mod incident;
 pub mod kb;
 pub mod matcher;
 pub mod record;

@@ -1,0 +1,177 @@
+//! Incident fingerprints: the stable key of "this failure of this job on this hardware".
+//!
+//! A fingerprint is what tickets, alert labels and restart-loop detection are keyed on, so a
+//! given algorithm version must produce the same text for the same inputs forever. A change of
+//! inputs or hashing is a new version with a new prefix (`fp2:`), never an edit of `fp1`.
+//!
+//! # `fp1`
+//!
+//! Inputs, normalised:
+//! 1. the job id, as is;
+//! 2. the elected root's error code, as is (error codes are stable KB keys);
+//! 3. the root's host, trimmed and lower-cased, or empty;
+//! 4. the root's GPU PCI address, lower-cased, a `PCI:` prefix removed, the domain padded to
+//!    four hex digits (`3b:00` and `0000:3b:00` are the same GPU) and a trailing `.0` function
+//!    removed (`0000:3b:00.0` is the same GPU), or empty.
+//!
+//! Host and GPU are those of the root event itself, not the inferred culprit: inference
+//! sharpens while cascades arrive, and the key must not move with it. An incident whose root is
+//! unknown (a cascade or symptom initiated it) has empty host and GPU.
+//!
+//! Hash: 64-bit FNV-1a over `fp1` followed by each input preceded by a 0x1f unit separator,
+//! printed as `fp1:` and sixteen lower-case hex digits.
+
+/// The version tag of the current algorithm, carried as `fingerprint_version`.
+pub const VERSION: &str = "fp1";
+
+/// What a fingerprint is computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FingerprintInput<'a> {
+    pub job_id: &'a str,
+    pub error_code: &'a str,
+    pub host: Option<&'a str>,
+    pub gpu: Option<&'a str>,
+}
+
+/// The `fp1` fingerprint of `input`.
+pub fn fp1(input: &FingerprintInput<'_>) -> String {
+    let host = input
+        .host
+        .map(|h| h.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    let gpu = input.gpu.map(normalize_pci).unwrap_or_default();
+    let mut hash = Fnv1a::new();
+    hash.write(VERSION.as_bytes());
+    for part in [input.job_id, input.error_code, &host, &gpu] {
+        hash.write(&[0x1f]);
+        hash.write(part.as_bytes());
+    }
+    format!("{VERSION}:{:016x}", hash.0)
+}
+
+/// A PCI address as the `fp1` key spells it: `0000:3b:00`.
+pub fn normalize_pci(raw: &str) -> String {
+    let mut s = raw.trim().to_ascii_lowercase();
+    if let Some(rest) = s.strip_prefix("pci:") {
+        s = rest.to_string();
+    }
+    if let Some(rest) = s.strip_suffix(".0") {
+        s = rest.to_string();
+    }
+    // bus:device -> 0000:bus:device
+    if s.matches(':').count() == 1 {
+        s = format!("0000:{s}");
+    }
+    // The domain is printed with 4 or 8 hex digits depending on the tool.
+    if let Some((domain, rest)) = s.split_once(':') {
+        if domain.len() == 8 && domain.starts_with("0000") {
+            s = format!("{}:{rest}", &domain[4..]);
+        }
+    }
+    s
+}
+
+struct Fnv1a(u64);
+
+impl Fnv1a {
+    fn new() -> Self {
+        Fnv1a(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xid() -> FingerprintInput<'static> {
+        FingerprintInput {
+            job_id: "llm-pretrain-7",
+            error_code: "XID_79",
+            host: Some("node-05"),
+            gpu: Some("0000:3b:00"),
+        }
+    }
+
+    /// The golden values: if this test fails, `fp1` changed, which must never happen. Write
+    /// `fp2` instead.
+    #[test]
+    fn fp1_is_frozen() {
+        assert_eq!(fp1(&xid()), "fp1:359a61851ef2a5e2");
+        assert_eq!(
+            fp1(&FingerprintInput {
+                job_id: "j",
+                error_code: "NCCL_TIMEOUT",
+                host: None,
+                gpu: None,
+            }),
+            "fp1:0f7ece76788cbe9e"
+        );
+    }
+
+    #[test]
+    fn spelling_variants_of_the_same_gpu_and_host_agree() {
+        let a = fp1(&xid());
+        for gpu in [
+            "PCI:0000:3B:00",
+            "0000:3b:00.0",
+            "3b:00",
+            "00000000:3b:00.0",
+        ] {
+            let b = fp1(&FingerprintInput {
+                gpu: Some(gpu),
+                host: Some(" NODE-05 "),
+                ..xid()
+            });
+            assert_eq!(a, b, "{gpu}");
+        }
+    }
+
+    #[test]
+    fn every_input_counts() {
+        let a = fp1(&xid());
+        assert_ne!(
+            a,
+            fp1(&FingerprintInput {
+                job_id: "x",
+                ..xid()
+            })
+        );
+        assert_ne!(
+            a,
+            fp1(&FingerprintInput {
+                error_code: "XID_48",
+                ..xid()
+            })
+        );
+        assert_ne!(
+            a,
+            fp1(&FingerprintInput {
+                host: Some("node-06"),
+                ..xid()
+            })
+        );
+        assert_ne!(a, fp1(&FingerprintInput { gpu: None, ..xid() }));
+        // The separator keeps ("ab", "c") and ("a", "bc") apart.
+        assert_ne!(
+            fp1(&FingerprintInput {
+                job_id: "ab",
+                error_code: "c",
+                host: None,
+                gpu: None
+            }),
+            fp1(&FingerprintInput {
+                job_id: "a",
+                error_code: "bc",
+                host: None,
+                gpu: None
+            })
+        );
+    }
+}

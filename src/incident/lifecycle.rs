@@ -1,0 +1,430 @@
+//! One incident's state, from open to resolved, and when it speaks.
+//!
+//! An incident opens on the first match of a job that can initiate one (not info, not
+//! context). Every further match of the job within the window updates it: counts per rank,
+//! host, role and error code, cascades, last seen, the election of its initiator, the NCCL
+//! evidence and the context lines. It resolves after a quiet period of log time, when a later
+//! match starts the job's next incident, when the job prints a restart marker, or when a state
+//! cap evicts it.
+//!
+//! Output is throttled so that a 16,384-rank cascade does not print 16,384 updates: an
+//! `updated` event goes out at once after a significant change (initiator or fingerprint,
+//! culprit, ticket, restart-loop flag) and otherwise when the number of matches reaches a power
+//! of two. The `resolved` event always carries the final state.
+//!
+//! The culprit inference walks the rank table, so it runs only when its answer may have
+//! changed in a way worth looking at: on significant changes, at powers of two, and when the
+//! number of silent or lagging ranks changes while small enough to name them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::culprit::{RankTable, LISTED};
+use super::elect::Election;
+use super::fingerprint::{self, FingerprintInput};
+use super::multiline::{ContextBuf, StreamKey, Streams};
+use super::time::{format_ms, Millis};
+use super::{
+    Cascades, Counts, Culprit, CulpritMethod, IncidentConfig, IncidentEvent, Resolution, Status,
+    Ticket, TicketReason,
+};
+use crate::enrich::{MatchEvent, SCHEMA_VERSION};
+use crate::kb::Role;
+
+/// One open incident.
+#[derive(Debug, Clone)]
+pub struct Incident {
+    pub serial: u64,
+    pub job_id: Arc<str>,
+    pub election: Election,
+    pub fingerprint: String,
+    /// Set by a re-election until the next event carries it.
+    pub previous_fingerprint: Option<String>,
+    pub first_ms: Millis,
+    pub last_ms: Millis,
+    pub first_log_ms: Option<Millis>,
+    pub last_log_ms: Option<Millis>,
+    pub matches: u64,
+    by_role: [u64; 4],
+    by_code: BTreeMap<String, u64>,
+    cascade_matches: u64,
+    cascade_by_code: BTreeMap<String, u64>,
+    pub ranks: RankTable,
+    hosts: HashMap<Arc<str>, u64>,
+    max_hosts: usize,
+    host_untracked: u64,
+    pub context: ContextBuf,
+    /// The stream whose block lines join the context.
+    pub context_key: Option<StreamKey>,
+    /// The context holds a stream's block (not just the root line).
+    pub context_from_stream: bool,
+    pub elastic: Option<(u32, Option<String>)>,
+    pub culprit: Culprit,
+    last_eval: (u64, u64),
+    pub evidence_dirty: bool,
+    pub ticket: Option<TicketReason>,
+    ticket_window_start: Millis,
+    ticket_window_count: u64,
+    pub recurrence: u32,
+    pub restart_loop: bool,
+    pub blamed_host: Option<Arc<str>>,
+    pub credited: bool,
+    pub bad_node_score: Option<f64>,
+    pub revision: u64,
+    /// A change that is emitted at once.
+    pub significant: bool,
+    /// A change that waits for the next power of two.
+    pub minor: bool,
+    /// Key in the correlator's index of open incidents.
+    pub open_key: (Millis, u64),
+    pub kb_version: String,
+}
+
+fn role_index(role: Role) -> usize {
+    match role {
+        Role::Root => 0,
+        Role::Symptom => 1,
+        Role::Cascade => 2,
+        Role::Info => 3,
+    }
+}
+
+impl Incident {
+    pub fn new(
+        serial: u64,
+        job_id: Arc<str>,
+        election: Election,
+        t: Millis,
+        log_ms: Option<Millis>,
+        cfg: &IncidentConfig,
+        kb_version: &str,
+    ) -> Self {
+        let fingerprint = fingerprint_of(&job_id, &election);
+        Incident {
+            serial,
+            job_id,
+            election,
+            fingerprint,
+            previous_fingerprint: None,
+            first_ms: t,
+            last_ms: t,
+            first_log_ms: log_ms,
+            last_log_ms: log_ms,
+            matches: 0,
+            by_role: [0; 4],
+            by_code: BTreeMap::new(),
+            cascade_matches: 0,
+            cascade_by_code: BTreeMap::new(),
+            ranks: RankTable::new(cfg.max_ranks_per_incident),
+            hosts: HashMap::new(),
+            max_hosts: cfg.max_hosts_per_incident,
+            host_untracked: 0,
+            context: ContextBuf::new(cfg.max_context_lines, cfg.max_context_bytes),
+            context_key: None,
+            context_from_stream: false,
+            elastic: None,
+            culprit: Culprit {
+                ranks: Vec::new(),
+                hosts: Vec::new(),
+                method: CulpritMethod::Unknown,
+                rank_method: None,
+                explanation: String::new(),
+                evidence: Default::default(),
+            },
+            last_eval: (u64::MAX, u64::MAX),
+            evidence_dirty: true,
+            ticket: None,
+            ticket_window_start: t,
+            ticket_window_count: 0,
+            recurrence: 1,
+            restart_loop: false,
+            blamed_host: None,
+            credited: false,
+            bad_node_score: None,
+            revision: 0,
+            significant: true,
+            minor: false,
+            open_key: (t, 0),
+            kb_version: kb_version.to_string(),
+        }
+    }
+
+    pub fn root_known(&self) -> bool {
+        self.election.initiator.info.role == Role::Root
+    }
+
+    /// Counts one match (any role) of rank `rank` on `host` at `t`.
+    pub fn count(
+        &mut self,
+        event: &MatchEvent,
+        rank: Option<u32>,
+        host: Option<&Arc<str>>,
+        t: Millis,
+        log_ms: Option<Millis>,
+        cfg: &IncidentConfig,
+    ) {
+        self.matches += 1;
+        self.by_role[role_index(event.role)] += 1;
+        bump(&mut self.by_code, &event.error_code);
+        if event.role == Role::Cascade {
+            self.cascade_matches += 1;
+            bump(&mut self.cascade_by_code, &event.error_code);
+        }
+        if self.ranks.observe(event, rank, host) {
+            self.evidence_dirty = true;
+        }
+        if let Some(h) = host {
+            if let Some(n) = self.hosts.get_mut(h) {
+                *n += 1;
+            } else if self.hosts.len() < self.max_hosts {
+                self.hosts.insert(Arc::clone(h), 1);
+            } else {
+                self.host_untracked += 1;
+            }
+        }
+        self.first_ms = self.first_ms.min(t);
+        self.last_ms = self.last_ms.max(t);
+        if let Some(l) = log_ms {
+            self.first_log_ms = Some(self.first_log_ms.map_or(l, |f| f.min(l)));
+            self.last_log_ms = Some(self.last_log_ms.map_or(l, |f| f.max(l)));
+        }
+        // Tumbling ticket window.
+        if t.saturating_sub(self.ticket_window_start) > cfg.ticket_window_ms {
+            self.ticket_window_start = t;
+            self.ticket_window_count = 0;
+        }
+        self.ticket_window_count += 1;
+        self.minor = true;
+    }
+
+    /// Recomputes the fingerprint after a re-election; true when it changed.
+    pub fn refingerprint(&mut self) -> bool {
+        let fp = fingerprint_of(&self.job_id, &self.election);
+        if fp == self.fingerprint {
+            return false;
+        }
+        let old = std::mem::replace(&mut self.fingerprint, fp);
+        // Several re-elections between two events: the oldest unreported key is the one
+        // downstream knows.
+        if self.previous_fingerprint.is_none() {
+            self.previous_fingerprint = Some(old);
+        }
+        true
+    }
+
+    /// Fills the context from the root's stream block, or the root line alone.
+    pub fn reset_context(&mut self, streams: &Streams) {
+        self.context.clear();
+        let info = &self.election.initiator.info;
+        let key: StreamKey = (info.rank, info.host.as_deref().map(Arc::from));
+        self.context_from_stream = false;
+        if let Some(stream) = streams.get(&key).filter(|s| !s.block.is_empty()) {
+            self.context.extend_from(&stream.block);
+            self.context_from_stream = true;
+        }
+        if !self.context.contains(&info.line) {
+            self.context.push(info.rank, &info.line);
+        }
+        self.context_key = Some(key);
+    }
+
+    /// When the root names no stream with a block, adopts the first culprit rank's block.
+    fn adopt_culprit_context(&mut self, streams: &Streams) {
+        if self.context_from_stream {
+            return;
+        }
+        let Some(stream) = self
+            .culprit
+            .ranks
+            .iter()
+            .find_map(|r| streams.by_rank(*r))
+            .filter(|s| !s.block.is_empty())
+        else {
+            return;
+        };
+        self.context.extend_from(&stream.block);
+        self.context_key = Some(stream.key.clone());
+        self.context_from_stream = true;
+        self.minor = true;
+    }
+
+    /// Re-runs the culprit inference when worth it (see the module doc), or when `force`.
+    pub fn evaluate(&mut self, streams: &Streams, force: bool) {
+        if !self.evidence_dirty && !force {
+            return;
+        }
+        let world = self
+            .ranks
+            .world_capture
+            .or(self.ranks.highest.map(|h| h.saturating_add(1)))
+            .map_or(0, u64::from);
+        let silent = world.saturating_sub(self.ranks.reporters);
+        let lagging = self.ranks.lagging_count();
+        let small = |n: u64, before: u64| n != before && n <= LISTED as u64;
+        let worth = force
+            || self.significant
+            || self.matches.is_power_of_two()
+            || small(silent, self.last_eval.0)
+            || small(lagging, self.last_eval.1);
+        if !worth {
+            return;
+        }
+        self.last_eval = (silent, lagging);
+        self.evidence_dirty = false;
+        if self.elastic.is_none() {
+            self.elastic = streams.root_cause.clone();
+        }
+        let elastic = self.elastic.as_ref().map(|(r, h)| (*r, h.as_deref()));
+        let culprit = self
+            .ranks
+            .infer(&self.election.initiator.info, self.root_known(), elastic);
+        let same = culprit.ranks == self.culprit.ranks
+            && culprit.hosts == self.culprit.hosts
+            && culprit.method == self.culprit.method
+            && culprit.rank_method == self.culprit.rank_method;
+        if !same {
+            self.significant = true;
+        }
+        self.culprit = culprit;
+        self.adopt_culprit_context(streams);
+    }
+
+    /// Raises the ticket when the policy says so; true when it was raised now.
+    pub fn check_ticket(&mut self, cfg: &IncidentConfig) -> bool {
+        if self.ticket.is_some() {
+            return false;
+        }
+        let reason = if self.root_known() {
+            Some(TicketReason::Root)
+        } else if self.ticket_window_count >= cfg.ticket_min_matches {
+            Some(TicketReason::Threshold)
+        } else {
+            None
+        };
+        if reason.is_some() {
+            self.ticket = reason;
+            self.significant = true;
+            return true;
+        }
+        false
+    }
+
+    /// The host this incident blames: the root's, or the single culprit host.
+    pub fn blame(&self) -> Option<Arc<str>> {
+        if self.root_known() {
+            if let Some(h) = &self.election.initiator.info.host {
+                return Some(Arc::from(h.as_str()));
+            }
+        }
+        match self.culprit.hosts.as_slice() {
+            [one] => Some(Arc::from(one.as_str())),
+            _ => None,
+        }
+    }
+
+    /// Whether pending changes should be emitted now.
+    pub fn due(&self) -> bool {
+        self.significant || (self.minor && self.matches.is_power_of_two())
+    }
+
+    /// The JSON object of this incident's current state; counts a revision and clears the
+    /// pending changes.
+    pub fn snapshot(
+        &mut self,
+        status: Status,
+        resolution: Option<Resolution>,
+        cfg: &IncidentConfig,
+    ) -> IncidentEvent {
+        self.revision += 1;
+        self.significant = false;
+        self.minor = false;
+        let previous = self.previous_fingerprint.take();
+        let mut event = self.view(status, resolution, cfg);
+        event.previous_fingerprint = previous;
+        event
+    }
+
+    /// The JSON object of this incident's current state, without counting a revision.
+    pub fn view(
+        &self,
+        status: Status,
+        resolution: Option<Resolution>,
+        cfg: &IncidentConfig,
+    ) -> IncidentEvent {
+        let root = &self.election.initiator;
+        let mut by_role = BTreeMap::new();
+        for role in Role::ALL {
+            by_role.insert(role.as_str(), self.by_role[role_index(*role)]);
+        }
+        let by_rank: BTreeMap<u32, u64> = self.ranks.iter().map(|(r, s)| (*r, s.matches)).collect();
+        let by_host: BTreeMap<String, u64> = self
+            .hosts
+            .iter()
+            .map(|(h, n)| (h.to_string(), *n))
+            .collect();
+        IncidentEvent {
+            kind: "incident",
+            schema_version: SCHEMA_VERSION,
+            status,
+            resolution,
+            fingerprint: self.fingerprint.clone(),
+            fingerprint_version: fingerprint::VERSION,
+            previous_fingerprint: self.previous_fingerprint.clone(),
+            revision: self.revision,
+            job_id: self.job_id.to_string(),
+            root_known: self.root_known(),
+            root: root.info.clone(),
+            culprit: self.culprit.clone(),
+            grouping_info: self.election.grouping_info(cfg.window_ms),
+            counts: Counts {
+                matches: self.matches,
+                by_role,
+                by_error_code: self.by_code.clone(),
+                ranks: by_rank.len() as u64,
+                by_rank,
+                hosts: by_host.len() as u64,
+                by_host,
+                untracked: self.ranks.untracked + self.host_untracked,
+            },
+            cascades: Cascades {
+                matches: self.cascade_matches,
+                ranks: self.ranks.cascade_ranks,
+                by_error_code: self.cascade_by_code.clone(),
+            },
+            first_seen: self.first_log_ms.map(format_ms),
+            last_seen: self.last_log_ms.map(format_ms),
+            context: self.context.info(),
+            diagnosis: Arc::clone(&root.diagnosis),
+            restart_loop: self.restart_loop,
+            recurrence: self.recurrence,
+            blamed_host: self.blamed_host.as_deref().map(str::to_string),
+            bad_node_score: self.bad_node_score,
+            ticket: Ticket {
+                raised: self.ticket.is_some(),
+                reason: self.ticket,
+            },
+            kb_version: self.kb_version.clone(),
+            serial: self.serial,
+        }
+    }
+}
+
+fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
+    if let Some(n) = map.get_mut(key) {
+        *n += 1;
+    } else {
+        map.insert(key.to_string(), 1);
+    }
+}
+
+/// The `fp1` of an election: the root's host and GPU when the root is known, else neither.
+pub fn fingerprint_of(job_id: &str, election: &Election) -> String {
+    let info = &election.initiator.info;
+    let known = info.role == Role::Root;
+    fingerprint::fp1(&FingerprintInput {
+        job_id,
+        error_code: &info.error_code,
+        host: info.host.as_deref().filter(|_| known),
+        gpu: info.gpu.as_deref().filter(|_| known),
+    })
+}

@@ -1,0 +1,71 @@
+//! A least-recently-used order for bounded maps: each entry stores the tick it got from here,
+//! and eviction pops the smallest tick. O(log n) per touch, no unsafe linked list.
+
+use std::collections::BTreeMap;
+
+/// Keys ordered by last touch.
+#[derive(Debug, Clone)]
+pub struct LruOrder<K> {
+    order: BTreeMap<u64, K>,
+    next: u64,
+}
+
+impl<K> Default for LruOrder<K> {
+    fn default() -> Self {
+        LruOrder {
+            order: BTreeMap::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<K> LruOrder<K> {
+    /// Adds `key` as the most recent; returns its tick.
+    pub fn push(&mut self, key: K) -> u64 {
+        let tick = self.next;
+        self.next += 1;
+        self.order.insert(tick, key);
+        tick
+    }
+
+    /// Makes the entry at `tick` the most recent; returns its new tick.
+    pub fn touch(&mut self, tick: u64) -> u64 {
+        match self.order.remove(&tick) {
+            Some(key) => self.push(key),
+            None => tick,
+        }
+    }
+
+    pub fn remove(&mut self, tick: u64) -> Option<K> {
+        self.order.remove(&tick)
+    }
+
+    /// Removes and returns the least recent key.
+    pub fn pop_oldest(&mut self) -> Option<K> {
+        self.order.pop_first().map(|(_, k)| k)
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn touch_moves_to_the_back() {
+        let mut lru = LruOrder::default();
+        let a = lru.push("a");
+        let _b = lru.push("b");
+        lru.touch(a);
+        assert_eq!(lru.pop_oldest(), Some("b"));
+        assert_eq!(lru.pop_oldest(), Some("a"));
+        assert!(lru.is_empty());
+    }
+}

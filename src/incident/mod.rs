@@ -1,0 +1,411 @@
+//! Per-job correlation: match events in, incidents out.
+//!
+//! Flow: `enrich` -> [`Correlator::observe`] -> [`IncidentEvent`] -> sinks (stdout for `scan`,
+//! [`crate::sink::webhook`] for tickets). The correlator groups one job's matches into an
+//! incident while they keep coming within a window, elects the event that started it (root
+//! beats symptom beats cascade), names the culprit rank and host, gathers the traceback lines
+//! that explain the root, and tells when the incident opens, changes and resolves.
+//!
+//! It costs nothing per line: it only sees lines that hit a KB entry. Multiline context
+//! (Python tracebacks, c10 frames, torchrun summaries) is recognised by KB entries of the
+//! `context` domain, so block lines are hits like any other and no extra pass reads the lines
+//! that hit nothing.
+//!
+//! # Layout
+//!
+//! - [`time`]: log timestamps -> milliseconds; durations in flags. The correlator runs on the
+//!   log's own clock (or one the caller injects with [`Correlator::advance`]), never the wall
+//!   clock.
+//! - [`fingerprint`]: the versioned, frozen incident key (`fp1:`).
+//! - [`elect`]: which event initiated the incident, and which rule decided.
+//! - [`culprit`]: per-rank NCCL progress; the culprit ranks and hosts, or "could not tell".
+//! - [`multiline`]: traceback and summary blocks per (job, rank) stream, bounded.
+//! - [`lifecycle`]: one incident's state, when it emits, how it snapshots to JSON.
+//! - [`fleet`]: bad-node scores across jobs.
+//! - [`correlate`]: the [`Correlator`]: jobs, caps, eviction, resolution, restart loops, tickets.
+//!
+//! The JSON contract of [`IncidentEvent`] is documented in `docs/incidents.md`.
+
+pub mod correlate;
+pub mod culprit;
+pub mod elect;
+pub mod fingerprint;
+pub mod fleet;
+pub mod lifecycle;
+pub mod lru;
+pub mod multiline;
+#[cfg(test)]
+pub(crate) mod testutil;
+pub mod time;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+pub use correlate::{Correlator, CorrelatorStats};
+
+use crate::enrich::Diagnosis;
+use crate::kb::{Role, Severity};
+use crate::record::Provenance;
+use time::Millis;
+
+/// How the correlator groups, bounds and tickets. Build with [`IncidentConfig::default`] and
+/// override fields; [`IncidentConfig::validate`] runs in [`Correlator::new`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentConfig {
+    /// A match joins its job's open incident when its time is no later than the incident's
+    /// last match plus this. A collective timeout counts from when the hang began (its time
+    /// minus `elapsed_ms`/`timeout_ms`), so the cascade of a root lands in the root's incident.
+    pub window_ms: Millis,
+    /// An open incident resolves once the clock passes its last match plus this. At least the
+    /// window; the default leaves room for a 30-minute NCCL timeout to report.
+    pub quiet_ms: Millis,
+    /// The most a collective timeout is back-dated by its `elapsed_ms`/`timeout_ms` capture.
+    pub max_backdate_ms: Millis,
+    /// Open incidents kept; opening one more resolves the least recently updated (`evicted`).
+    pub max_open_incidents: usize,
+    /// Jobs with any state (open incident, pending traceback blocks, restart history); one more
+    /// forgets the least recently touched.
+    pub max_jobs: usize,
+    /// Ranks tracked per incident (counts, NCCL progress); further ranks are only counted.
+    pub max_ranks_per_incident: usize,
+    /// Hosts counted per incident; further hosts are only counted.
+    pub max_hosts_per_incident: usize,
+    /// Lines kept in an incident's context and in each pending block.
+    pub max_context_lines: usize,
+    /// Bytes kept in an incident's context and in each pending block.
+    pub max_context_bytes: usize,
+    /// Per-(job, rank, host) streams with a pending block, per job.
+    pub max_context_streams_per_job: usize,
+    /// Hosts with a bad-node score.
+    pub max_hosts: usize,
+    /// Raise a ticket for an incident whose root is unknown once this many of its matches fall
+    /// within `ticket_window_ms` (a tumbling window). Root-role incidents are ticketed at once.
+    pub ticket_min_matches: u64,
+    pub ticket_window_ms: Millis,
+    /// A new incident of a job with the fingerprint of one of its incidents that ended less
+    /// than this ago is a recurrence.
+    pub restart_horizon_ms: Millis,
+    /// Occurrences of one fingerprint in one job (within the horizon) that make a restart loop.
+    pub restart_loop_after: u32,
+    /// Error codes or KB ids of lines that say the job restarts (torchelastic, Slurm requeue,
+    /// Kubeflow replica restart): they resolve the job's open incident (`restart`).
+    pub restart_markers: Vec<String>,
+    /// Half-life of a bad-node score.
+    pub bad_node_half_life_ms: Millis,
+}
+
+impl Default for IncidentConfig {
+    fn default() -> Self {
+        IncidentConfig {
+            window_ms: 5 * 60_000,
+            quiet_ms: 35 * 60_000,
+            max_backdate_ms: 2 * 3_600_000,
+            max_open_incidents: 10_000,
+            max_jobs: 20_000,
+            max_ranks_per_incident: 32_768,
+            max_hosts_per_incident: 4_096,
+            max_context_lines: 64,
+            max_context_bytes: 16 * 1024,
+            max_context_streams_per_job: 256,
+            max_hosts: 65_536,
+            ticket_min_matches: 20,
+            ticket_window_ms: 5 * 60_000,
+            restart_horizon_ms: 24 * 3_600_000,
+            restart_loop_after: 2,
+            restart_markers: vec![
+                "TORCHELASTIC_RESTART".into(),
+                "SLURM_REQUEUED".into(),
+                "kubernetes/kubeflow-replica-restarting".into(),
+            ],
+            bad_node_half_life_ms: 24 * 3_600_000,
+        }
+    }
+}
+
+/// An [`IncidentConfig`] that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("incident setting {0} must be greater than zero")]
+    NotPositive(&'static str),
+    #[error(
+        "the incident quiet period ({quiet_ms} ms) must be at least the window ({window_ms} ms)"
+    )]
+    QuietShorterThanWindow { quiet_ms: Millis, window_ms: Millis },
+    #[error("max_jobs ({max_jobs}) must be at least max_open_incidents ({max_open})")]
+    FewerJobsThanIncidents { max_jobs: usize, max_open: usize },
+}
+
+impl IncidentConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive: [(&'static str, i128); 13] = [
+            ("window", self.window_ms.into()),
+            ("quiet", self.quiet_ms.into()),
+            ("max_open_incidents", self.max_open_incidents as i128),
+            ("max_jobs", self.max_jobs as i128),
+            (
+                "max_ranks_per_incident",
+                self.max_ranks_per_incident as i128,
+            ),
+            (
+                "max_hosts_per_incident",
+                self.max_hosts_per_incident as i128,
+            ),
+            ("max_context_lines", self.max_context_lines as i128),
+            ("max_context_bytes", self.max_context_bytes as i128),
+            (
+                "max_context_streams_per_job",
+                self.max_context_streams_per_job as i128,
+            ),
+            ("max_hosts", self.max_hosts as i128),
+            ("ticket_min_matches", self.ticket_min_matches.into()),
+            ("ticket_window", self.ticket_window_ms.into()),
+            ("restart_loop_after", self.restart_loop_after.into()),
+        ];
+        for (name, value) in positive {
+            if value <= 0 {
+                return Err(ConfigError::NotPositive(name));
+            }
+        }
+        if self.quiet_ms < self.window_ms {
+            return Err(ConfigError::QuietShorterThanWindow {
+                quiet_ms: self.quiet_ms,
+                window_ms: self.window_ms,
+            });
+        }
+        if self.max_jobs < self.max_open_incidents {
+            return Err(ConfigError::FewerJobsThanIncidents {
+                max_jobs: self.max_jobs,
+                max_open: self.max_open_incidents,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What changed: an incident's lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Open,
+    Updated,
+    Resolved,
+}
+
+/// Why an incident resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resolution {
+    /// Nothing new for the quiet period.
+    Quiet,
+    /// A match of the same job came after the window: a new incident starts.
+    NextIncident,
+    /// The job printed a restart marker.
+    Restart,
+    /// Dropped to respect a state cap (least recently updated first).
+    Evicted,
+    /// [`Correlator::resolve_all`]: the stream ended or the service is shutting down.
+    Shutdown,
+}
+
+/// Why a ticket was raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TicketReason {
+    /// The incident's elected initiator is a root-role match.
+    Root,
+    /// `ticket_min_matches` matches within `ticket_window_ms`.
+    Threshold,
+}
+
+/// One change of one incident: the `type: "incident"` object of the JSON contract.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IncidentEvent {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub schema_version: u32,
+    pub status: Status,
+    /// Set when `status` is `resolved`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<Resolution>,
+    pub fingerprint: String,
+    pub fingerprint_version: &'static str,
+    /// The fingerprint this incident had before its root was re-elected in this change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_fingerprint: Option<String>,
+    /// Counts this incident's emitted changes from 1; with the fingerprint, a delivery key.
+    pub revision: u64,
+    pub job_id: String,
+    /// True when the elected initiator is a root-role match; false: root unknown, `root`
+    /// holds the symptom or cascade that started the incident.
+    pub root_known: bool,
+    pub root: RootInfo,
+    pub culprit: Culprit,
+    pub grouping_info: GroupingInfo,
+    pub counts: Counts,
+    pub cascades: Cascades,
+    /// RFC 3339, from the log's timestamps; null when no match carried one.
+    pub first_seen: Option<String>,
+    pub last_seen: Option<String>,
+    pub context: ContextInfo,
+    pub diagnosis: Arc<Diagnosis>,
+    /// The same fingerprint recurred in this job `restart_loop_after` times within the horizon.
+    pub restart_loop: bool,
+    /// Occurrences of this fingerprint in this job within the restart horizon, this one included.
+    pub recurrence: u32,
+    /// The host this incident blames (the root's host, or the single culprit host).
+    pub blamed_host: Option<String>,
+    /// Decayed count of distinct jobs whose incidents `blamed_host` initiated.
+    pub bad_node_score: Option<f64>,
+    pub ticket: Ticket,
+    pub kb_version: String,
+    /// Unique per correlator; keys "the same incident" for sinks that keep the latest state.
+    #[serde(skip)]
+    pub serial: u64,
+}
+
+/// The elected initiator.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RootInfo {
+    pub kb_id: String,
+    pub error_code: String,
+    pub role: Role,
+    pub severity: Severity,
+    pub category: String,
+    pub rank: Option<u32>,
+    pub host: Option<String>,
+    /// PCI address, from a `gpu` capture.
+    pub gpu: Option<String>,
+    pub timestamp: Option<String>,
+    pub line: String,
+    pub source: Provenance,
+    pub captures: BTreeMap<String, String>,
+}
+
+/// How the culprit was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CulpritMethod {
+    /// The root match names its rank.
+    RootEvent,
+    /// The root match names a host but no rank (a kernel log); ranks, if any, come from the
+    /// NCCL evidence below.
+    RootHost,
+    /// torchrun's "Root Cause (first observed failure)" row (ignored when that rank timed out
+    /// itself: the first process to exit in a hang is a victim).
+    TorchelasticRootCause,
+    /// Ranks whose enqueued or completed NCCL work lags the rest.
+    SequenceLag,
+    /// Ranks of the job that never reported a collective timeout or error.
+    MissingRanks,
+    /// "communicator was aborted on rank N" printed by a different rank.
+    AbortedOnRank,
+    /// Not enough evidence.
+    Unknown,
+}
+
+/// The culprit ranks and hosts, or `method: "unknown"`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Culprit {
+    pub ranks: Vec<u32>,
+    pub hosts: Vec<String>,
+    pub method: CulpritMethod,
+    /// For ranks found by NCCL evidence when the root names only a host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank_method: Option<CulpritMethod>,
+    /// One sentence for people.
+    pub explanation: String,
+    pub evidence: Evidence,
+}
+
+/// What the NCCL inference saw.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Evidence {
+    pub world_size: Option<u32>,
+    /// `capture` (a `world_size`/`nranks` capture) or `highest_rank` (highest rank seen + 1).
+    pub world_size_source: Option<&'static str>,
+    /// Ranks that printed a collective timeout or error.
+    pub reporting_ranks: u64,
+    /// At most 16 listed; `missing_count` has them all.
+    pub missing_ranks: Vec<u32>,
+    pub missing_count: u64,
+    /// Ranks below the others on enqueued or completed NCCL work (a minority).
+    pub lagging_ranks: Vec<u32>,
+    /// Highest enqueued and completed NCCL work among the ranks.
+    pub max_enqueued: Option<i64>,
+    pub max_completed: Option<i64>,
+    pub named_by_peers: Vec<u32>,
+    pub torchelastic_root_cause: Option<u32>,
+}
+
+/// Which rule elected the initiator, against which runner-up.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupingInfo {
+    /// Matches are grouped per job id.
+    pub key: &'static str,
+    pub window_ms: Millis,
+    /// `role`, `timestamp`, `arrival` or `only_candidate`.
+    pub rule: elect::Rule,
+    pub runner_up: Option<RunnerUp>,
+    /// Matches that could initiate (not info, not context).
+    pub candidates: u64,
+    pub explanation: String,
+}
+
+/// The best event that did not win the election.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunnerUp {
+    pub kb_id: String,
+    pub error_code: String,
+    pub role: Role,
+    pub rank: Option<u32>,
+    pub timestamp: Option<String>,
+}
+
+/// Matches in the incident.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Counts {
+    pub matches: u64,
+    pub by_role: BTreeMap<&'static str, u64>,
+    pub by_error_code: BTreeMap<String, u64>,
+    pub ranks: u64,
+    pub by_rank: BTreeMap<u32, u64>,
+    pub hosts: u64,
+    pub by_host: BTreeMap<String, u64>,
+    /// Matches of ranks and hosts beyond the per-incident caps (counted, not itemised).
+    pub untracked: u64,
+}
+
+/// The cascade-role matches of the incident.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Cascades {
+    pub matches: u64,
+    pub ranks: u64,
+    pub by_error_code: BTreeMap<String, u64>,
+}
+
+/// The lines that explain the root: its rank's traceback or c10 block, torchrun's summary.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ContextInfo {
+    pub lines: Vec<ContextLine>,
+    /// Lines were left out (the middle of a long block) or cut.
+    pub truncated: bool,
+    pub omitted_lines: u64,
+    /// Index in `lines` where the omitted lines were.
+    pub omitted_at: Option<usize>,
+}
+
+/// One context line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextLine {
+    pub rank: Option<u32>,
+    pub text: String,
+}
+
+/// Ticket state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Ticket {
+    pub raised: bool,
+    pub reason: Option<TicketReason>,
+}
