@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::engine::{ChunkInfo, Engine};
 use crate::enrich::Enricher;
+use crate::incident::{self, IncidentConfig};
 use crate::kb::{self, KnowledgeBase};
 use crate::record::Provenance;
 use crate::scan::{self, ScanOptions};
@@ -36,17 +37,22 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Scan files, directories (recursively), .gz/.zst files or stdin (`-`) and print every
-    /// match with its diagnosis, then a summary per job.
+    /// match with its diagnosis, then the incidents, then a summary per job.
     #[command(after_help = "\
-Output: one JSON object per match (schema_version 1, see README), then one `summary` object
-per job. Exit code 0 when the scan ran, whatever it found; 1 when an input could not be read
+Output: one JSON object per match (schema_version 1, see README), then one `incident` object
+per incident (matches of a job grouped within a window: its root, culprit rank and host,
+cascades and context lines; see docs/incidents.md), then one `summary` object per job.
+Traceback and c10 frame lines are folded into incidents (--context-events prints them).
+Exit code 0 when the scan ran, whatever it found; 1 when an input could not be read
 (the others are still scanned); 2 on other errors.
 
 Examples:
   faultline scan examples/
   faultline scan --format text logs/job-1234.log.gz
   faultline scan --job-id llm-pretrain-7 - < rank0.log
-  faultline scan logs/ | jq 'select(.role == \"root\")'")]
+  faultline scan logs/ | jq 'select(.role == \"root\")'
+  faultline scan logs/ | jq 'select(.type == \"incident\") | .culprit'
+  faultline scan --incident-window 10m --incident-quiet 1h logs/")]
     Scan(ScanArgs),
     /// Check, list, import and explain knowledge-base entries.
     #[command(subcommand)]
@@ -131,6 +137,19 @@ pub struct ScanArgs {
     /// Do not print the per-job summaries.
     #[arg(long)]
     pub no_summary: bool,
+    /// Do not correlate matches into incidents.
+    #[arg(long)]
+    pub no_incidents: bool,
+    /// A match joins its job's incident when it comes within this of the incident's last
+    /// match (`90s`, `5m`, `1h`; collective timeouts count from when the hang began).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub incident_window: i64,
+    /// An incident resolves after this much log time without a new match (at least the window).
+    #[arg(long, value_name = "DURATION", default_value = "35m", value_parser = parse_duration)]
+    pub incident_quiet: i64,
+    /// Also print traceback, c10 frame and torchrun summary lines as matches.
+    #[arg(long)]
+    pub context_events: bool,
     /// Progress bar on stderr: `auto` shows it on a terminal for inputs over 64 MiB.
     #[arg(long, value_enum, default_value_t = Progress::Auto)]
     pub progress: Progress,
@@ -270,6 +289,16 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// A `--incident-*` duration: `90s`, `5m`, `1h30m`, `250ms` or seconds.
+fn parse_duration(text: &str) -> std::result::Result<i64, String> {
+    match incident::time::parse_duration_ms(text) {
+        Some(ms) if ms > 0 => Ok(ms),
+        _ => Err(format!(
+            "{text:?} is not a duration: write 90s, 5m, 1h30m or 250ms"
+        )),
+    }
+}
+
 fn write_stdout(bytes: &[u8]) -> Result<()> {
     let mut stdout = io::stdout().lock();
     match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
@@ -296,6 +325,12 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
         max_line_bytes: args.max_line_bytes,
         summary: !args.no_summary,
         progress,
+        incidents: (!args.no_incidents).then(|| IncidentConfig {
+            window_ms: args.incident_window,
+            quiet_ms: args.incident_quiet,
+            ..IncidentConfig::default()
+        }),
+        context_events: args.context_events,
     };
     let stdout = io::stdout().lock();
     let mut sink = StdoutSink::new(

@@ -1,7 +1,15 @@
 //! `faultline scan`: files and stdin through the same engine as the Kafka pipeline.
 //!
 //! Flow: [`crate::source::file`] chunks -> [`Engine::scan_chunk`] -> [`Enricher::event`] ->
-//! [`StdoutSink`], then one summary per job.
+//! [`StdoutSink`] (and [`Correlator`]), then one incident object per incident, then one summary
+//! per job.
+//!
+//! Block lines of the `context` KB domain (traceback frames, c10 frames, torchrun summary rows)
+//! are folded into incidents and not printed, counted or passed to `on_event`, unless
+//! [`ScanOptions::context_events`] asks for them. Incidents are printed in the order they
+//! opened, each in its final state (resolved when its quiet period passed in log time before
+//! the end of the input, else still open); to keep memory flat on huge inputs, resolved ones
+//! are written early once more than the correlator's open-incident cap are waiting.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -9,6 +17,7 @@ use std::sync::Arc;
 
 use crate::engine::{Engine, Worker};
 use crate::enrich::{Enricher, MatchEvent};
+use crate::incident::{self, multiline, Correlator, IncidentConfig, IncidentEvent, Status};
 use crate::matcher::Matcher;
 use crate::record::Provenance;
 use crate::sink::stdout::{JobSummary, StdoutSink};
@@ -23,6 +32,10 @@ pub struct ScanOptions {
     pub summary: bool,
     /// Show a progress bar on stderr (callers decide: a terminal and a large input).
     pub progress: bool,
+    /// Correlate matches into incidents and print them before the summaries; `None`: off.
+    pub incidents: Option<IncidentConfig>,
+    /// Also print (and count) the `context` domain's block lines as matches.
+    pub context_events: bool,
 }
 
 impl Default for ScanOptions {
@@ -32,6 +45,8 @@ impl Default for ScanOptions {
             max_line_bytes: file::DEFAULT_MAX_LINE_BYTES,
             summary: true,
             progress: false,
+            incidents: None,
+            context_events: false,
         }
     }
 }
@@ -55,10 +70,77 @@ pub enum ScanError {
     Match(#[from] crate::matcher::MatchError),
     #[error("writing output: {0}")]
     Output(io::Error),
+    #[error(transparent)]
+    Incident(#[from] incident::ConfigError),
 }
 
-/// Scans `inputs` in order, writing every match to `out` and, at the end, a summary per job.
-/// `on_event` sees each event too (incident correlation hooks in here).
+/// The incidents of one scan: the correlator and the latest state of each incident.
+struct Incidents {
+    correlator: Correlator,
+    changes: Vec<IncidentEvent>,
+    latest: BTreeMap<u64, IncidentEvent>,
+    resolved: usize,
+    max_waiting: usize,
+}
+
+impl Incidents {
+    fn new(cfg: IncidentConfig) -> Result<Self, incident::ConfigError> {
+        let max_waiting = cfg.max_open_incidents;
+        Ok(Incidents {
+            correlator: Correlator::new(cfg)?,
+            changes: Vec::new(),
+            latest: BTreeMap::new(),
+            resolved: 0,
+            max_waiting,
+        })
+    }
+
+    fn observe(&mut self, event: &MatchEvent) {
+        self.correlator.observe(event, &mut self.changes);
+        self.absorb();
+    }
+
+    fn absorb(&mut self) {
+        for change in self.changes.drain(..) {
+            if change.status == Status::Resolved {
+                self.resolved += 1;
+            }
+            self.latest.insert(change.serial, change);
+        }
+    }
+
+    /// Writes the resolved incidents once too many wait.
+    fn spill<W: Write>(&mut self, out: &mut StdoutSink<W>) -> io::Result<()> {
+        if self.resolved <= self.max_waiting {
+            return Ok(());
+        }
+        let done: Vec<u64> = self
+            .latest
+            .iter()
+            .filter(|(_, e)| e.status == Status::Resolved)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in done {
+            if let Some(event) = self.latest.remove(&key) {
+                out.incident(&event)?;
+            }
+        }
+        self.resolved = 0;
+        Ok(())
+    }
+
+    fn finish<W: Write>(mut self, out: &mut StdoutSink<W>) -> io::Result<()> {
+        self.correlator.flush(&mut self.changes);
+        self.absorb();
+        for event in self.latest.values() {
+            out.incident(event)?;
+        }
+        Ok(())
+    }
+}
+
+/// Scans `inputs` in order, writing every match to `out` and, at the end, the incidents (when
+/// [`ScanOptions::incidents`] is set) and a summary per job. `on_event` sees each printed match.
 pub fn scan_inputs<M: Matcher, W: Write>(
     engine: &Engine<M>,
     inputs: &[Input],
@@ -70,6 +152,7 @@ pub fn scan_inputs<M: Matcher, W: Write>(
     let mut worker = engine.worker()?;
     let mut stats = ScanStats::default();
     let mut jobs: BTreeMap<String, JobSummary> = BTreeMap::new();
+    let mut incidents = opts.incidents.clone().map(Incidents::new).transpose()?;
     let progress = opts.progress.then(|| {
         let total: u64 = inputs.iter().filter_map(|i| i.size).sum();
         let bar = indicatif::ProgressBar::new(total);
@@ -114,6 +197,7 @@ pub fn scan_inputs<M: Matcher, W: Write>(
             out,
             &mut jobs,
             &mut stats,
+            &mut incidents,
             on_event,
         );
         match result {
@@ -132,6 +216,9 @@ pub fn scan_inputs<M: Matcher, W: Write>(
     }
     if let Some(bar) = progress {
         bar.finish_and_clear();
+    }
+    if let Some(incidents) = incidents {
+        incidents.finish(out).map_err(ScanError::Output)?;
     }
     if opts.summary {
         for summary in jobs.values() {
@@ -158,6 +245,7 @@ fn scan_one<M: Matcher, W: Write, R: Read>(
     out: &mut StdoutSink<W>,
     jobs: &mut BTreeMap<String, JobSummary>,
     stats: &mut ScanStats,
+    incidents: &mut Option<Incidents>,
     on_event: &mut dyn FnMut(&MatchEvent),
 ) -> Result<(), OneError> {
     let mut chunks = ChunkReader::new(&mut reader, opts.chunk_bytes, opts.max_line_bytes);
@@ -181,6 +269,12 @@ fn scan_one<M: Matcher, W: Write, R: Read>(
                     line: hit.line,
                 };
                 let event = enricher.event(&hit, &input.job_id, source);
+                if let Some(incidents) = incidents.as_mut() {
+                    incidents.observe(&event);
+                }
+                if !opts.context_events && multiline::is_block_only(&event) {
+                    return;
+                }
                 stats.matches += 1;
                 jobs.entry(event.job_id.clone())
                     .or_insert_with(|| JobSummary::new(&event.job_id))
@@ -193,6 +287,11 @@ fn scan_one<M: Matcher, W: Write, R: Read>(
             .map_err(|e| OneError::Fatal(e.into()))?;
         if let Some(e) = write_error.take() {
             return Err(OneError::Fatal(ScanError::Output(e)));
+        }
+        if let Some(incidents) = incidents.as_mut() {
+            incidents
+                .spill(out)
+                .map_err(|e| OneError::Fatal(ScanError::Output(e)))?;
         }
         stats.lines += lines;
         chunks.advance_lines(lines);

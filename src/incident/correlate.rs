@@ -169,7 +169,7 @@ impl Correlator {
     /// Moves the clock to `now` (if later) and resolves incidents quiet since. The live service
     /// calls this from a timer with the wall clock; `scan` never does (log time drives it).
     pub fn advance(&mut self, now: Millis, out: &mut Vec<IncidentEvent>) {
-        self.clock = Some(self.clock.map_or(now, |c| c.max(now)));
+        self.set_clock(now);
         self.expire(out);
     }
 
@@ -218,7 +218,7 @@ impl Correlator {
         self.arrivals += 1;
         let log_ms = elect::log_ms(event);
         if let Some(t) = log_ms {
-            self.clock = Some(self.clock.map_or(t, |c| c.max(t)));
+            self.set_clock(t);
         }
         let t = log_ms.or(self.clock).unwrap_or(0);
         self.expire(out);
@@ -226,7 +226,9 @@ impl Correlator {
         let key = self.job_key(&event.job_id, out);
         let rank = event_rank(event);
         let host: Option<Arc<str>> = event.host.as_deref().map(Arc::from);
-        let stream_key: StreamKey = (rank, host.clone());
+        // A stream is where a line was printed: the launcher prefix or envelope rank, never a
+        // capture (torchrun's summary row names another rank than the one printing it).
+        let stream_key: StreamKey = (event.rank, host.clone());
 
         if self.is_restart_marker(event) {
             self.resolve(&key, Resolution::Restart, out);
@@ -411,6 +413,29 @@ impl Correlator {
         inc.open_key = (t, self.update_tick);
         self.open.insert(inc.open_key, Arc::clone(key));
         job.incident = Some(inc);
+    }
+
+    /// Moves the clock forward. The first time anything tells the time, what happened before
+    /// (matches without a timestamp, at time 0) is re-timed to it: "just before now", not 1970.
+    fn set_clock(&mut self, t: Millis) {
+        let Some(old) = self.clock else {
+            self.clock = Some(t);
+            let keys: Vec<Arc<str>> = self.open.values().cloned().collect();
+            self.open.clear();
+            for key in keys {
+                if let Some(inc) = self.jobs.get_mut(&key).and_then(|j| j.incident.as_mut()) {
+                    inc.retime(t);
+                    self.update_tick += 1;
+                    inc.open_key = (t, self.update_tick);
+                    self.open.insert(inc.open_key, key);
+                }
+            }
+            for job in self.jobs.values_mut() {
+                job.streams.retime(t);
+            }
+            return;
+        };
+        self.clock = Some(old.max(t));
     }
 
     /// Resolves the open incident of job `key`, if any.
@@ -627,6 +652,17 @@ mod tests {
         c.advance(1_714_564_800_000 + 10 * 3_600_000, &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(c.open_incidents(), 0);
+    }
+
+    #[test]
+    fn matches_before_the_first_timestamp_are_not_from_1970() {
+        let mut c = corr(IncidentConfig::default());
+        let untimed = event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout")
+            .rank(0)
+            .build();
+        let out = feed(&mut c, &[untimed.clone(), timeout("job", 1, 0), untimed]);
+        assert!(out.iter().all(|e| e.status != Status::Resolved), "{out:?}");
+        assert_eq!(c.current("job").expect("open").counts.matches, 3);
     }
 
     #[test]

@@ -489,7 +489,11 @@ mod tests {
         let c = t.infer(&root_unknown(), false, None);
         assert_eq!(c.method, CulpritMethod::SequenceLag);
         assert_eq!(c.ranks, vec![5]);
-        assert_eq!(t.lagging_count(), 2, "behind on enqueued and on completed work");
+        assert_eq!(
+            t.lagging_count(),
+            2,
+            "behind on enqueued and on completed work"
+        );
     }
 
     /// The real torchrun capture: rank 0 times out on SeqNum 2 (enqueued 2, completed 1),

@@ -66,6 +66,8 @@ pub fn contest(a: &Standing, b: &Standing) -> (bool, Rule) {
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub standing: Standing,
+    /// The rank of the stream that printed it (launcher prefix or envelope), for its context.
+    pub printed_by: Option<u32>,
     pub info: RootInfo,
     pub diagnosis: Arc<Diagnosis>,
 }
@@ -74,6 +76,7 @@ impl Candidate {
     pub fn of(event: &MatchEvent, standing: Standing) -> Self {
         Candidate {
             standing,
+            printed_by: event.rank,
             info: RootInfo {
                 kb_id: event.kb_id.clone(),
                 error_code: event.error_code.clone(),
@@ -140,27 +143,39 @@ impl Election {
     pub fn grouping_info(&self, window_ms: Millis) -> GroupingInfo {
         let rule = self.rule();
         let w = &self.initiator.info;
+        let name = |i: &RootInfo| match i.rank {
+            Some(rank) => format!("{} of rank {rank}", i.error_code),
+            None => match &i.host {
+                Some(host) => format!("{} on {host}", i.error_code),
+                None => i.error_code.clone(),
+            },
+        };
         let explanation = match (&self.runner_up, rule) {
             (Some(r), Rule::Role) => format!(
                 "{} ({}) beats {} ({}): root beats symptom beats cascade",
-                w.error_code, w.role, r.info.error_code, r.info.role
+                name(w),
+                w.role,
+                name(&r.info),
+                r.info.role
             ),
             (Some(r), Rule::Timestamp) => format!(
-                "{} and {} are both {}; {} was logged first ({} < {})",
-                w.error_code,
-                r.info.error_code,
+                "{} and {} are both {}; the first was logged earlier ({} < {})",
+                name(w),
+                name(&r.info),
                 w.role,
-                w.error_code,
                 w.timestamp.as_deref().unwrap_or("?"),
                 r.info.timestamp.as_deref().unwrap_or("?"),
             ),
             (Some(r), _) => format!(
-                "{} and {} are both {} without comparable timestamps; {} arrived first",
-                w.error_code, r.info.error_code, w.role, w.error_code
+                "{} and {} are both {} without comparable timestamps; the first arrived first",
+                name(w),
+                name(&r.info),
+                w.role
             ),
             (None, _) => format!(
                 "{} ({}) is the only match of this incident that can initiate one",
-                w.error_code, w.role
+                name(w),
+                w.role
             ),
         };
         GroupingInfo {

@@ -149,6 +149,15 @@ impl Incident {
         }
     }
 
+    /// Moves an incident that has only seen matches without a time (time 0) to `t`.
+    pub fn retime(&mut self, t: Millis) {
+        if self.first_log_ms.is_none() {
+            self.first_ms = t;
+            self.last_ms = t;
+            self.ticket_window_start = t;
+        }
+    }
+
     pub fn root_known(&self) -> bool {
         self.election.initiator.info.role == Role::Root
     }
@@ -215,8 +224,9 @@ impl Incident {
     /// Fills the context from the root's stream block, or the root line alone.
     pub fn reset_context(&mut self, streams: &Streams) {
         self.context.clear();
-        let info = &self.election.initiator.info;
-        let key: StreamKey = (info.rank, info.host.as_deref().map(Arc::from));
+        let root = &self.election.initiator;
+        let info = &root.info;
+        let key: StreamKey = (root.printed_by, info.host.as_deref().map(Arc::from));
         self.context_from_stream = false;
         if let Some(stream) = streams.get(&key).filter(|s| !s.block.is_empty()) {
             self.context.extend_from(&stream.block);

@@ -265,6 +265,13 @@ impl Streams {
         self.list.iter().position(|s| &s.key == key)
     }
 
+    /// Moves every stream to `t` (see `Correlator::set_clock`).
+    pub fn retime(&mut self, t: Millis) {
+        for stream in &mut self.list {
+            stream.last_ms = t;
+        }
+    }
+
     /// A block line of `kind` on stream `key` at time `t`.
     pub fn block_line(
         &mut self,
@@ -306,9 +313,13 @@ impl Streams {
         };
         let stream = &mut self.list[idx];
         let stale = t.saturating_sub(stream.last_ms) > window_ms;
+        // A start line opens a new block, except after a chain line and inside a torchrun
+        // summary (whose root cause row quotes the failed worker's traceback).
         let restart = stale
             || stream.block.is_empty()
-            || (kind == LineKind::Start && stream.last_kind != Some(LineKind::Chain));
+            || (kind == LineKind::Start
+                && stream.last_kind != Some(LineKind::Chain)
+                && !stream.summary);
         if restart {
             stream.block.clear();
             stream.summary = false;
@@ -330,7 +341,10 @@ impl Streams {
             }
             _ => {}
         }
-        stream.block.push(event.rank, &event.line);
+        // Two entries may hit the same line (the terminate line is also a teardown notice).
+        if !stream.block.ends_with(&event.line) {
+            stream.block.push(event.rank, &event.line);
+        }
         stream.last_kind = Some(kind);
         stream.last_ms = stream.last_ms.max(t);
         stream.touched = touch;
@@ -374,7 +388,9 @@ impl Streams {
                 self.root_cause = Some((rank, stream.root_cause_host.clone()));
             }
         }
-        stream.block.push(event.rank, &event.line);
+        if !stream.block.ends_with(&event.line) {
+            stream.block.push(event.rank, &event.line);
+        }
         stream.last_kind = None;
         stream.last_ms = stream.last_ms.max(t);
         stream.touched = touch;
@@ -470,8 +486,9 @@ mod tests {
     fn stale_blocks_restart_and_streams_are_capped() {
         let mut s = Streams::new(2, 64, 1 << 16);
         let e = ctx("CONTEXT_CPP_FRAME", "frame #0: x");
+        let f = ctx("CONTEXT_CPP_FRAME", "frame #1: y");
         s.block_line((Some(1), None), LineKind::Continue, &e, 0, 10);
-        s.block_line((Some(1), None), LineKind::Continue, &e, 5, 10);
+        s.block_line((Some(1), None), LineKind::Continue, &f, 5, 10);
         assert_eq!(s.get(&(Some(1), None)).expect("s").block.len(), 2);
         s.block_line((Some(1), None), LineKind::Continue, &e, 100, 10);
         assert_eq!(s.get(&(Some(1), None)).expect("s").block.len(), 1);

@@ -1,4 +1,4 @@
-//! Events and summaries to a writer, as JSON lines (the schema_version 1 contract) or as text
+//! Events, incidents and summaries to a writer, as JSON lines (the schema_version 1 contract) or as text
 //! for people.
 
 use std::collections::BTreeMap;
@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::enrich::{MatchEvent, SCHEMA_VERSION};
+use crate::incident::{CulpritMethod, IncidentEvent};
 
 /// Output format of `scan` and `kb explain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -84,6 +85,13 @@ impl<W: Write> StdoutSink<W> {
         }
     }
 
+    pub fn incident(&mut self, incident: &IncidentEvent) -> io::Result<()> {
+        match self.format {
+            Format::Json => self.json(incident),
+            Format::Text => write_incident_text(&mut self.out, incident),
+        }
+    }
+
     pub fn summary(&mut self, summary: &JobSummary) -> io::Result<()> {
         match self.format {
             Format::Json => self.json(summary),
@@ -158,4 +166,94 @@ pub fn write_event_text(out: &mut impl Write, e: &MatchEvent) -> io::Result<()> 
         writeln!(out, "  don't: {} ({})", d.action, d.why)?;
     }
     writeln!(out)
+}
+
+/// An incident for people: what started it, who is to blame, how big it is, what to do.
+pub fn write_incident_text(out: &mut impl Write, i: &IncidentEvent) -> io::Result<()> {
+    let status = match i.resolution {
+        Some(r) => format!("resolved ({})", serde_plain(&r)),
+        None => serde_plain(&i.status),
+    };
+    writeln!(
+        out,
+        "== incident {} job={} {status}, {} match(es) from {} rank(s)",
+        i.fingerprint, i.job_id, i.counts.matches, i.counts.ranks
+    )?;
+    let r = &i.root;
+    let mut where_ = String::new();
+    if let Some(rank) = r.rank {
+        where_.push_str(&format!(" rank={rank}"));
+    }
+    if let Some(host) = &r.host {
+        where_.push_str(&format!(" host={host}"));
+    }
+    if let Some(gpu) = &r.gpu {
+        where_.push_str(&format!(" gpu={gpu}"));
+    }
+    let known = if i.root_known {
+        "root"
+    } else {
+        "root unknown, started by"
+    };
+    writeln!(
+        out,
+        "  {known}: {} ({}){where_} at {}",
+        r.error_code, r.kb_id, r.source
+    )?;
+    writeln!(out, "  | {}", r.line)?;
+    let c = &i.culprit;
+    if c.method == CulpritMethod::Unknown {
+        writeln!(out, "  culprit: unknown: {}", c.explanation)?;
+    } else {
+        let ranks: Vec<String> = c.ranks.iter().map(u32::to_string).collect();
+        writeln!(
+            out,
+            "  culprit: rank(s) [{}] host(s) [{}]: {}",
+            ranks.join(", "),
+            c.hosts.join(", "),
+            c.explanation
+        )?;
+    }
+    writeln!(out, "  election: {}", i.grouping_info.explanation)?;
+    if i.cascades.matches > 0 {
+        writeln!(
+            out,
+            "  cascades: {} match(es) on {} rank(s)",
+            i.cascades.matches, i.cascades.ranks
+        )?;
+    }
+    if !i.context.lines.is_empty() {
+        writeln!(out, "  context:")?;
+        for (n, line) in i.context.lines.iter().enumerate() {
+            if i.context.omitted_at == Some(n) {
+                writeln!(out, "    ... {} line(s) left out", i.context.omitted_lines)?;
+            }
+            writeln!(out, "    | {}", line.text)?;
+        }
+    }
+    writeln!(out, "  what: {}", i.diagnosis.title)?;
+    for w in i.diagnosis.workarounds.iter().take(2) {
+        writeln!(out, "  try: {}", w.text)?;
+    }
+    if i.restart_loop {
+        writeln!(
+            out,
+            "  restart loop: this root came back {} times in this job",
+            i.recurrence
+        )?;
+    }
+    if let (Some(host), Some(score)) = (&i.blamed_host, i.bad_node_score) {
+        if score >= 2.0 {
+            writeln!(out, "  bad node: {host} (score {score})")?;
+        }
+    }
+    writeln!(out)
+}
+
+/// A unit enum's JSON spelling, without quotes.
+fn serde_plain<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
