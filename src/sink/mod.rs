@@ -1,3 +1,5 @@
-//! Where events go. [`stdout`] prints them for `faultline scan` (JSON lines or text for people).
+//! Where events go. [`stdout`] prints them for `faultline scan` (JSON lines or text for
+//! people); [`webhook`] turns incidents into tickets (generic JSON or Alertmanager).
 
 pub mod stdout;
+pub mod webhook;

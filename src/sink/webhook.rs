@@ -1,0 +1,788 @@
+//! Tickets over HTTP: incident events to a webhook, as generic JSON or as an Alertmanager
+//! webhook (version 4) payload.
+//!
+//! Flow: [`crate::incident::Correlator`] -> [`IncidentEvent`] -> [`WebhookSink::send`]. Only
+//! incidents whose ticket is raised are sent (a root-role incident at once, others after the
+//! correlator's threshold); every later change of the incident is sent too, so the ticket
+//! follows it to `resolved`.
+//!
+//! Idempotent by construction: the ticket key is the incident fingerprint, stable for a given
+//! failure (`X-Faultline-Fingerprint`, the alert's `fingerprint` label), so a receiver upserts;
+//! each change carries an `Idempotency-Key` (fingerprint, first log time, occurrence and
+//! revision), the same on every retry and on a replay of the same logs, so a receiver that
+//! already applied a change can drop its redelivery.
+//!
+//! Retries: transport errors, 408, 429 and 5xx are retried with exponential backoff (doubling
+//! from `initial_backoff`, capped by `max_backoff`; a `Retry-After` in seconds is honoured up to
+//! the cap) until `max_attempts`; other 4xx are not retried. A change that cannot be delivered
+//! goes to the dead letter: a JSONL file or a callback. Waiting goes through [`Pause`], so tests
+//! record the backoff instead of sleeping.
+//!
+//! Blocking (ureq): the service calls it from a blocking task; `scan` calls it inline. HTTPS
+//! needs the `webhook-tls` cargo feature (rustls); without it only `http://` URLs are accepted,
+//! which suits in-cluster receivers and keeps the default build free of a TLS stack.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::enrich::SCHEMA_VERSION;
+use crate::incident::{CulpritMethod, IncidentEvent, Status};
+
+/// The body shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PayloadFormat {
+    /// `{"type": "faultline.ticket", "ticket_key": ..., "incident": {...}}`.
+    Generic,
+    /// Alertmanager's webhook payload, version 4 (`{"version": "4", "alerts": [...]}`).
+    Alertmanager,
+}
+
+/// Where and how to deliver.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    pub url: String,
+    pub format: PayloadFormat,
+    /// Attempts per change, the first included.
+    pub max_attempts: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// For one attempt, connection to response.
+    pub timeout: Duration,
+    /// Extra headers (`Authorization: Bearer ...`).
+    pub headers: Vec<(String, String)>,
+    /// Alertmanager payload: `receiver` and `externalURL`.
+    pub receiver: String,
+    pub external_url: String,
+}
+
+impl WebhookConfig {
+    pub fn new(url: impl Into<String>, format: PayloadFormat) -> Self {
+        WebhookConfig {
+            url: url.into(),
+            format,
+            max_attempts: 5,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+            timeout: Duration::from_secs(10),
+            headers: Vec::new(),
+            receiver: "faultline".into(),
+            external_url: String::new(),
+        }
+    }
+}
+
+/// What happens to a change that could not be delivered.
+pub enum DeadLetter {
+    /// Dropped (counted in [`WebhookStats::dead_lettered`]).
+    Drop,
+    /// Appended to a JSONL file, one [`DeadLetterRecord`] per line.
+    File(PathBuf),
+    /// Handed to a function (the service puts it on a Kafka topic).
+    Callback(Box<dyn FnMut(&DeadLetterRecord) + Send>),
+}
+
+impl std::fmt::Debug for DeadLetter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeadLetter::Drop => f.write_str("Drop"),
+            DeadLetter::File(p) => f.debug_tuple("File").field(p).finish(),
+            DeadLetter::Callback(_) => f.write_str("Callback(..)"),
+        }
+    }
+}
+
+/// A change that was not delivered, with everything needed to replay it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadLetterRecord {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub schema_version: u32,
+    pub url: String,
+    pub ticket_key: String,
+    pub idempotency_key: String,
+    pub attempts: u32,
+    pub error: String,
+    pub payload: Value,
+}
+
+/// How the sink waits between attempts.
+pub trait Pause: Send {
+    fn pause(&mut self, duration: Duration);
+}
+
+/// Really waits: `std::thread::sleep`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sleep;
+
+impl Pause for Sleep {
+    fn pause(&mut self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+}
+
+/// The outcome of one [`WebhookSink::send`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// No ticket raised for this incident (yet): nothing sent.
+    Skipped,
+    Delivered {
+        attempts: u32,
+    },
+    DeadLettered {
+        attempts: u32,
+        error: String,
+    },
+}
+
+/// Counters (metrics come with the Prometheus issue).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WebhookStats {
+    pub delivered: u64,
+    pub attempts: u64,
+    pub retries: u64,
+    pub dead_lettered: u64,
+    pub skipped: u64,
+}
+
+/// Why the sink could not be built or a dead letter not written.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("webhook URL {0:?} must start with http:// (https:// needs the webhook-tls feature)")]
+    UnsupportedUrl(String),
+    #[error("writing the dead letter file {path}: {source}")]
+    DeadLetter { path: PathBuf, source: io::Error },
+    #[error("encoding the webhook payload: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// Sends incident changes to one webhook.
+pub struct WebhookSink {
+    cfg: WebhookConfig,
+    agent: ureq::Agent,
+    dead_letter: DeadLetter,
+    pause: Box<dyn Pause>,
+    stats: WebhookStats,
+}
+
+impl std::fmt::Debug for WebhookSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSink")
+            .field("cfg", &self.cfg)
+            .field("dead_letter", &self.dead_letter)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// The outcome of one attempt.
+enum Attempt {
+    Done,
+    Retry {
+        error: String,
+        after: Option<Duration>,
+    },
+    Fail(String),
+}
+
+impl WebhookSink {
+    pub fn new(cfg: WebhookConfig, dead_letter: DeadLetter) -> Result<Self, WebhookError> {
+        let https_ok = cfg!(feature = "webhook-tls") && cfg.url.starts_with("https://");
+        if !cfg.url.starts_with("http://") && !https_ok {
+            return Err(WebhookError::UnsupportedUrl(cfg.url));
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(cfg.timeout))
+            .build()
+            .into();
+        Ok(WebhookSink {
+            cfg,
+            agent,
+            dead_letter,
+            pause: Box::new(Sleep),
+            stats: WebhookStats::default(),
+        })
+    }
+
+    /// Replaces how the sink waits between attempts (tests record instead of sleeping).
+    pub fn with_pause(mut self, pause: Box<dyn Pause>) -> Self {
+        self.pause = pause;
+        self
+    }
+
+    pub fn stats(&self) -> &WebhookStats {
+        &self.stats
+    }
+
+    /// Delivers one incident change if its ticket is raised; retries, then dead-letters.
+    /// Errors only when the dead letter itself cannot be written.
+    pub fn send(&mut self, incident: &IncidentEvent) -> Result<Delivery, WebhookError> {
+        if !incident.ticket.raised {
+            self.stats.skipped += 1;
+            return Ok(Delivery::Skipped);
+        }
+        let key = idempotency_key(incident);
+        let payload = match self.cfg.format {
+            PayloadFormat::Generic => generic_payload(incident, &key)?,
+            PayloadFormat::Alertmanager => alertmanager_payload(incident, &self.cfg),
+        };
+        let body = serde_json::to_vec(&payload)?;
+        let mut attempts = 0;
+        let mut backoff = self.cfg.initial_backoff;
+        let error = loop {
+            attempts += 1;
+            self.stats.attempts += 1;
+            match self.attempt(incident, &key, &body) {
+                Attempt::Done => {
+                    self.stats.delivered += 1;
+                    return Ok(Delivery::Delivered { attempts });
+                }
+                Attempt::Fail(error) => break error,
+                Attempt::Retry { error, after } => {
+                    if attempts >= self.cfg.max_attempts {
+                        break error;
+                    }
+                    self.stats.retries += 1;
+                    let wait = after.unwrap_or(backoff).min(self.cfg.max_backoff);
+                    self.pause.pause(wait);
+                    backoff = (backoff * 2).min(self.cfg.max_backoff);
+                }
+            }
+        };
+        self.stats.dead_lettered += 1;
+        let record = DeadLetterRecord {
+            kind: "dead_letter",
+            schema_version: SCHEMA_VERSION,
+            url: self.cfg.url.clone(),
+            ticket_key: incident.fingerprint.clone(),
+            idempotency_key: key,
+            attempts,
+            error: error.clone(),
+            payload,
+        };
+        match &mut self.dead_letter {
+            DeadLetter::Drop => {}
+            DeadLetter::Callback(f) => f(&record),
+            DeadLetter::File(path) => {
+                let write = || -> io::Result<()> {
+                    let mut file = OpenOptions::new().create(true).append(true).open(&*path)?;
+                    let mut line = serde_json::to_vec(&record).map_err(io::Error::from)?;
+                    line.push(b'\n');
+                    file.write_all(&line)
+                };
+                write().map_err(|source| WebhookError::DeadLetter {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+        }
+        Ok(Delivery::DeadLettered { attempts, error })
+    }
+
+    fn attempt(&self, incident: &IncidentEvent, key: &str, body: &[u8]) -> Attempt {
+        let status = match incident.status {
+            Status::Open => "open",
+            Status::Updated => "updated",
+            Status::Resolved => "resolved",
+        };
+        let mut request = self
+            .agent
+            .post(&self.cfg.url)
+            .header("Content-Type", "application/json")
+            .header("Idempotency-Key", key)
+            .header("X-Faultline-Fingerprint", &incident.fingerprint)
+            .header("X-Faultline-Status", status);
+        for (name, value) in &self.cfg.headers {
+            request = request.header(name, value);
+        }
+        match request.send(body) {
+            Ok(response) => {
+                let code = response.status().as_u16();
+                if (200..300).contains(&code) {
+                    return Attempt::Done;
+                }
+                let error = format!("HTTP {code}");
+                if code == 408 || code == 429 || code >= 500 {
+                    let after = response
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .map(Duration::from_secs);
+                    Attempt::Retry { error, after }
+                } else {
+                    Attempt::Fail(error)
+                }
+            }
+            Err(e) => Attempt::Retry {
+                error: e.to_string(),
+                after: None,
+            },
+        }
+    }
+}
+
+/// The key of one change: the same on every retry and on a replay of the same logs.
+pub fn idempotency_key(incident: &IncidentEvent) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        incident.fingerprint,
+        incident.first_seen.as_deref().unwrap_or("-"),
+        incident.recurrence,
+        incident.revision
+    )
+}
+
+/// The generic body: the incident object with its keys.
+pub fn generic_payload(incident: &IncidentEvent, key: &str) -> Result<Value, serde_json::Error> {
+    Ok(json!({
+        "type": "faultline.ticket",
+        "schema_version": SCHEMA_VERSION,
+        "ticket_key": incident.fingerprint,
+        "idempotency_key": key,
+        "incident": serde_json::to_value(incident)?,
+    }))
+}
+
+/// Alertmanager's zero time: "no end yet".
+const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// The most context bytes put into an annotation.
+const ANNOTATION_CONTEXT_BYTES: usize = 4096;
+
+/// Alertmanager webhook payload, version 4, with one alert per incident. Labels are stable for
+/// a fingerprint (alertname, fingerprint, job, error code, severity) so that every change of an
+/// incident updates the same alert; everything that may change is an annotation.
+pub fn alertmanager_payload(incident: &IncidentEvent, cfg: &WebhookConfig) -> Value {
+    let resolved = incident.status == Status::Resolved;
+    let status = if resolved { "resolved" } else { "firing" };
+    let mut labels = BTreeMap::new();
+    labels.insert("alertname", "FaultlineIncident".to_string());
+    labels.insert("fingerprint", incident.fingerprint.clone());
+    labels.insert("job_id", incident.job_id.clone());
+    labels.insert("error_code", incident.root.error_code.clone());
+    labels.insert("severity", incident.root.severity.as_str().to_string());
+
+    let c = &incident.culprit;
+    let culprit = if c.method == CulpritMethod::Unknown {
+        "culprit unknown".to_string()
+    } else {
+        let ranks: Vec<String> = c.ranks.iter().map(u32::to_string).collect();
+        format!(
+            "culprit rank(s) [{}] on [{}]",
+            ranks.join(", "),
+            c.hosts.join(", ")
+        )
+    };
+    let mut context = String::new();
+    for line in &incident.context.lines {
+        if context.len() + line.text.len() + 1 > ANNOTATION_CONTEXT_BYTES {
+            break;
+        }
+        context.push_str(&line.text);
+        context.push('\n');
+    }
+    let mut annotations = BTreeMap::new();
+    annotations.insert(
+        "summary",
+        format!(
+            "{} in job {}: {} ({culprit})",
+            incident.root.error_code, incident.job_id, incident.diagnosis.title
+        ),
+    );
+    annotations.insert(
+        "description",
+        format!(
+            "{}\n{}",
+            incident.diagnosis.root_cause.trim(),
+            c.explanation
+        ),
+    );
+    annotations.insert("root_line", incident.root.line.clone());
+    annotations.insert("root_known", incident.root_known.to_string());
+    annotations.insert("culprit_ranks", format!("{:?}", c.ranks));
+    annotations.insert("culprit_hosts", c.hosts.join(","));
+    annotations.insert("cascades", incident.cascades.matches.to_string());
+    annotations.insert("restart_loop", incident.restart_loop.to_string());
+    if let Some(score) = incident.bad_node_score {
+        annotations.insert("bad_node_score", score.to_string());
+    }
+    if let Some(w) = incident.diagnosis.workarounds.first() {
+        annotations.insert("runbook", w.text.clone());
+    }
+    if !context.is_empty() {
+        annotations.insert("context", context);
+    }
+    if let Some(prev) = &incident.previous_fingerprint {
+        annotations.insert("previous_fingerprint", prev.clone());
+    }
+    let starts_at = incident
+        .first_seen
+        .clone()
+        .unwrap_or_else(|| ZERO_TIME.to_string());
+    let ends_at = if resolved {
+        incident
+            .last_seen
+            .clone()
+            .unwrap_or_else(|| starts_at.clone())
+    } else {
+        ZERO_TIME.to_string()
+    };
+    // Alertmanager's own fingerprint is 16 hex digits of a label hash; fp1's hex is that shape.
+    let am_fingerprint = incident
+        .fingerprint
+        .split_once(':')
+        .map_or(incident.fingerprint.as_str(), |(_, hex)| hex)
+        .to_string();
+    json!({
+        "version": "4",
+        "groupKey": format!("{{}}:{{fingerprint=\"{}\"}}", incident.fingerprint),
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": cfg.receiver,
+        "groupLabels": { "fingerprint": incident.fingerprint },
+        "commonLabels": labels,
+        "commonAnnotations": annotations,
+        "externalURL": cfg.external_url,
+        "alerts": [{
+            "status": status,
+            "labels": labels,
+            "annotations": annotations,
+            "startsAt": starts_at,
+            "endsAt": ends_at,
+            "generatorURL": cfg.external_url,
+            "fingerprint": am_fingerprint,
+        }],
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::io::{BufRead, BufReader, Read};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::thread::JoinHandle;
+
+    use super::*;
+    use crate::incident::testutil::event;
+    use crate::incident::{Correlator, IncidentConfig};
+    use crate::kb::Role;
+
+    /// A ticket system on 127.0.0.1:0 that answers `fail_first` requests with 503, then
+    /// upserts tickets by `X-Faultline-Fingerprint` and ignores repeated `Idempotency-Key`s.
+    pub struct TicketServer {
+        pub url: String,
+        addr: std::net::SocketAddr,
+        pub tickets: Arc<Mutex<BTreeMap<String, Value>>>,
+        pub requests: Arc<AtomicUsize>,
+        pub applied: Arc<Mutex<BTreeSet<String>>>,
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl TicketServer {
+        pub fn start(fail_first: usize, status: u16) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let tickets = Arc::new(Mutex::new(BTreeMap::new()));
+            let requests = Arc::new(AtomicUsize::new(0));
+            let applied = Arc::new(Mutex::new(BTreeSet::new()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let (t, r, a, s) = (
+                Arc::clone(&tickets),
+                Arc::clone(&requests),
+                Arc::clone(&applied),
+                Arc::clone(&stop),
+            );
+            let thread = std::thread::spawn(move || {
+                for conn in listener.incoming() {
+                    if s.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(conn) = conn else { continue };
+                    let n = r.fetch_add(1, Ordering::SeqCst);
+                    let code = if n < fail_first { status } else { 200 };
+                    serve_one(conn, code, &t, &a);
+                }
+            });
+            TicketServer {
+                url: format!("http://{addr}/tickets"),
+                addr,
+                tickets,
+                requests,
+                applied,
+                stop,
+                thread: Some(thread),
+            }
+        }
+    }
+
+    impl Drop for TicketServer {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            // Wake the accept loop.
+            let _ = TcpStream::connect(self.addr);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    fn serve_one(
+        conn: TcpStream,
+        code: u16,
+        tickets: &Mutex<BTreeMap<String, Value>>,
+        applied: &Mutex<BTreeSet<String>>,
+    ) {
+        let mut reader = BufReader::new(conn);
+        let mut headers = BTreeMap::new();
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+            }
+        }
+        let len: usize = headers
+            .get("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; len];
+        let _ = reader.read_exact(&mut body);
+        if code == 200 {
+            let key = headers.get("idempotency-key").cloned().unwrap_or_default();
+            let fresh = applied.lock().expect("lock").insert(key);
+            if fresh {
+                let ticket = headers
+                    .get("x-faultline-fingerprint")
+                    .cloned()
+                    .unwrap_or_default();
+                let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                tickets.lock().expect("lock").insert(ticket, value);
+            }
+        }
+        let reason = if code == 200 { "OK" } else { "Unavailable" };
+        let extra = if code == 429 {
+            "Retry-After: 7\r\n"
+        } else {
+            ""
+        };
+        let response = format!(
+            "HTTP/1.1 {code} {reason}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let mut conn = reader.into_inner();
+        let _ = conn.write_all(response.as_bytes());
+    }
+
+    /// Records the waits instead of sleeping.
+    #[derive(Clone, Default)]
+    pub struct Recorded(pub Arc<Mutex<Vec<Duration>>>);
+
+    impl Pause for Recorded {
+        fn pause(&mut self, duration: Duration) {
+            self.0.lock().expect("lock").push(duration);
+        }
+    }
+
+    fn sink(url: &str, format: PayloadFormat, dead: DeadLetter) -> (WebhookSink, Recorded) {
+        let mut cfg = WebhookConfig::new(url, format);
+        cfg.max_attempts = 4;
+        cfg.initial_backoff = Duration::from_millis(100);
+        cfg.max_backoff = Duration::from_secs(1);
+        let waits = Recorded::default();
+        let s = WebhookSink::new(cfg, dead)
+            .expect("http URL")
+            .with_pause(Box::new(waits.clone()));
+        (s, waits)
+    }
+
+    /// Two incidents, each opened, updated and resolved.
+    fn incidents() -> Vec<IncidentEvent> {
+        let mut c = Correlator::new(IncidentConfig::default()).expect("config");
+        let mut out = Vec::new();
+        for job in ["a", "b"] {
+            let root = event("XID_79", Role::Root, "gpu_hardware")
+                .job(job)
+                .host("node-05")
+                .ts("2024-05-01T12:00:00Z")
+                .build();
+            c.observe(&root, &mut out);
+            let cascade = event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout")
+                .job(job)
+                .rank(1)
+                .ts("2024-05-01T12:10:00Z")
+                .cap("elapsed_ms", "600000")
+                .build();
+            c.observe(&cascade, &mut out);
+        }
+        c.resolve_all(&mut out);
+        out
+    }
+
+    #[test]
+    fn exactly_one_ticket_per_incident_after_retries() {
+        let server = TicketServer::start(2, 503);
+        let (mut s, waits) = sink(&server.url, PayloadFormat::Generic, DeadLetter::Drop);
+        let events = incidents();
+        assert!(events.len() >= 4);
+        for e in &events {
+            assert!(matches!(s.send(e), Ok(Delivery::Delivered { .. })));
+        }
+        // A redelivery of every change (a replay after a crash) changes nothing.
+        for e in &events {
+            assert!(matches!(s.send(e), Ok(Delivery::Delivered { .. })));
+        }
+        let tickets = server.tickets.lock().expect("lock");
+        assert_eq!(tickets.len(), 2, "one ticket per incident: {tickets:?}");
+        for t in tickets.values() {
+            assert_eq!(
+                t["incident"]["status"], "resolved",
+                "the ticket follows its incident"
+            );
+        }
+        assert_eq!(
+            server.applied.lock().expect("lock").len(),
+            events.len(),
+            "each change applied once"
+        );
+        assert_eq!(
+            *waits.0.lock().expect("lock"),
+            vec![Duration::from_millis(100), Duration::from_millis(200)],
+            "exponential backoff"
+        );
+        assert_eq!(s.stats().retries, 2);
+        assert_eq!(s.stats().delivered as usize, 2 * events.len());
+        assert_eq!(
+            server.requests.load(Ordering::SeqCst),
+            2 + 2 * events.len(),
+            "two refused attempts, then every change twice"
+        );
+    }
+
+    #[test]
+    fn exhausted_retries_go_to_the_dead_letter_file() {
+        let server = TicketServer::start(usize::MAX, 500);
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("dead.jsonl");
+        let (mut s, waits) = sink(
+            &server.url,
+            PayloadFormat::Alertmanager,
+            DeadLetter::File(path.clone()),
+        );
+        let events = incidents();
+        let outcome = s.send(&events[0]).expect("dead letter written");
+        assert!(matches!(
+            outcome,
+            Delivery::DeadLettered { attempts: 4, .. }
+        ));
+        assert_eq!(
+            *waits.0.lock().expect("lock"),
+            vec![
+                Duration::from_millis(100),
+                Duration::from_millis(200),
+                Duration::from_millis(400)
+            ]
+        );
+        let text = std::fs::read_to_string(&path).expect("dead letters");
+        let record: Value =
+            serde_json::from_str(text.lines().next().expect("a line")).expect("json");
+        assert_eq!(record["type"], "dead_letter");
+        assert_eq!(record["attempts"], 4);
+        assert_eq!(record["error"], "HTTP 500");
+        assert_eq!(record["ticket_key"], events[0].fingerprint);
+        assert_eq!(record["payload"]["version"], "4");
+        assert!(server.tickets.lock().expect("lock").is_empty());
+    }
+
+    #[test]
+    fn client_errors_are_not_retried_and_retry_after_is_honoured() {
+        let server = TicketServer::start(1, 400);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink_seen = Arc::clone(&seen);
+        let (mut s, waits) = sink(
+            &server.url,
+            PayloadFormat::Generic,
+            DeadLetter::Callback(Box::new(move |r| {
+                sink_seen.lock().expect("lock").push(r.error.clone())
+            })),
+        );
+        let events = incidents();
+        assert!(matches!(
+            s.send(&events[0]),
+            Ok(Delivery::DeadLettered { attempts: 1, .. })
+        ));
+        assert_eq!(*seen.lock().expect("lock"), vec!["HTTP 400".to_string()]);
+        assert!(waits.0.lock().expect("lock").is_empty());
+
+        let server = TicketServer::start(1, 429);
+        let (mut s, waits) = sink(&server.url, PayloadFormat::Generic, DeadLetter::Drop);
+        assert!(matches!(
+            s.send(&events[0]),
+            Ok(Delivery::Delivered { attempts: 2 })
+        ));
+        // Retry-After: 7 is capped by max_backoff (1 s).
+        assert_eq!(*waits.0.lock().expect("lock"), vec![Duration::from_secs(1)]);
+    }
+
+    #[test]
+    fn unticketed_incidents_are_not_sent_and_urls_are_checked() {
+        let mut c = Correlator::new(IncidentConfig::default()).expect("config");
+        let mut out = Vec::new();
+        c.observe(
+            &event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout").build(),
+            &mut out,
+        );
+        let (mut s, _) = sink(
+            "http://127.0.0.1:9/",
+            PayloadFormat::Generic,
+            DeadLetter::Drop,
+        );
+        assert_eq!(s.send(&out[0]).expect("skips"), Delivery::Skipped);
+        assert_eq!(s.stats().attempts, 0);
+        let bad = WebhookSink::new(
+            WebhookConfig::new("ftp://x", PayloadFormat::Generic),
+            DeadLetter::Drop,
+        );
+        assert!(matches!(bad, Err(WebhookError::UnsupportedUrl(_))));
+    }
+
+    #[test]
+    fn alertmanager_labels_are_stable_over_an_incident() {
+        let events = incidents();
+        let cfg = WebhookConfig::new("http://am", PayloadFormat::Alertmanager);
+        let a: Vec<Value> = events
+            .iter()
+            .filter(|e| e.job_id == "a")
+            .map(|e| alertmanager_payload(e, &cfg))
+            .collect();
+        assert!(a.len() >= 2);
+        let labels: BTreeSet<String> = a
+            .iter()
+            .map(|p| p["alerts"][0]["labels"].to_string())
+            .collect();
+        assert_eq!(labels.len(), 1, "{labels:?}");
+        let first = &a[0];
+        assert_eq!(first["version"], "4");
+        assert_eq!(first["status"], "firing");
+        assert_eq!(first["alerts"][0]["endsAt"], ZERO_TIME);
+        assert_eq!(first["alerts"][0]["startsAt"], "2024-05-01T12:00:00.000Z");
+        assert_eq!(first["alerts"][0]["labels"]["error_code"], "XID_79");
+        let last = a.last().expect("resolved");
+        assert_eq!(last["status"], "resolved");
+        assert_eq!(last["alerts"][0]["endsAt"], "2024-05-01T12:10:00.000Z");
+    }
+}
