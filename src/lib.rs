@@ -9,9 +9,10 @@
 //!
 //! ```text
 //!  source::file ──chunks of lines──▶ engine ──Hit──▶ enrich ──MatchEvent──▶ sink::stdout
-//!                                      │   ▲
-//!                  envelope (JSON, ────┘   └── matcher (Hyperscan; regex oracle)
-//!                  launcher prefixes)            ▲
+//!                                      │   ▲                    │
+//!                  envelope (JSON, ────┘   └── matcher          ▼
+//!                  launcher prefixes)            ▲          incident ──IncidentEvent──▶ sink::stdout,
+//!                                                │                                     sink::webhook
 //!                                                └── kb (TOML entries -> validated Entry)
 //! ```
 //!
@@ -21,6 +22,8 @@
 //! - [`matcher`]: the multi-pattern engines behind one trait.
 //! - [`engine`]: a chunk of lines -> confirmed matches with captures.
 //! - [`enrich`]: a match -> the schema_version 1 event with its diagnosis.
+//! - [`incident`]: matches of a job -> incidents: root versus cascade, the culprit rank and
+//!   host, context lines, lifecycle, tickets.
 //! - [`source`], [`sink`]: inputs and outputs; [`scan`] wires them for `faultline scan`.
 //! - [`bench`]: generated corpora for the benchmarks.
 //! - [`cli`]: the command line.

@@ -48,7 +48,8 @@ struct Past {
 struct JobState {
     key: Arc<str>,
     tick: u64,
-    incident: Option<Incident>,
+    /// Boxed: an incident is large and moves in and out of here.
+    incident: Option<Box<Incident>>,
     streams: Streams,
     history: VecDeque<Past>,
 }
@@ -184,7 +185,8 @@ impl Correlator {
             let Some(inc) = job.incident.as_mut() else {
                 continue;
             };
-            inc.evaluate(&job.streams, true);
+            let dirty = inc.evidence_dirty;
+            inc.evaluate(&job.streams, dirty);
             if inc.significant || inc.minor {
                 let now = self.clock.unwrap_or(inc.last_ms);
                 Self::refresh_blame(&mut self.fleet, inc, now);
@@ -293,6 +295,9 @@ impl Correlator {
             return;
         };
         inc.count(event, rank, host.as_ref(), t, log_ms, cfg);
+        if appended.root_cause {
+            inc.evidence_dirty = true;
+        }
         if joins {
             if elect::can_initiate(event)
                 && inc
@@ -393,7 +398,7 @@ impl Correlator {
         let Some(job) = self.jobs.get_mut(key) else {
             return;
         };
-        let mut inc = Incident::new(
+        let mut inc = Box::new(Incident::new(
             serial,
             Arc::clone(key),
             election,
@@ -401,7 +406,7 @@ impl Correlator {
             log_ms,
             &self.cfg,
             &event.kb_version,
-        );
+        ));
         let (recurrence, _) = recurrence_of(&job.history, &inc.fingerprint, t, &self.cfg);
         inc.recurrence = recurrence;
         inc.restart_loop = recurrence >= self.cfg.restart_loop_after;
@@ -459,7 +464,10 @@ impl Correlator {
         let Some(mut inc) = job.incident.take() else {
             return;
         };
-        inc.evaluate(&job.streams, true);
+        let dirty = inc.evidence_dirty;
+        inc.evaluate(&job.streams, dirty);
+        // torchrun's root cause row belongs to this failure, not the job's next one.
+        job.streams.root_cause = None;
         let now = self.clock.unwrap_or(inc.last_ms);
         Self::refresh_blame(&mut self.fleet, &mut inc, now);
         let (_, slot) = recurrence_of(&job.history, &inc.fingerprint, inc.last_ms, &self.cfg);

@@ -281,7 +281,7 @@ impl Incident {
         }
         self.last_eval = (silent, lagging);
         self.evidence_dirty = false;
-        if self.elastic.is_none() {
+        if streams.root_cause.is_some() {
             self.elastic = streams.root_cause.clone();
         }
         let elastic = self.elastic.as_ref().map(|(r, h)| (*r, h.as_deref()));

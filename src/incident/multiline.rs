@@ -212,6 +212,8 @@ pub struct Appended {
     pub appended: bool,
     /// The block is a torchrun summary.
     pub summary: bool,
+    /// The line was torchrun's root cause row: culprit evidence changed.
+    pub root_cause: bool,
 }
 
 /// The streams of one job.
@@ -351,6 +353,7 @@ impl Streams {
         Appended {
             appended: true,
             summary: stream.summary,
+            root_cause: false,
         }
     }
 
@@ -368,6 +371,7 @@ impl Streams {
             return Appended {
                 appended: false,
                 summary: false,
+                root_cause: false,
             };
         };
         self.touch += 1;
@@ -377,8 +381,10 @@ impl Streams {
             return Appended {
                 appended: false,
                 summary: false,
+                root_cause: false,
             };
         }
+        let mut root_cause = false;
         if stream.in_root_cause && event.captures.contains_key("local_rank") {
             if let Some(rank) = event
                 .captures
@@ -386,6 +392,7 @@ impl Streams {
                 .and_then(|r| r.trim().parse::<u32>().ok())
             {
                 self.root_cause = Some((rank, stream.root_cause_host.clone()));
+                root_cause = true;
             }
         }
         if !stream.block.ends_with(&event.line) {
@@ -397,6 +404,7 @@ impl Streams {
         Appended {
             appended: true,
             summary: stream.summary,
+            root_cause,
         }
     }
 }

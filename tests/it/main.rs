@@ -2,6 +2,7 @@
 
 mod cli;
 mod corpus;
+mod incidents;
 mod kb;
 mod scan;
 mod support;
