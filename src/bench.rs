@@ -156,6 +156,49 @@ pub fn write_corpus(
     Ok((lines, failures))
 }
 
+/// How the raw baseline calls Hyperscan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RawMode {
+    /// One call per 1 MiB block of the file, as read.
+    Buffer,
+    /// One call per line.
+    Line,
+}
+
+/// The baseline: Hyperscan alone over a file, no line mapping, decoding or enrichment.
+/// Returns (bytes, raw hits).
+pub fn raw_hyperscan(
+    matcher: &crate::matcher::HyperscanMatcher,
+    path: &Path,
+    mode: RawMode,
+) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+    use crate::matcher::Matcher;
+    use std::io::Read;
+    let mut scratch = matcher.scratch()?;
+    let mut file = fs::File::open(path)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut hits = Vec::new();
+    let (mut bytes, mut total) = (0u64, 0u64);
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        bytes += n as u64;
+        match mode {
+            RawMode::Buffer => matcher.find(&mut scratch, &buf[..n], &mut hits)?,
+            RawMode::Line => {
+                for line in buf[..n].split(|&b| b == b'\n') {
+                    matcher.find(&mut scratch, line, &mut hits)?;
+                }
+            }
+        }
+        total += hits.len() as u64;
+        hits.clear();
+    }
+    Ok((bytes, total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
