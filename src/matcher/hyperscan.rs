@@ -84,42 +84,63 @@ impl HyperscanMatcher {
     }
 }
 
+/// A worker's Hyperscan scratch, plus where each pattern last hit during the current call.
+pub struct HsScratch {
+    scratch: Scratch,
+    /// Per pattern: end of its last reported hit in this call, or `u32::MAX`.
+    last_end: Vec<u32>,
+}
+
 impl Matcher for HyperscanMatcher {
-    type Scratch = Scratch;
+    type Scratch = HsScratch;
 
     fn name(&self) -> &'static str {
         ENGINE
     }
 
-    fn scratch(&self) -> Result<Scratch, MatchError> {
-        self.db.alloc_scratch().map_err(|e| MatchError::Database {
+    fn scratch(&self) -> Result<HsScratch, MatchError> {
+        let scratch = self.db.alloc_scratch().map_err(|e| MatchError::Database {
             engine: ENGINE,
             message: format!("cannot allocate scratch: {e}"),
+        })?;
+        Ok(HsScratch {
+            scratch,
+            last_end: vec![u32::MAX; self.patterns],
         })
     }
 
     fn find(
         &self,
-        scratch: &mut Scratch,
+        scratch: &mut HsScratch,
         haystack: &[u8],
         hits: &mut Vec<RawHit>,
     ) -> Result<(), MatchError> {
         if u32::try_from(haystack.len()).is_err() {
             return Err(MatchError::TooLarge(haystack.len()));
         }
+        let HsScratch { scratch, last_end } = scratch;
+        last_end.fill(u32::MAX);
+        let on_match = |id: u32, _from: u64, to: u64, _flags: u32| {
+            // `to` <= haystack.len(), checked above to fit in u32. A pattern with a variable
+            // tail (`[^\n]+`, `(?:, pid=\d+)?`) reports every end; one hit per line is all the
+            // engine needs, so later ends on the same line are dropped here.
+            let to = to as u32;
+            if let Some(last) = last_end.get_mut(id as usize) {
+                let same_line = *last != u32::MAX
+                    && memchr::memchr(b'\n', &haystack[*last as usize..to as usize]).is_none();
+                *last = to;
+                if same_line {
+                    return Matching::Continue;
+                }
+            }
+            hits.push(RawHit {
+                end: to,
+                pattern: id,
+            });
+            Matching::Continue
+        };
         self.db
-            .scan(
-                haystack,
-                scratch,
-                |id: u32, _from: u64, to: u64, _flags: u32| {
-                    // `to` <= haystack.len(), checked above to fit in u32.
-                    hits.push(RawHit {
-                        end: to as u32,
-                        pattern: id,
-                    });
-                    Matching::Continue
-                },
-            )
+            .scan(haystack, scratch, on_match)
             .map_err(|e| MatchError::Scan {
                 engine: ENGINE,
                 message: e.to_string(),
