@@ -199,6 +199,31 @@ pub fn raw_hyperscan(
     Ok((bytes, total))
 }
 
+/// A KB `factor` times the size of `files`: each entry plus `factor - 1` copies whose patterns
+/// and examples start with a literal of their own, so the matcher has `factor` times as many
+/// distinct signatures to look for. Returns (relative path, TOML text) pairs.
+pub fn scale_kb(
+    files: &[crate::kb::KbFile],
+    factor: usize,
+) -> Result<Vec<crate::kb::KbFile>, String> {
+    let mut out = Vec::new();
+    for (path, text) in files {
+        out.push((path.clone(), text.clone()));
+        let spec: crate::kb::EntrySpec =
+            toml::from_str(text).map_err(|e| format!("{}: {e}", path.display()))?;
+        for copy in 1..factor {
+            let mut s = spec.clone();
+            let tag = format!("zq{copy}k ");
+            s.id = format!("{}-x{copy}", spec.id);
+            s.patterns = s.patterns.iter().map(|p| format!("{tag}{p}")).collect();
+            s.examples = s.examples.iter().map(|e| format!("{tag}{e}")).collect();
+            let file = format!("{}.toml", s.id);
+            out.push((file.into(), toml::to_string(&s).map_err(|e| e.to_string())?));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +238,14 @@ mod tests {
         assert_eq!(a, b);
         assert!(a.len() as u64 >= 200_000 && a.len() < 202_000);
         assert_eq!(failures, lines / 100);
+    }
+
+    #[test]
+    fn scaled_kb_has_factor_times_the_entries_and_loads() {
+        let files = KnowledgeBase::embedded_files();
+        let scaled = scale_kb(&files[..5], 3).expect("scales");
+        assert_eq!(scaled.len(), 15);
+        let kb = KnowledgeBase::from_files(scaled, "scaled").expect("valid");
+        assert_eq!(kb.entries.len(), 15);
     }
 }
