@@ -64,8 +64,14 @@ fn incidents_of(name: &str, text: &str) -> Vec<Value> {
 }
 
 fn incidents_of_path(path: &Path) -> Vec<Value> {
+    incidents_with(path, 1)
+}
+
+fn incidents_with(path: &Path, threads: usize) -> Vec<Value> {
     let opts = ScanOptions {
         incidents: Some(IncidentConfig::default()),
+        threads,
+        chunk_bytes: 4096,
         ..ScanOptions::default()
     };
     let (_, bytes) = scan_paths(&hyperscan(), &[path], &opts);
@@ -383,6 +389,18 @@ fn the_real_torchrun_timeout_names_the_rank_that_never_enqueued() {
         .expect("lines")
         .iter()
         .any(|l| l["text"] == "Root Cause (first observed failure):"));
+}
+
+#[test]
+fn incidents_do_not_depend_on_the_number_of_threads() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("mixed.jsonl");
+    let mut lines = xid_job("a", 0);
+    lines.extend(xid_job("b", 60));
+    std::fs::write(&path, lines.join("\n") + "\n").expect("write");
+    let one = incidents_with(&path, 1);
+    assert_eq!(one.len(), 2);
+    assert_eq!(one, incidents_with(&path, 4));
 }
 
 #[test]
