@@ -21,6 +21,7 @@
 //! - [`matcher`]: the multi-pattern engines behind one trait.
 //! - [`engine`]: a chunk of lines -> confirmed matches with captures.
 //! - [`enrich`]: a match -> the schema_version 1 event with its diagnosis.
+//! - [`metrics`]: every Prometheus family, counted per batch, rendered for `/metrics`.
 //! - [`source`], [`sink`]: inputs and outputs; [`scan`] wires them for `faultline scan`.
 //! - [`bench`]: generated corpora for the benchmarks.
 //! - [`cli`]: the command line.
@@ -32,6 +33,7 @@ pub mod enrich;
 pub mod envelope;
 pub mod kb;
 pub mod matcher;
+pub mod metrics;
 pub mod record;
 pub mod scan;
 pub mod sink;

@@ -3,5 +3,6 @@
 mod cli;
 mod corpus;
 mod kb;
+mod observability;
 mod scan;
 mod support;
