@@ -22,6 +22,7 @@
 //! - [`engine`]: a chunk of lines -> confirmed matches with captures.
 //! - [`enrich`]: a match -> the schema_version 1 event with its diagnosis.
 //! - [`metrics`]: every Prometheus family, counted per batch, rendered for `/metrics`.
+//! - [`telemetry`]: one OpenTelemetry span per match, exported over OTLP.
 //! - [`source`], [`sink`]: inputs and outputs; [`scan`] wires them for `faultline scan`.
 //! - [`bench`]: generated corpora for the benchmarks.
 //! - [`cli`]: the command line.
@@ -38,3 +39,6 @@ pub mod record;
 pub mod scan;
 pub mod sink;
 pub mod source;
+pub mod telemetry;
+#[cfg(test)]
+mod testutil;

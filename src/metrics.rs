@@ -960,72 +960,9 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
 
     use super::*;
-    use crate::engine::Hit;
-    use crate::enrich::Enricher;
-    use crate::record::{LineMeta, LogRecord, Provenance};
-
-    fn entry(id: &str, code: &str, role: &str) -> (std::path::PathBuf, String) {
-        (
-            format!("{id}.toml").into(),
-            format!(
-                r#"id = "{id}"
-title = "t"
-domain = "nccl"
-category = "collective_timeout"
-error_code = "{code}"
-role = "{role}"
-severity = "error"
-verification = "ai_generated"
-patterns_verified = "unverified"
-root_cause = "r"
-patterns = ['{code} happened']
-examples = ["{code} happened"]
-negative_examples = ["y"]
-references = ["z"]
-"#
-            ),
-        )
-    }
-
-    fn kb(entries: &[(&str, &str, &str)]) -> KnowledgeBase {
-        let files = entries
-            .iter()
-            .map(|(id, code, role)| entry(id, code, role))
-            .collect();
-        KnowledgeBase::from_files(files, "test").expect("valid KB")
-    }
-
-    fn event(
-        kb: &KnowledgeBase,
-        entry: usize,
-        cluster: Option<&str>,
-        ts: Option<&str>,
-    ) -> MatchEvent {
-        let record = LogRecord {
-            message: Cow::Borrowed(b"x happened"),
-            meta: LineMeta {
-                cluster: cluster.map(str::to_string),
-                timestamp: ts.map(str::to_string),
-                ..LineMeta::default()
-            },
-            truncated: false,
-        };
-        let hit = Hit {
-            entry,
-            pattern: entry,
-            line: 1,
-            record: &record,
-            captures: Vec::new(),
-        };
-        let source = Provenance::File {
-            path: "-".into(),
-            line: 1,
-        };
-        Enricher::new(Arc::new(kb.clone())).event(&hit, "job-1", source)
-    }
+    use crate::testutil::{event, kb};
 
     /// Sum of the samples of `name` whose labels include every pair of `want`.
     fn sample(text: &str, name: &str, want: &[(&str, &str)]) -> Option<f64> {

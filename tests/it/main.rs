@@ -6,3 +6,4 @@ mod kb;
 mod observability;
 mod scan;
 mod support;
+mod telemetry;
