@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per area.
 
 mod cli;
+mod compose;
 mod corpus;
 mod kb;
 mod observability;
