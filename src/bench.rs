@@ -156,6 +156,74 @@ pub fn write_corpus(
     Ok((lines, failures))
 }
 
+/// How the raw baseline calls Hyperscan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RawMode {
+    /// One call per 1 MiB block of the file, as read.
+    Buffer,
+    /// One call per line.
+    Line,
+}
+
+/// The baseline: Hyperscan alone over a file, no line mapping, decoding or enrichment.
+/// Returns (bytes, raw hits).
+pub fn raw_hyperscan(
+    matcher: &crate::matcher::HyperscanMatcher,
+    path: &Path,
+    mode: RawMode,
+) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+    use crate::matcher::Matcher;
+    use std::io::Read;
+    let mut scratch = matcher.scratch()?;
+    let mut file = fs::File::open(path)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut hits = Vec::new();
+    let (mut bytes, mut total) = (0u64, 0u64);
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        bytes += n as u64;
+        match mode {
+            RawMode::Buffer => matcher.find(&mut scratch, &buf[..n], &mut hits)?,
+            RawMode::Line => {
+                for line in buf[..n].split(|&b| b == b'\n') {
+                    matcher.find(&mut scratch, line, &mut hits)?;
+                }
+            }
+        }
+        total += hits.len() as u64;
+        hits.clear();
+    }
+    Ok((bytes, total))
+}
+
+/// A KB `factor` times the size of `files`: each entry plus `factor - 1` copies whose patterns
+/// and examples start with a literal of their own, so the matcher has `factor` times as many
+/// distinct signatures to look for. Returns (relative path, TOML text) pairs.
+pub fn scale_kb(
+    files: &[crate::kb::KbFile],
+    factor: usize,
+) -> Result<Vec<crate::kb::KbFile>, String> {
+    let mut out = Vec::new();
+    for (path, text) in files {
+        out.push((path.clone(), text.clone()));
+        let spec: crate::kb::EntrySpec =
+            toml::from_str(text).map_err(|e| format!("{}: {e}", path.display()))?;
+        for copy in 1..factor {
+            let mut s = spec.clone();
+            let tag = format!("zq{copy}k ");
+            s.id = format!("{}-x{copy}", spec.id);
+            s.patterns = s.patterns.iter().map(|p| format!("{tag}{p}")).collect();
+            s.examples = s.examples.iter().map(|e| format!("{tag}{e}")).collect();
+            let file = format!("{}.toml", s.id);
+            out.push((file.into(), toml::to_string(&s).map_err(|e| e.to_string())?));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,5 +238,14 @@ mod tests {
         assert_eq!(a, b);
         assert!(a.len() as u64 >= 200_000 && a.len() < 202_000);
         assert_eq!(failures, lines / 100);
+    }
+
+    #[test]
+    fn scaled_kb_has_factor_times_the_entries_and_loads() {
+        let files = KnowledgeBase::embedded_files();
+        let scaled = scale_kb(&files[..5], 3).expect("scales");
+        assert_eq!(scaled.len(), 15);
+        let kb = KnowledgeBase::from_files(scaled, "scaled").expect("valid");
+        assert_eq!(kb.entries.len(), 15);
     }
 }

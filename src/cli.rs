@@ -79,6 +79,44 @@ Examples:
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// The baseline: Hyperscan alone over a file (no line mapping, decoding or enrichment);
+    /// prints bytes, hits and MB/s.
+    #[command(after_help = "\
+Examples:
+  faultline bench raw-hyperscan /tmp/corpus.log
+  faultline bench raw-hyperscan --mode line /tmp/corpus.log")]
+    RawHyperscan {
+        file: PathBuf,
+        #[command(flatten)]
+        kb: KbArg,
+        #[arg(long, value_enum, default_value_t = crate::bench::RawMode::Buffer)]
+        mode: crate::bench::RawMode,
+    },
+    /// Write a KB FACTOR times the size of the given one (copies with literals of their own),
+    /// to measure how throughput and compile time scale with the KB.
+    #[command(after_help = "\
+Examples:
+  faultline bench scale-kb --factor 10 --out /tmp/kb10 && faultline scan --kb /tmp/kb10 corpus.log")]
+    ScaleKb {
+        #[command(flatten)]
+        kb: KbArg,
+        #[arg(long, default_value_t = 10)]
+        factor: usize,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Scan FILE with the line-by-line `regex` oracle and compare with the JSON lines that
+    /// `faultline scan --no-summary` printed for it (exit code 1 on any difference).
+    #[command(after_help = "\
+Examples:
+  faultline scan --no-summary corpus.log > hs.jsonl && faultline bench oracle corpus.log --expect hs.jsonl")]
+    Oracle {
+        file: PathBuf,
+        #[arg(long, value_name = "JSONL")]
+        expect: PathBuf,
+        #[command(flatten)]
+        kb: KbArg,
+    },
     /// Print every KB pattern, one per line (for `rg -f`).
     #[command(after_help = "\
 Examples:
@@ -131,6 +169,9 @@ pub struct ScanArgs {
     /// Do not print the per-job summaries.
     #[arg(long)]
     pub no_summary: bool,
+    /// Worker threads per input (0: one per core, at most 8, for inputs over 16 MiB or stdin).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// Progress bar on stderr: `auto` shows it on a terminal for inputs over 64 MiB.
     #[arg(long, value_enum, default_value_t = Progress::Auto)]
     pub progress: Progress,
@@ -253,6 +294,85 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             eprintln!("wrote {lines} lines, {failures} of them KB examples");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Bench(BenchCommand::Oracle { file, expect, kb }) => {
+            let kb = Arc::new(kb.load()?);
+            let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+            let oracle = Engine::with_matcher(
+                Arc::clone(&kb),
+                crate::matcher::RegexMatcher::compile(&sources)?,
+            );
+            let (inputs, errors) = file::expand(&[file.display().to_string()], None);
+            if let Some(e) = errors.first() {
+                bail!("cannot read {e}");
+            }
+            let opts = ScanOptions {
+                summary: false,
+                ..ScanOptions::default()
+            };
+            let mut sink = StdoutSink::new(Vec::new(), Format::Json);
+            scan::scan_inputs(&oracle, &inputs, &opts, &mut sink, &mut |_| {})?;
+            let got = sink.into_inner();
+            let want = std::fs::read(&expect)?;
+            let (got_lines, want_lines) = (got.split(|&b| b == b'\n'), want.split(|&b| b == b'\n'));
+            for (i, (g, w)) in got_lines.zip(want_lines).enumerate() {
+                if g != w {
+                    eprintln!(
+                        "line {}: oracle {}\n        expected {}",
+                        i + 1,
+                        String::from_utf8_lossy(g),
+                        String::from_utf8_lossy(w)
+                    );
+                    return Ok(ExitCode::from(1));
+                }
+            }
+            if got.len() != want.len() {
+                eprintln!(
+                    "outputs differ in length: oracle {} bytes, expected {}",
+                    got.len(),
+                    want.len()
+                );
+                return Ok(ExitCode::from(1));
+            }
+            eprintln!("identical: {} bytes of events", got.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::ScaleKb { kb, factor, out }) => {
+            let files = match &kb.kb {
+                Some(dir) => kb::read_dir(dir)?,
+                None => KnowledgeBase::embedded_files(),
+            };
+            let scaled =
+                crate::bench::scale_kb(&files, factor.max(1)).map_err(anyhow::Error::msg)?;
+            for (path, text) in &scaled {
+                let target = out.join(path);
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::write(&target, text)?;
+            }
+            eprintln!("wrote {} entries to {}", scaled.len(), out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::RawHyperscan { file, kb, mode }) => {
+            let kb = kb.load()?;
+            let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+            let compile = std::time::Instant::now();
+            let matcher = crate::matcher::HyperscanMatcher::compile(&sources)?;
+            eprintln!(
+                "compiled {} patterns in {:.3} s",
+                sources.len(),
+                compile.elapsed().as_secs_f64()
+            );
+            let start = std::time::Instant::now();
+            let (bytes, hits) = crate::bench::raw_hyperscan(&matcher, &file, mode)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let secs = start.elapsed().as_secs_f64();
+            println!(
+                "{bytes} bytes, {hits} raw hits, {secs:.3} s, {:.1} MB/s",
+                bytes as f64 / secs / 1e6
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench(BenchCommand::Patterns { kb, unnamed }) => {
             let kb = kb.load()?;
             let names = regex::Regex::new(r"\(\?P?<[A-Za-z_][A-Za-z0-9_]*>")?;
@@ -291,7 +411,17 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
         Progress::Never => false,
         Progress::Auto => io::stderr().is_terminal() && total > 64 << 20,
     };
+    let cores = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let large = inputs.iter().any(|i| i.size.is_none_or(|s| s > 16 << 20));
+    let threads = match args.threads {
+        0 if large => cores,
+        0 => 1,
+        n => n,
+    };
     let opts = ScanOptions {
+        threads,
         chunk_bytes: args.chunk_bytes,
         max_line_bytes: args.max_line_bytes,
         summary: !args.no_summary,

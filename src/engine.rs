@@ -58,16 +58,36 @@ pub struct ChunkInfo {
 }
 
 impl Engine<HyperscanMatcher> {
-    /// Compiles `kb` into one Hyperscan database.
+    /// Compiles `kb` into one Hyperscan database, or loads it from the database cache
+    /// ([`database_cache_dir`]) when this KB was compiled before.
     pub fn new(kb: KnowledgeBase) -> Result<Self, MatchError> {
         let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
-        let matcher = HyperscanMatcher::compile(&sources)?;
+        let cache = database_cache_dir();
+        let (matcher, _) = HyperscanMatcher::compile_cached(&sources, cache.as_deref())?;
         Ok(Engine {
             kb: Arc::new(kb),
             matcher,
             suppress_fallbacks: true,
         })
     }
+}
+
+/// Where compiled Hyperscan databases are kept: `$FAULTLINE_CACHE_DIR` (empty or `off`
+/// disables the cache), else `$XDG_CACHE_HOME/faultline`, else `~/.cache/faultline`.
+pub fn database_cache_dir() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    if let Some(dir) = std::env::var_os("FAULTLINE_CACHE_DIR") {
+        if dir.is_empty() || dir == "off" {
+            return None;
+        }
+        return Some(PathBuf::from(dir));
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir).join("faultline"));
+    }
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|home| PathBuf::from(home).join(".cache").join("faultline"))
 }
 
 impl<M: Matcher> Engine<M> {

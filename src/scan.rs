@@ -23,6 +23,9 @@ pub struct ScanOptions {
     pub summary: bool,
     /// Show a progress bar on stderr (callers decide: a terminal and a large input).
     pub progress: bool,
+    /// Worker threads scanning chunks of one input in parallel; 1 scans on the calling thread.
+    /// Output is identical whatever the number.
+    pub threads: usize,
 }
 
 impl Default for ScanOptions {
@@ -32,6 +35,7 @@ impl Default for ScanOptions {
             max_line_bytes: file::DEFAULT_MAX_LINE_BYTES,
             summary: true,
             progress: false,
+            threads: 1,
         }
     }
 }
@@ -104,18 +108,24 @@ pub fn scan_inputs<M: Matcher, W: Write>(
             bar: progress.clone(),
             bytes: 0,
         };
-        let result = scan_one(
-            engine,
-            &enricher,
-            &mut worker,
-            input,
-            counted,
-            opts,
-            out,
-            &mut jobs,
-            &mut stats,
-            on_event,
-        );
+        let result = if opts.threads > 1 {
+            scan_parallel(
+                engine, &enricher, input, counted, opts, out, &mut jobs, &mut stats, on_event,
+            )
+        } else {
+            scan_one(
+                engine,
+                &enricher,
+                &mut worker,
+                input,
+                counted,
+                opts,
+                out,
+                &mut jobs,
+                &mut stats,
+                on_event,
+            )
+        };
         match result {
             Ok(()) => {}
             Err(OneError::Read(e)) => {
@@ -181,12 +191,7 @@ fn scan_one<M: Matcher, W: Write, R: Read>(
                     line: hit.line,
                 };
                 let event = enricher.event(&hit, &input.job_id, source);
-                stats.matches += 1;
-                jobs.entry(event.job_id.clone())
-                    .or_insert_with(|| JobSummary::new(&event.job_id))
-                    .add(&event);
-                on_event(&event);
-                if let Err(e) = out.event(&event) {
+                if let Err(e) = emit(&event, out, jobs, stats, on_event) {
                     write_error = Some(e);
                 }
             })
@@ -201,6 +206,175 @@ fn scan_one<M: Matcher, W: Write, R: Read>(
     drop(chunks);
     stats.bytes += reader.bytes;
     Ok(())
+}
+
+/// Records what the writer does with each event, in input order, for either scan path.
+#[allow(clippy::too_many_arguments)]
+fn emit<W: Write>(
+    event: &MatchEvent,
+    out: &mut StdoutSink<W>,
+    jobs: &mut BTreeMap<String, JobSummary>,
+    stats: &mut ScanStats,
+    on_event: &mut dyn FnMut(&MatchEvent),
+) -> io::Result<()> {
+    stats.matches += 1;
+    jobs.entry(event.job_id.clone())
+        .or_insert_with(|| JobSummary::new(&event.job_id))
+        .add(event);
+    on_event(event);
+    out.event(event)
+}
+
+/// One chunk's results from a worker: events with line numbers relative to the chunk.
+struct ChunkResult {
+    seq: u64,
+    lines: u64,
+    events: Result<Vec<MatchEvent>, crate::matcher::MatchError>,
+    buf: Vec<u8>,
+}
+
+/// Scans one input with `opts.threads` workers: a reader hands out owned chunks in sequence,
+/// workers scan them, and this thread writes the results back in sequence, fixing up line
+/// numbers. Queues are bounded, so memory stays at a few chunks per worker.
+#[allow(clippy::too_many_arguments)]
+fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
+    engine: &Engine<M>,
+    enricher: &Enricher,
+    input: &Input,
+    mut reader: Counted<R>,
+    opts: &ScanOptions,
+    out: &mut StdoutSink<W>,
+    jobs: &mut BTreeMap<String, JobSummary>,
+    stats: &mut ScanStats,
+    on_event: &mut dyn FnMut(&MatchEvent),
+) -> Result<(), OneError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::{channel, sync_channel};
+    use std::sync::Mutex;
+
+    let threads = opts.threads;
+    let (work_tx, work_rx) = sync_channel::<(u64, Vec<u8>, bool)>(threads * 2);
+    let work_rx = Mutex::new(work_rx);
+    let (done_tx, done_rx) = channel::<ChunkResult>();
+    let (pool_tx, pool_rx) = channel::<Vec<u8>>();
+    // Set by the writer on a fatal error: the reader stops, the workers drain without working.
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let stop = &stop;
+        let reading = scope.spawn(move || -> Result<(u64, u64), io::Error> {
+            let mut chunks = ChunkReader::new(&mut reader, opts.chunk_bytes, opts.max_line_bytes);
+            let mut seq = 0;
+            while let Some(chunk) = chunks.next_chunk()? {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let mut buf = pool_rx.try_recv().unwrap_or_default();
+                buf.clear();
+                buf.extend_from_slice(chunk.data);
+                if work_tx.send((seq, buf, chunk.info.truncated)).is_err() {
+                    break;
+                }
+                seq += 1;
+            }
+            let truncated = chunks.truncated_lines;
+            drop(chunks);
+            Ok((reader.bytes, truncated))
+        });
+        for _ in 0..threads {
+            let done_tx = done_tx.clone();
+            let work_rx = &work_rx;
+            scope.spawn(move || {
+                let mut worker = engine.worker();
+                loop {
+                    let next = match work_rx.lock() {
+                        Ok(rx) => rx.recv(),
+                        Err(_) => break,
+                    };
+                    let Ok((seq, buf, truncated)) = next else {
+                        break;
+                    };
+                    if stop.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    let mut events = Vec::new();
+                    let info = crate::engine::ChunkInfo {
+                        first_line: 1,
+                        truncated,
+                    };
+                    let result = match worker.as_mut() {
+                        Ok(worker) => engine.scan_chunk(worker, &buf, info, &mut |hit| {
+                            let source = Provenance::File {
+                                path: input.name.clone(),
+                                line: hit.line,
+                            };
+                            events.push(enricher.event(&hit, &input.job_id, source));
+                        }),
+                        Err(e) => Err(crate::matcher::MatchError::Scan {
+                            engine: engine.matcher.name(),
+                            message: e.to_string(),
+                        }),
+                    };
+                    let (lines, events) = match result {
+                        Ok(lines) => (lines, Ok(events)),
+                        Err(e) => (0, Err(e)),
+                    };
+                    let _ = done_tx.send(ChunkResult {
+                        seq,
+                        lines,
+                        events,
+                        buf,
+                    });
+                }
+            });
+        }
+        drop(done_tx);
+
+        // The writer: results back in sequence order.
+        let mut pending: BTreeMap<u64, ChunkResult> = BTreeMap::new();
+        let mut next = 0u64;
+        let mut base_line = 0u64;
+        let mut failure: Option<OneError> = None;
+        'results: for result in done_rx.iter() {
+            pending.insert(result.seq, result);
+            while let Some(result) = pending.remove(&next) {
+                next += 1;
+                let events = match result.events {
+                    Ok(events) => events,
+                    Err(e) => {
+                        failure = Some(OneError::Fatal(e.into()));
+                        break 'results;
+                    }
+                };
+                for mut event in events {
+                    if let Provenance::File { line, .. } = &mut event.source {
+                        *line += base_line;
+                    }
+                    if let Err(e) = emit(&event, out, jobs, stats, on_event) {
+                        failure = Some(OneError::Fatal(ScanError::Output(e)));
+                        break 'results;
+                    }
+                }
+                base_line += result.lines;
+                stats.lines += result.lines;
+                let _ = pool_tx.send(result.buf);
+            }
+        }
+        if let Some(e) = failure {
+            stop.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+        match reading.join() {
+            Ok(Ok((bytes, truncated))) => {
+                stats.bytes += bytes;
+                stats.truncated_lines += truncated;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(OneError::Read(e)),
+            Err(_) => Err(OneError::Fatal(ScanError::Output(io::Error::other(
+                "the reader thread panicked",
+            )))),
+        }
+    })
 }
 
 /// Counts bytes read (after decompression) and moves the progress bar.

@@ -8,6 +8,38 @@ use hyperscan::prelude::*;
 use super::{MatchError, Matcher, RawHit};
 
 const ENGINE: &str = "Hyperscan";
+const CACHE_MAGIC: &[u8] = b"FLHSDB01";
+
+/// What [`HyperscanMatcher::compile_cached`] did with the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheUse {
+    /// No cache directory, or it could not be written.
+    Off,
+    /// Compiled, and stored for next time.
+    Stored,
+    /// Loaded; nothing was compiled.
+    Loaded,
+}
+
+/// FNV-1a, 64 bits: a stable hash for cache keys and checksums (std's hasher is not stable).
+pub(crate) struct Fnv(u64);
+
+impl Fnv {
+    pub(crate) fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    pub(crate) fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    pub(crate) fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// A compiled Hyperscan database of all patterns; pattern id = index in the input slice.
 pub struct HyperscanMatcher {
@@ -78,51 +110,190 @@ impl HyperscanMatcher {
         })
     }
 
+    /// Like [`HyperscanMatcher::compile`], but keeps the compiled database in `cache_dir` and
+    /// loads it from there next time: compiling the shipped KB takes a few hundred
+    /// milliseconds, loading it a few. The file name is a hash of the patterns and the library
+    /// version; a file that is corrupt, or built for another CPU, is recompiled and replaced.
+    /// Cache problems are never errors: the database is compiled instead.
+    pub fn compile_cached<S: AsRef<str>>(
+        patterns: &[S],
+        cache_dir: Option<&std::path::Path>,
+    ) -> Result<(Self, CacheUse), MatchError> {
+        let Some(dir) = cache_dir else {
+            return Ok((Self::compile(patterns)?, CacheUse::Off));
+        };
+        let mut key = Fnv::new();
+        key.write(hyperscan::version_str().to_bytes());
+        for p in patterns {
+            key.write(&[0]);
+            key.write(p.as_ref().as_bytes());
+        }
+        let path = dir.join(format!("hs-{:016x}.db", key.finish()));
+        if let Ok(bytes) = std::fs::read(&path) {
+            if let Some(db) = Self::load(&bytes) {
+                return Ok((
+                    HyperscanMatcher {
+                        db,
+                        patterns: patterns.len(),
+                    },
+                    CacheUse::Loaded,
+                ));
+            }
+        }
+        let matcher = Self::compile(patterns)?;
+        let stored = matcher.store(dir, &path).is_ok();
+        Ok((
+            matcher,
+            if stored {
+                CacheUse::Stored
+            } else {
+                CacheUse::Off
+            },
+        ))
+    }
+
+    /// A cache file: magic, FNV-64 of the payload, then Hyperscan's serialized database.
+    fn load(bytes: &[u8]) -> Option<BlockDatabase> {
+        let rest = bytes.strip_prefix(CACHE_MAGIC)?;
+        let (sum, payload) = rest.split_at_checked(8)?;
+        let mut fnv = Fnv::new();
+        fnv.write(payload);
+        if sum != fnv.finish().to_le_bytes() {
+            return None;
+        }
+        // Hyperscan checks the version, the platform and its own checksum.
+        hyperscan::SerializedDatabase::deserialize(&payload).ok()
+    }
+
+    fn store(&self, dir: &std::path::Path, path: &std::path::Path) -> std::io::Result<()> {
+        let payload = self.db.serialize().map_err(std::io::Error::other)?;
+        let mut fnv = Fnv::new();
+        fnv.write(&payload);
+        let mut bytes = CACHE_MAGIC.to_vec();
+        bytes.extend(fnv.finish().to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        std::fs::create_dir_all(dir)?;
+        // Write then rename, so a concurrent reader never sees half a file.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, path)
+    }
+
     /// Compiles one pattern alone: `kb check` uses it to name the pattern that fails.
     pub fn check_one(source: &str) -> Result<(), MatchError> {
         Self::compile(&[source]).map(|_| ())
     }
 }
 
+/// A worker's Hyperscan scratch, plus where each pattern last hit during the current call.
+pub struct HsScratch {
+    scratch: Scratch,
+    /// Per pattern: end of its last reported hit in this call, or `u32::MAX`.
+    last_end: Vec<u32>,
+}
+
 impl Matcher for HyperscanMatcher {
-    type Scratch = Scratch;
+    type Scratch = HsScratch;
 
     fn name(&self) -> &'static str {
         ENGINE
     }
 
-    fn scratch(&self) -> Result<Scratch, MatchError> {
-        self.db.alloc_scratch().map_err(|e| MatchError::Database {
+    fn scratch(&self) -> Result<HsScratch, MatchError> {
+        let scratch = self.db.alloc_scratch().map_err(|e| MatchError::Database {
             engine: ENGINE,
             message: format!("cannot allocate scratch: {e}"),
+        })?;
+        Ok(HsScratch {
+            scratch,
+            last_end: vec![u32::MAX; self.patterns],
         })
     }
 
     fn find(
         &self,
-        scratch: &mut Scratch,
+        scratch: &mut HsScratch,
         haystack: &[u8],
         hits: &mut Vec<RawHit>,
     ) -> Result<(), MatchError> {
         if u32::try_from(haystack.len()).is_err() {
             return Err(MatchError::TooLarge(haystack.len()));
         }
+        let HsScratch { scratch, last_end } = scratch;
+        last_end.fill(u32::MAX);
+        let on_match = |id: u32, _from: u64, to: u64, _flags: u32| {
+            // `to` <= haystack.len(), checked above to fit in u32. A pattern with a variable
+            // tail (`[^\n]+`, `(?:, pid=\d+)?`) reports every end; one hit per line is all the
+            // engine needs, so later ends on the same line are dropped here.
+            let to = to as u32;
+            if let Some(last) = last_end.get_mut(id as usize) {
+                let same_line = *last != u32::MAX
+                    && memchr::memchr(b'\n', &haystack[*last as usize..to as usize]).is_none();
+                *last = to;
+                if same_line {
+                    return Matching::Continue;
+                }
+            }
+            hits.push(RawHit {
+                end: to,
+                pattern: id,
+            });
+            Matching::Continue
+        };
         self.db
-            .scan(
-                haystack,
-                scratch,
-                |id: u32, _from: u64, to: u64, _flags: u32| {
-                    // `to` <= haystack.len(), checked above to fit in u32.
-                    hits.push(RawHit {
-                        end: to as u32,
-                        pattern: id,
-                    });
-                    Matching::Continue
-                },
-            )
+            .scan(haystack, scratch, on_match)
             .map_err(|e| MatchError::Scan {
                 engine: ENGINE,
                 message: e.to_string(),
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(m: &HyperscanMatcher, text: &[u8]) -> Vec<RawHit> {
+        let mut scratch = m.scratch().expect("scratch");
+        let mut hits = Vec::new();
+        m.find(&mut scratch, text, &mut hits).expect("scan");
+        hits
+    }
+
+    #[test]
+    fn cached_database_is_stored_loaded_and_replaced_when_corrupt() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let patterns = ["boom \\d+", "Xid[^\\n]*79"];
+        let (a, first) =
+            HyperscanMatcher::compile_cached(&patterns, Some(dir.path())).expect("compiles");
+        assert_eq!(first, CacheUse::Stored);
+        let (b, second) =
+            HyperscanMatcher::compile_cached(&patterns, Some(dir.path())).expect("loads");
+        assert_eq!(second, CacheUse::Loaded);
+        let text = b"boom 1\nXid 79\nnothing\n";
+        assert_eq!(scan(&a, text), scan(&b, text));
+        assert_eq!(scan(&b, text).len(), 2);
+        // Corrupt every cache file: the next call compiles again.
+        for entry in std::fs::read_dir(dir.path()).expect("dir") {
+            let path = entry.expect("entry").path();
+            let mut bytes = std::fs::read(&path).expect("read");
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0xff;
+            std::fs::write(&path, bytes).expect("write");
+        }
+        let (_, third) =
+            HyperscanMatcher::compile_cached(&patterns, Some(dir.path())).expect("compiles");
+        assert_eq!(third, CacheUse::Stored);
+        // Other patterns never load this database.
+        let (_, other) =
+            HyperscanMatcher::compile_cached(&["boom"], Some(dir.path())).expect("compiles");
+        assert_eq!(other, CacheUse::Stored);
+    }
+
+    #[test]
+    fn one_hit_per_pattern_per_line() {
+        let m = HyperscanMatcher::compile(&["KeyError: [^\\n]+"]).expect("compiles");
+        let hits = scan(&m, b"KeyError: 'abc'\nKeyError: 'de'\n");
+        assert_eq!(hits.len(), 2, "{hits:?}");
     }
 }

@@ -12,12 +12,13 @@ use crate::support::{hyperscan, oracle, repo, scan_paths, shared};
 
 #[test]
 fn healthy_training_output_has_no_root_or_cascade_match() {
-    let dir = repo().join("tests/fixtures/healthy");
-    let mut paths = vec![dir];
-    let captured = repo().join("tests/fixtures/captured/healthy");
-    if captured.exists() {
-        paths.push(captured);
-    }
+    let captured = repo().join("tests/fixtures/captured");
+    let paths = [
+        repo().join("tests/fixtures/healthy"),
+        captured.join("nccl_healthy_2rank.log"),
+        captured.join("torchrun_nccl_healthy.log"),
+        captured.join("env_versions_nvidia_smi.log"),
+    ];
     let refs: Vec<&std::path::Path> = paths.iter().map(PathBuf::as_path).collect();
     let (events, _) = scan_paths(&hyperscan(), &refs, &ScanOptions::default());
     let loud: Vec<String> = events
@@ -29,6 +30,38 @@ fn healthy_training_output_has_no_root_or_cascade_match() {
         loud.is_empty(),
         "healthy lines matched:\n{}",
         loud.join("\n")
+    );
+}
+
+#[test]
+fn real_captures_yield_their_reviewed_error_codes() {
+    let dir = repo().join("tests/fixtures/captured");
+    let expected: Vec<(String, Vec<String>)> =
+        fs::read_to_string(repo().join("tests/fixtures/captured-expectations.txt"))
+            .expect("expectations")
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .map(|l| {
+                let mut words = l.split_whitespace().map(str::to_string);
+                let file = words.next().unwrap_or_default();
+                (file, words.filter(|w| w != "-").collect())
+            })
+            .collect();
+    assert!(expected.len() >= 40, "every capture is reviewed");
+    let engine = hyperscan();
+    let mut wrong = Vec::new();
+    for (file, codes) in &expected {
+        let (events, _) = scan_paths(&engine, &[&dir.join(file)], &ScanOptions::default());
+        let found: BTreeSet<String> = events.iter().map(|e| e.error_code.clone()).collect();
+        let want: BTreeSet<String> = codes.iter().cloned().collect();
+        if found != want {
+            wrong.push(format!("{file}: expected {want:?}, found {found:?}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "captures differ from tests/fixtures/captured-expectations.txt:\n{}",
+        wrong.join("\n")
     );
 }
 

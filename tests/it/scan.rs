@@ -254,3 +254,30 @@ fn engine_is_shareable_across_threads() {
         assert!(h.join().expect("thread") >= 1);
     }
 }
+
+#[test]
+fn parallel_scan_output_is_identical_to_sequential() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("corpus.log");
+    let mut corpus = Vec::new();
+    let kb = crate::support::kb();
+    faultline::bench::write_corpus(&kb, &[], 3 << 20, 0.01, 11, &mut corpus).expect("corpus");
+    std::fs::write(&path, &corpus).expect("write");
+    let examples = repo().join("examples");
+    let engine = hyperscan();
+    let sequential = ScanOptions {
+        chunk_bytes: 64 << 10,
+        ..ScanOptions::default()
+    };
+    let (a, out_a) = scan_paths(&engine, &[&path, &examples], &sequential);
+    for threads in [2, 4] {
+        let parallel = ScanOptions {
+            threads,
+            ..sequential.clone()
+        };
+        let (b, out_b) = scan_paths(&engine, &[&path, &examples], &parallel);
+        assert_eq!(a.len(), b.len());
+        assert!(a.len() > 300, "the corpus has KB examples");
+        assert_eq!(out_a, out_b, "{threads} threads: byte-identical output");
+    }
+}

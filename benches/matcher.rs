@@ -1,0 +1,149 @@
+//! Matcher micro-benchmarks on the shipped KB over a generated corpus (healthy training output
+//! with 0.1% KB example lines):
+//!
+//! - `hyperscan/buffer`: one Hyperscan call per 1 MiB of lines (what `scan` does);
+//! - `hyperscan/line`: one Hyperscan call per line;
+//! - `regexset/line`: the `regex` crate's `RegexSet`, line by line (the oracle);
+//! - `aho-corasick+regexset/line`: an Aho-Corasick prefilter on each pattern's required
+//!   literals, then the `RegexSet` only on lines that contain one (patterns without such a
+//!   literal run on every line, in a set of their own);
+//! - `engine/buffer`: the whole engine (hits to lines, decoding, confirmation, captures).
+//!
+//! Run with `cargo bench --bench matcher`.
+
+use std::sync::Arc;
+
+use aho_corasick::AhoCorasick;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use faultline::engine::{ChunkInfo, Engine};
+use faultline::kb::KnowledgeBase;
+use faultline::matcher::{HyperscanMatcher, Matcher};
+use regex::bytes::RegexSetBuilder;
+use regex_syntax::hir::literal::{ExtractKind, Extractor};
+
+fn corpus(kb: &KnowledgeBase) -> Vec<u8> {
+    let mut out = Vec::new();
+    faultline::bench::write_corpus(kb, &[], 4 << 20, 0.001, 3, &mut out).expect("corpus");
+    // Whole lines only, and at most 1 MiB per Hyperscan call below.
+    out
+}
+
+/// Literals one of which every match of `pattern` contains, or `None` when there is no such
+/// set worth using (then the line must go to the regexes anyway).
+fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
+    let hir = regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .build()
+        .parse(pattern)
+        .ok()?;
+    let mut extractor = Extractor::new();
+    extractor.kind(ExtractKind::Prefix);
+    // Prefix literals of an unanchored pattern are required substrings.
+    let seq = extractor.extract(&hir);
+    let lits = seq.literals()?;
+    if lits.is_empty() || lits.iter().any(|l| l.as_bytes().len() < 3) {
+        return None;
+    }
+    Some(lits.iter().map(|l| l.as_bytes().to_vec()).collect())
+}
+
+fn matchers(c: &mut Criterion) {
+    let kb = KnowledgeBase::embedded().expect("kb");
+    let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+    let data = corpus(&kb);
+    let hs = HyperscanMatcher::compile(&sources).expect("compiles");
+    let set = RegexSetBuilder::new(&sources)
+        .unicode(false)
+        .build()
+        .expect("compiles");
+    let literal_sets: Vec<Option<Vec<Vec<u8>>>> =
+        sources.iter().map(|p| required_literals(p)).collect();
+    let always: Vec<usize> = literal_sets
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.is_none())
+        .map(|(i, _)| i)
+        .collect();
+    let always_set = RegexSetBuilder::new(always.iter().map(|&i| sources[i]))
+        .unicode(false)
+        .build()
+        .expect("compiles");
+    let literals: Vec<Vec<u8>> = literal_sets.iter().flatten().flatten().cloned().collect();
+    let ac = AhoCorasick::new(&literals).expect("automaton");
+    let engine = Engine::with_matcher(
+        Arc::new(kb.clone()),
+        HyperscanMatcher::compile(&sources).expect("compiles"),
+    );
+
+    let mut group = c.benchmark_group("matcher");
+    group.throughput(Throughput::Bytes(data.len() as u64));
+    group.sample_size(10);
+    group.bench_function("hyperscan/buffer", |b| {
+        let mut scratch = hs.scratch().expect("scratch");
+        let mut hits = Vec::new();
+        b.iter(|| {
+            hits.clear();
+            for chunk in data.chunks(1 << 20) {
+                hs.find(&mut scratch, chunk, &mut hits).expect("scan");
+            }
+            hits.len()
+        })
+    });
+    group.bench_function("hyperscan/line", |b| {
+        let mut scratch = hs.scratch().expect("scratch");
+        let mut hits = Vec::new();
+        b.iter(|| {
+            hits.clear();
+            for line in data.split(|&b| b == b'\n') {
+                hs.find(&mut scratch, line, &mut hits).expect("scan");
+            }
+            hits.len()
+        })
+    });
+    group.bench_function("regexset/line", |b| {
+        b.iter(|| {
+            data.split(|&b| b == b'\n')
+                .filter(|l| set.is_match(l))
+                .count()
+        })
+    });
+    group.bench_function("aho-corasick+regexset/line", |b| {
+        b.iter(|| {
+            data.split(|&b| b == b'\n')
+                .filter(|l| (ac.is_match(l) && set.is_match(l)) || always_set.is_match(l))
+                .count()
+        })
+    });
+    group.bench_function("engine/buffer", |b| {
+        let mut worker = engine.worker().expect("worker");
+        b.iter(|| {
+            let mut n = 0usize;
+            let mut start = 0;
+            while start < data.len() {
+                let mut end = (start + (1 << 20)).min(data.len());
+                if end < data.len() {
+                    end = start
+                        + memchr::memrchr(b'\n', &data[start..end]).map_or(end - start, |i| i + 1);
+                }
+                engine
+                    .scan_chunk(
+                        &mut worker,
+                        &data[start..end],
+                        ChunkInfo {
+                            first_line: 1,
+                            truncated: false,
+                        },
+                        &mut |_| n += 1,
+                    )
+                    .expect("scan");
+                start = end;
+            }
+            n
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, matchers);
+criterion_main!(benches);

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs every scan comparison side by side on one generated corpus and writes BENCHMARKS.md and
+# docs/bench-kb-scaling.svg. Usage: scripts/bench.sh [SIZE_MB] [RUNS]
+#
+# Each tool is pinned to one core (taskset -c 0) unless stated, best of RUNS. Throughput is bytes
+# over CPU time (user + sys), which stays honest on a shared machine; wall times are kept too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size_mb=${1:-300}
+runs=${2:-3}
+work=${BENCH_DIR:-/tmp/faultline-bench}
+mkdir -p "$work" docs
+FAULTLINE_EXTRA_PACKAGES="time python3" scripts/setup.sh
+cargo build --release --locked --quiet
+bin=$PWD/target/release/faultline
+background=()
+[ -d ../shared/corpus/loghub ] && background=(--background ../shared/corpus/loghub)
+corpus=$work/corpus-${size_mb}m.log
+[ -s "$corpus" ] || $bin bench corpus --size-mb "$size_mb" --failure-rate 0.001 "${background[@]}" > "$corpus"
+bytes=$(stat -c %s "$corpus")
+lines=$(wc -l < "$corpus")
+cat "$corpus" > /dev/null
+
+export FAULTLINE_CACHE_DIR=$work/cache   # scans below run with the compiled-database cache warm
+results=$work/results.tsv
+: > "$results"
+# measure NAME CMD...: best CPU seconds (user+sys) and its wall seconds, over $runs runs.
+measure() {
+  local name=$1; shift
+  local best_cpu="" best_wall=""
+  for _ in $(seq "$runs"); do
+    local out
+    /usr/bin/time -o "$work/time.txt" -f "%U %S %e" "$@" > /dev/null 2> /dev/null || true
+    out=$(tail -n 1 "$work/time.txt")
+    local cpu wall
+    cpu=$(echo "$out" | awk '{print $1 + $2}')
+    wall=$(echo "$out" | awk '{print $3}')
+    if [ -z "$best_cpu" ] || awk "BEGIN{exit !($cpu < $best_cpu)}"; then best_cpu=$cpu; best_wall=$wall; fi
+  done
+  printf '%s\t%s\t%s\n' "$name" "$best_cpu" "$best_wall" | tee -a "$results" >&2
+}
+
+pin=(taskset -c 0)
+for factor in 1 2 5 10; do
+  kbdir=$work/kb-x$factor
+  [ -d "$kbdir" ] || $bin bench scale-kb --factor "$factor" --out "$kbdir" 2> /dev/null
+  $bin bench patterns --kb "$kbdir" --unnamed > "$work/patterns-x$factor.txt"
+  measure "faultline-scan x$factor" "${pin[@]}" "$bin" scan --kb "$kbdir" --threads 1 --no-summary --progress never "$corpus"
+  measure "raw-hyperscan-buffer x$factor" "${pin[@]}" "$bin" bench raw-hyperscan --kb "$kbdir" "$corpus"
+  measure "ripgrep x$factor" "${pin[@]}" rg -c -f "$work/patterns-x$factor.txt" "$corpus"
+  measure "compile x$factor" "$bin" bench raw-hyperscan --kb "$kbdir" /dev/null
+done
+measure "raw-hyperscan-line x1" "${pin[@]}" "$bin" bench raw-hyperscan --kb "$work/kb-x1" --mode line "$corpus"
+measure "wc -l" "${pin[@]}" wc -l "$corpus"
+measure "startup (database cache warm)" "$bin" scan --no-summary /dev/null
+FAULTLINE_CACHE_DIR=off measure "startup (no database cache)" "$bin" scan --no-summary /dev/null
+cores=$(nproc)
+measure "faultline-scan all-cores" "$bin" scan --kb "$work/kb-x1" --threads "$cores" --no-summary --progress never "$corpus"
+
+# Output identical to the line-by-line oracle.
+$bin scan --no-summary --threads 1 "$corpus" > "$work/hyperscan.jsonl"
+oracle=identical
+if ! $bin bench oracle "$corpus" --expect "$work/hyperscan.jsonl" 2>> "$work/oracle.err"; then oracle=DIFFERENT; fi
+
+python3 scripts/bench_report.py "$results" "$bytes" "$lines" "$size_mb" "$runs" "$oracle" "$cores"
