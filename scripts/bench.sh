@@ -48,7 +48,7 @@ for factor in 1 2 5 10; do
   measure "faultline-scan x$factor" "${pin[@]}" "$bin" scan --kb "$kbdir" --threads 1 --no-summary --progress never "$corpus"
   measure "raw-hyperscan-buffer x$factor" "${pin[@]}" "$bin" bench raw-hyperscan --kb "$kbdir" "$corpus"
   measure "ripgrep x$factor" "${pin[@]}" rg -c -f "$work/patterns-x$factor.txt" "$corpus"
-  measure "compile x$factor" "$bin" bench raw-hyperscan --kb "$kbdir" /dev/null
+  FAULTLINE_CACHE_DIR=off measure "compile x$factor" "$bin" bench raw-hyperscan --kb "$kbdir" /dev/null
 done
 measure "raw-hyperscan-line x1" "${pin[@]}" "$bin" bench raw-hyperscan --kb "$work/kb-x1" --mode line "$corpus"
 measure "wc -l" "${pin[@]}" wc -l "$corpus"

@@ -357,9 +357,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let kb = kb.load()?;
             let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
             let compile = std::time::Instant::now();
-            let matcher = crate::matcher::HyperscanMatcher::compile(&sources)?;
+            let cache = crate::engine::database_cache_dir();
+            let (matcher, cache_use) =
+                crate::matcher::HyperscanMatcher::compile_cached(&sources, cache.as_deref())?;
             eprintln!(
-                "compiled {} patterns in {:.3} s",
+                "{} patterns ready in {:.3} s (database cache: {cache_use:?})",
                 sources.len(),
                 compile.elapsed().as_secs_f64()
             );
