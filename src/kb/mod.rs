@@ -301,11 +301,9 @@ mod tests {
 
     #[test]
     fn anchors_and_empty_patterns_are_rejected() {
-        assert!(compile_pattern("^foo").expect_err("rejected").contains('^'));
-        assert!(compile_pattern("foo$").expect_err("rejected").contains('$'));
-        assert!(compile_pattern("a*")
-            .expect_err("rejected")
-            .contains("empty"));
+        assert!(compile_pattern("^foo").unwrap_err().contains('^'));
+        assert!(compile_pattern("foo$").unwrap_err().contains('$'));
+        assert!(compile_pattern("a*").unwrap_err().contains("empty"));
         assert!(compile_pattern("(?P<rank>\\d+) died").is_ok());
     }
 
