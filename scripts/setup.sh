@@ -11,7 +11,7 @@ case "$(uname -m)" in
   x86_64|amd64) hs=libhyperscan-dev ;;
   *) hs=libvectorscan-dev ;;
 esac
-for pkg in "$hs" pkg-config gcc g++ make ripgrep; do
+for pkg in "$hs" pkg-config gcc g++ make ripgrep prometheus; do
   have_pkg "$pkg" || need+=("$pkg")
 done
 for pkg in ${FAULTLINE_EXTRA_PACKAGES:-}; do
@@ -28,6 +28,6 @@ if ((${#need[@]})); then
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "setup: cargo is missing; install a Rust toolchain >= 1.85 (https://rustup.rs) and rerun" >&2
+  echo "setup: cargo is missing; install a Rust toolchain >= 1.88 (https://rustup.rs) and rerun" >&2
   exit 1
 fi

@@ -24,6 +24,8 @@
 //! - [`enrich`]: a match -> the schema_version 1 event with its diagnosis.
 //! - [`incident`]: matches of a job -> incidents: root versus cascade, the culprit rank and
 //!   host, context lines, lifecycle, tickets.
+//! - [`metrics`]: every Prometheus family, counted per batch, rendered for `/metrics`.
+//! - [`telemetry`]: one OpenTelemetry span per match, exported over OTLP.
 //! - [`source`], [`sink`]: inputs and outputs; [`scan`] wires them for `faultline scan`.
 //! - [`bench`]: generated corpora for the benchmarks.
 //! - [`cli`]: the command line.
@@ -36,7 +38,11 @@ pub mod envelope;
 pub mod incident;
 pub mod kb;
 pub mod matcher;
+pub mod metrics;
 pub mod record;
 pub mod scan;
 pub mod sink;
 pub mod source;
+pub mod telemetry;
+#[cfg(test)]
+mod testutil;

@@ -1,8 +1,11 @@
 //! Integration tests: one binary, one module per area.
 
 mod cli;
+mod compose;
 mod corpus;
 mod incidents;
 mod kb;
+mod observability;
 mod scan;
 mod support;
+mod telemetry;

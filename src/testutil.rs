@@ -1,0 +1,69 @@
+//! Fixtures for unit tests: a tiny KB and events of its entries.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use crate::engine::Hit;
+use crate::enrich::{Enricher, MatchEvent};
+use crate::kb::KnowledgeBase;
+use crate::record::{LineMeta, LogRecord, Provenance};
+
+pub fn entry(id: &str, code: &str, role: &str) -> (std::path::PathBuf, String) {
+    (
+        format!("{id}.toml").into(),
+        format!(
+            r#"id = "{id}"
+title = "t"
+domain = "nccl"
+category = "collective_timeout"
+error_code = "{code}"
+role = "{role}"
+severity = "error"
+verification = "ai_generated"
+patterns_verified = "unverified"
+root_cause = "r"
+patterns = ['{code} happened']
+examples = ["{code} happened"]
+negative_examples = ["y"]
+references = ["z"]
+"#
+        ),
+    )
+}
+
+pub fn kb(entries: &[(&str, &str, &str)]) -> KnowledgeBase {
+    let files = entries
+        .iter()
+        .map(|(id, code, role)| entry(id, code, role))
+        .collect();
+    KnowledgeBase::from_files(files, "test").expect("valid KB")
+}
+
+pub fn event(
+    kb: &KnowledgeBase,
+    entry: usize,
+    cluster: Option<&str>,
+    ts: Option<&str>,
+) -> MatchEvent {
+    let record = LogRecord {
+        message: Cow::Borrowed(b"x happened"),
+        meta: LineMeta {
+            cluster: cluster.map(str::to_string),
+            timestamp: ts.map(str::to_string),
+            ..LineMeta::default()
+        },
+        truncated: false,
+    };
+    let hit = Hit {
+        entry,
+        pattern: entry,
+        line: 1,
+        record: &record,
+        captures: Vec::new(),
+    };
+    let source = Provenance::File {
+        path: "-".into(),
+        line: 1,
+    };
+    Enricher::new(Arc::new(kb.clone())).event(&hit, "job-1", source)
+}
