@@ -139,7 +139,7 @@ pub fn write_corpus(
         buf.clear();
         while buf.len() < (1 << 20) && written + (buf.len() as u64) < bytes {
             lines += 1;
-            if lines % every == 0 && !examples.is_empty() {
+            if lines.is_multiple_of(every) && !examples.is_empty() {
                 failures += 1;
                 buf.extend_from_slice(examples[rng.below(examples.len())].as_bytes());
                 buf.push(b'\n');
