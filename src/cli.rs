@@ -16,6 +16,7 @@ use crate::enrich::Enricher;
 use crate::incident::{self, IncidentConfig};
 use crate::kb::{self, KnowledgeBase};
 use crate::record::Provenance;
+use crate::redact::{Redactor, RuleSpec};
 use crate::scan::{self, ScanOptions};
 use crate::sink::stdout::{self as out, Format, StdoutSink};
 use crate::source::file;
@@ -50,6 +51,7 @@ Examples:
   faultline scan examples/
   faultline scan --format text logs/job-1234.log.gz
   faultline scan --job-id llm-pretrain-7 - < rank0.log
+  faultline scan --redact 'internal_token=itk_(?P<secret>[a-z0-9]{32})' logs/
   faultline scan logs/ | jq 'select(.role == \"root\")'
   faultline scan logs/ | jq 'select(.type == \"incident\") | .culprit'
   faultline scan --incident-window 10m --incident-quiet 1h logs/")]
@@ -194,6 +196,14 @@ pub struct ScanArgs {
     /// Progress bar on stderr: `auto` shows it on a terminal for inputs over 64 MiB.
     #[arg(long, value_enum, default_value_t = Progress::Auto)]
     pub progress: Progress,
+    /// Print secrets as the log has them (by default tokens, keys and passwords in `line` and
+    /// `captures` become `[REDACTED:<kind>]`; see docs/security.md).
+    #[arg(long, conflicts_with = "redact")]
+    pub no_redact: bool,
+    /// Extra redaction rule, repeatable: NAME=PATTERN (a `secret` group narrows what is
+    /// replaced), added to the built-in rules.
+    #[arg(long, value_name = "NAME=PATTERN")]
+    pub redact: Vec<RuleSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -451,6 +461,11 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
         0 => 1,
         n => n,
     };
+    let redactor = match (args.no_redact, args.redact.is_empty()) {
+        (true, _) => None,
+        (false, true) => Some(Redactor::builtin()),
+        (false, false) => Some(Arc::new(Redactor::new(&args.redact)?)),
+    };
     let opts = ScanOptions {
         threads,
         chunk_bytes: args.chunk_bytes,
@@ -463,6 +478,7 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
             ..IncidentConfig::default()
         }),
         context_events: args.context_events,
+        redactor,
     };
     let stdout = io::stdout().lock();
     let mut sink = StdoutSink::new(

@@ -2,6 +2,11 @@
 //!
 //! Pure functions of their inputs. The diagnosis of each entry is built once per KB and shared
 //! by every event of that entry (`Arc`), so enriching costs an allocation of the event only.
+//!
+//! The event's `line` and `captures` quote the log, so they pass through the [`Redactor`] here,
+//! before anything else sees the event: secrets become `[REDACTED:<kind>]` (on by default; see
+//! [`crate::redact`]). Then the line is cut to [`MAX_EVENT_LINE_BYTES`] and each capture to
+//! [`MAX_CAPTURE_BYTES`]; redacting first means a cut never leaves half a secret behind.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,12 +17,17 @@ use crate::engine::Hit;
 use crate::kb::spec::{DeadEndSpec, VersionSpec};
 use crate::kb::{Entry, KnowledgeBase, Role, Severity};
 use crate::record::Provenance;
+use crate::redact::Redactor;
 
 /// Version of the event and incident JSON contract. Bumped only for breaking changes.
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The most bytes of a line carried in an event; longer lines are cut and marked `truncated`.
 pub const MAX_EVENT_LINE_BYTES: usize = 8 * 1024;
+
+/// The most bytes of one capture value carried in an event (a `message` group can hold a
+/// whole line); longer values are cut and the event marked `truncated`.
+pub const MAX_CAPTURE_BYTES: usize = 1024;
 
 /// What to do about an entry: shared by all its events.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -86,7 +96,8 @@ pub struct MatchEvent {
     /// The matched line's message (launcher prefix stripped), at most
     /// [`MAX_EVENT_LINE_BYTES`], invalid UTF-8 replaced.
     pub line: String,
-    /// The line was cut, at the input's line-length limit or at the event's.
+    /// The line was cut, at the input's line-length limit or at the event's, or a capture was
+    /// cut at [`MAX_CAPTURE_BYTES`].
     pub truncated: bool,
     pub captures: BTreeMap<String, String>,
     pub kb_version: String,
@@ -101,16 +112,33 @@ pub struct MatchEvent {
 pub struct Enricher {
     kb: Arc<KnowledgeBase>,
     diagnoses: Vec<Arc<Diagnosis>>,
+    /// Redacts the line and captures; `None` turns redaction off (`scan --no-redact`).
+    redactor: Option<Arc<Redactor>>,
 }
 
 impl Enricher {
+    /// An enricher that redacts with the built-in rules.
     pub fn new(kb: Arc<KnowledgeBase>) -> Self {
         let diagnoses = kb
             .entries
             .iter()
             .map(|e| Arc::new(Diagnosis::of(e)))
             .collect();
-        Enricher { kb, diagnoses }
+        Enricher {
+            kb,
+            diagnoses,
+            redactor: Some(Redactor::builtin()),
+        }
+    }
+
+    /// Replaces the redactor (extra rules), or turns redaction off with `None`.
+    pub fn with_redactor(mut self, redactor: Option<Arc<Redactor>>) -> Self {
+        self.redactor = redactor;
+        self
+    }
+
+    pub fn redactor(&self) -> Option<&Arc<Redactor>> {
+        self.redactor.as_ref()
     }
 
     pub fn kb(&self) -> &Arc<KnowledgeBase> {
@@ -121,20 +149,23 @@ impl Enricher {
     pub fn event(&self, hit: &Hit<'_>, default_job: &str, source: Provenance) -> MatchEvent {
         let entry = &self.kb.entries[hit.entry];
         let meta = &hit.record.meta;
-        let message = &hit.record.message;
-        let cut = message.len() > MAX_EVENT_LINE_BYTES;
+        let message = self.redact(&hit.record.message);
+        let mut cut = message.len() > MAX_EVENT_LINE_BYTES;
         let shown = if cut {
             &message[..MAX_EVENT_LINE_BYTES]
         } else {
             &message[..]
         };
-        // Captured fields win over envelope fields only where the envelope says nothing.
-        let capture = |name: &str| {
-            hit.captures
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        };
+        let captures: BTreeMap<String, String> = hit
+            .captures
+            .iter()
+            .map(|(k, v)| {
+                let value = self.redact(v.as_bytes());
+                let (value, capture_cut) = cut_utf8(&value, MAX_CAPTURE_BYTES);
+                cut |= capture_cut;
+                (k.clone(), value)
+            })
+            .collect();
         MatchEvent {
             kind: "match",
             schema_version: SCHEMA_VERSION,
@@ -149,16 +180,38 @@ impl Enricher {
                 .clone()
                 .unwrap_or_else(|| default_job.to_string()),
             rank: meta.rank,
-            host: meta.host.clone().or_else(|| capture("host")),
+            // Captured fields win over envelope fields only where the envelope says nothing.
+            host: meta.host.clone().or_else(|| captures.get("host").cloned()),
             pod: meta.pod.clone(),
             timestamp: meta.timestamp.clone(),
             source,
             line: String::from_utf8_lossy(shown).into_owned(),
             truncated: cut || hit.record.truncated,
-            captures: hit.captures.iter().cloned().collect(),
+            captures,
             kb_version: self.kb.version.clone(),
             diagnosis: Arc::clone(&self.diagnoses[hit.entry]),
             cluster: meta.cluster.clone(),
         }
     }
+
+    /// `text` with its secrets replaced, when redaction is on.
+    fn redact<'a>(&self, text: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        match &self.redactor {
+            Some(r) => r.redact(text),
+            None => std::borrow::Cow::Borrowed(text),
+        }
+    }
+}
+
+/// `bytes` as text, cut to at most `max` bytes on a character boundary; whether it was cut.
+fn cut_utf8(bytes: &[u8], max: usize) -> (String, bool) {
+    let text = String::from_utf8_lossy(bytes);
+    if text.len() <= max {
+        return (text.into_owned(), false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (text[..end].to_string(), true)
 }

@@ -21,7 +21,8 @@
 //! - [`kb`]: the knowledge base: format, validation, `kb check`, importers.
 //! - [`matcher`]: the multi-pattern engines behind one trait.
 //! - [`engine`]: a chunk of lines -> confirmed matches with captures.
-//! - [`enrich`]: a match -> the schema_version 1 event with its diagnosis.
+//! - [`enrich`]: a match -> the schema_version 1 event with its diagnosis, secrets redacted
+//!   ([`redact`]) before the event leaves.
 //! - [`incident`]: matches of a job -> incidents: root versus cascade, the culprit rank and
 //!   host, context lines, lifecycle, tickets.
 //! - [`metrics`]: every Prometheus family, counted per batch, rendered for `/metrics`.
@@ -40,6 +41,7 @@ pub mod kb;
 pub mod matcher;
 pub mod metrics;
 pub mod record;
+pub mod redact;
 pub mod scan;
 pub mod sink;
 pub mod source;

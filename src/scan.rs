@@ -20,6 +20,7 @@ use crate::enrich::{Enricher, MatchEvent};
 use crate::incident::{self, multiline, Correlator, IncidentConfig, IncidentEvent, Status};
 use crate::matcher::Matcher;
 use crate::record::Provenance;
+use crate::redact::Redactor;
 use crate::sink::stdout::{JobSummary, StdoutSink};
 use crate::source::file::{self, ChunkReader, Input, InputError};
 
@@ -39,6 +40,8 @@ pub struct ScanOptions {
     /// Worker threads scanning chunks of one input in parallel; 1 scans on the calling thread.
     /// Output is identical whatever the number.
     pub threads: usize,
+    /// Redacts secrets in events (the built-in rules by default); `None`: `--no-redact`.
+    pub redactor: Option<Arc<Redactor>>,
 }
 
 impl Default for ScanOptions {
@@ -51,6 +54,7 @@ impl Default for ScanOptions {
             incidents: None,
             context_events: false,
             threads: 1,
+            redactor: Some(Redactor::builtin()),
         }
     }
 }
@@ -152,7 +156,7 @@ pub fn scan_inputs<M: Matcher, W: Write>(
     out: &mut StdoutSink<W>,
     on_event: &mut dyn FnMut(&MatchEvent),
 ) -> Result<ScanStats, ScanError> {
-    let enricher = Enricher::new(Arc::clone(&engine.kb));
+    let enricher = Enricher::new(Arc::clone(&engine.kb)).with_redactor(opts.redactor.clone());
     let mut worker = engine.worker()?;
     let mut stats = ScanStats::default();
     let mut jobs: BTreeMap<String, JobSummary> = BTreeMap::new();

@@ -6,6 +6,7 @@ mod corpus;
 mod incidents;
 mod kb;
 mod observability;
+mod redact;
 mod scan;
 mod support;
 mod telemetry;
