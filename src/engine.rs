@@ -156,7 +156,8 @@ impl<M: Matcher> Engine<M> {
                 let decoded = envelope::decode_json(line, &mut records).is_ok();
                 if decoded {
                     for record in &mut records {
-                        record.truncated = info.truncated;
+                        // A record cut by the envelope's record limit stays marked.
+                        record.truncated |= info.truncated;
                         w.line_hits.clear();
                         self.matcher
                             .find(&mut w.scratch, &record.message, &mut w.line_hits)?;

@@ -26,6 +26,12 @@ pub enum EnvelopeError {
     NoMessage,
 }
 
+/// The most records decoded from one JSON line (an OTLP export request's records, or the lines
+/// of a message with embedded newlines). Past it the rest of the line is not scanned and its
+/// records are marked truncated: a 1 MiB line of tiny records would otherwise cost a record
+/// (an allocation and a copy of the metadata) per dozen bytes.
+pub const MAX_RECORDS_PER_LINE: usize = 10_000;
+
 /// Whether a line is a JSON envelope candidate: its first non-blank byte is `{`.
 pub fn looks_like_json(line: &[u8]) -> bool {
     line.iter()
@@ -63,30 +69,36 @@ pub fn decode_json(line: &[u8], out: &mut Vec<LogRecord<'static>>) -> Result<(),
         return Err(EnvelopeError::InvalidJson("not a JSON object".into()));
     };
     let before = out.len();
+    let mut out = Capped {
+        out,
+        limit: before + MAX_RECORDS_PER_LINE,
+        capped: false,
+    };
     if let Some(Value::Array(resource_logs)) = obj.get("resourceLogs") {
-        for rl in resource_logs {
+        'export: for rl in resource_logs {
             let resource = attributes(rl.get("resource").and_then(|r| r.get("attributes")));
             for sl in array(rl.get("scopeLogs")) {
                 for record in array(sl.get("logRecords")) {
-                    decode_otlp_record(record, &resource, out);
+                    if out.full() {
+                        break 'export;
+                    }
+                    decode_otlp_record(record, &resource, &mut out);
                 }
             }
         }
-        return if out.len() > before {
-            Ok(())
-        } else {
-            Err(EnvelopeError::NoMessage)
+        return match out.finish(before) {
+            0 => Err(EnvelopeError::NoMessage),
+            _ => Ok(()),
         };
     }
     if obj.contains_key("body")
         && (obj.contains_key("timeUnixNano") || obj.contains_key("attributes"))
     {
         let resource = attributes(obj.get("resource").and_then(|r| r.get("attributes")));
-        decode_otlp_record(&Value::Object(obj), &resource, out);
-        return if out.len() > before {
-            Ok(())
-        } else {
-            Err(EnvelopeError::NoMessage)
+        decode_otlp_record(&Value::Object(obj), &resource, &mut out);
+        return match out.finish(before) {
+            0 => Err(EnvelopeError::NoMessage),
+            _ => Ok(()),
         };
     }
     let message = ["message", "log", "msg", "MESSAGE", "body"]
@@ -115,8 +127,42 @@ pub fn decode_json(line: &[u8], out: &mut Vec<LogRecord<'static>>) -> Result<(),
             .find_map(|k| obj.get(*k).and_then(as_timestamp)),
         cluster: field(&["cluster"]).or_else(|| label(&["cluster"])),
     };
-    push_lines(&message, meta, out);
+    push_lines(&message, meta, &mut out);
+    out.finish(before);
     Ok(())
+}
+
+/// The records of one JSON line, at most [`MAX_RECORDS_PER_LINE`] of them.
+struct Capped<'o> {
+    out: &'o mut Vec<LogRecord<'static>>,
+    limit: usize,
+    /// A record was refused.
+    capped: bool,
+}
+
+impl Capped<'_> {
+    fn full(&mut self) -> bool {
+        if self.out.len() >= self.limit {
+            self.capped = true;
+        }
+        self.capped
+    }
+
+    fn push(&mut self, record: LogRecord<'static>) {
+        if !self.full() {
+            self.out.push(record);
+        }
+    }
+
+    /// Marks the line's records truncated if some were refused; how many were decoded.
+    fn finish(self, before: usize) -> usize {
+        if self.capped {
+            for record in &mut self.out[before..] {
+                record.truncated = true;
+            }
+        }
+        self.out.len() - before
+    }
 }
 
 const JOB_KEYS: &[&str] = &[
@@ -136,11 +182,7 @@ const JOB_LABELS: &[&str] = &[
 ];
 const RANK_KEYS: &[&str] = &["rank", "RANK", "global_rank", "SLURM_PROCID"];
 
-fn decode_otlp_record(
-    record: &Value,
-    resource: &Map<String, Value>,
-    out: &mut Vec<LogRecord<'static>>,
-) {
+fn decode_otlp_record(record: &Value, resource: &Map<String, Value>, out: &mut Capped<'_>) {
     let Some(message) = record.get("body").and_then(any_value) else {
         return;
     };
@@ -165,9 +207,12 @@ fn decode_otlp_record(
     push_lines(&message, meta, out);
 }
 
-fn push_lines(message: &str, meta: LineMeta, out: &mut Vec<LogRecord<'static>>) {
+fn push_lines(message: &str, meta: LineMeta, out: &mut Capped<'_>) {
     let message = message.strip_suffix('\n').unwrap_or(message);
     for line in message.split('\n') {
+        if out.full() {
+            return;
+        }
         let line = line.strip_suffix('\r').unwrap_or(line);
         if line.is_empty() && message.contains('\n') {
             continue;

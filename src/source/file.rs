@@ -152,7 +152,9 @@ pub struct Chunk<'a> {
 impl<R: Read> ChunkReader<R> {
     pub fn new(reader: R, chunk_bytes: usize, max_line: usize) -> Self {
         let max_line = max_line.max(1);
-        let cap = chunk_bytes.max(max_line).max(4096);
+        // One byte more than the longest line, so that a line of exactly `max_line` bytes and
+        // its newline fit: it is whole, not cut.
+        let cap = chunk_bytes.max(max_line + 1).max(4096);
         ChunkReader {
             reader,
             buf: vec![0; cap],
@@ -199,7 +201,7 @@ impl<R: Read> ChunkReader<R> {
                         return Ok(Some(self.chunk(end, false)));
                     }
                 }
-                if self.len >= self.max_line {
+                if self.len > self.max_line {
                     // One line longer than the limit: hand out its head, skip its tail.
                     self.truncated_lines += 1;
                     let rest_has_newline =

@@ -5,6 +5,7 @@ mod compose;
 mod corpus;
 mod incidents;
 mod kb;
+mod limits;
 mod observability;
 mod redact;
 mod scan;
