@@ -45,7 +45,8 @@ per incident (matches of a job grouped within a window: its root, culprit rank a
 cascades and context lines; see docs/incidents.md), then one `summary` object per job.
 Traceback and c10 frame lines are folded into incidents (--context-events prints them).
 Exit code 0 when the scan ran, whatever it found; 1 when an input could not be read
-(the others are still scanned); 2 on other errors.
+or a chunk of lines had to be skipped because scanning it panicked twice (the rest is still
+scanned); 2 on other errors.
 
 Examples:
   faultline scan examples/
@@ -495,13 +496,16 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
     for e in &stats.errors {
         eprintln!("faultline: cannot read {e}");
     }
+    for p in &stats.panics {
+        eprintln!("faultline: {p}");
+    }
     if stats.truncated_lines > 0 {
         eprintln!(
             "faultline: {} line(s) longer than {} bytes were cut (marked \"truncated\")",
             stats.truncated_lines, args.max_line_bytes
         );
     }
-    let failed = !errors.is_empty() || !stats.errors.is_empty();
+    let failed = !errors.is_empty() || !stats.errors.is_empty() || stats.skipped_chunks() > 0;
     Ok(if failed {
         ExitCode::from(1)
     } else {

@@ -10,12 +10,22 @@
 //! opened, each in its final state (resolved when its quiet period passed in log time before
 //! the end of the input, else still open); to keep memory flat on huge inputs, resolved ones
 //! are written early once more than the correlator's open-incident cap are waiting.
+//!
+//! Failure isolation: no input should make the engine panic (the fuzz targets in `fuzz/` hold
+//! it to that), but if one does, the panic is caught per chunk, the chunk is scanned once more
+//! with a fresh worker, and if that panics too its lines are skipped: the scan goes on with
+//! the next chunk and the other inputs, and [`ScanStats::panics`] names the input and line range
+//! (for `scan`, "dead-lettered" means reported on stderr and counted; the Kafka pipeline maps
+//! it to its dead-letter topic). A chunk's events are emitted only once its scan has finished,
+//! so a retry never duplicates an event.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::io::{self, Read, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use crate::engine::{Engine, Worker};
+use crate::engine::{ChunkInfo, Engine, Worker};
 use crate::enrich::{Enricher, MatchEvent};
 use crate::incident::{self, multiline, Correlator, IncidentConfig, IncidentEvent, Status};
 use crate::matcher::Matcher;
@@ -69,6 +79,42 @@ pub struct ScanStats {
     pub truncated_lines: u64,
     /// Inputs that could not be read, with the reason.
     pub errors: Vec<String>,
+    /// Chunks whose scan panicked, retried or skipped.
+    pub panics: Vec<ChunkPanic>,
+}
+
+impl ScanStats {
+    /// Chunks skipped after their retry panicked too: lines that were not scanned.
+    pub fn skipped_chunks(&self) -> usize {
+        self.panics.iter().filter(|p| p.skipped).count()
+    }
+}
+
+/// A chunk whose scan panicked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkPanic {
+    pub input: String,
+    pub first_line: u64,
+    pub last_line: u64,
+    /// The panic's message, secrets redacted.
+    pub message: String,
+    /// The retry panicked too, so these lines were not scanned.
+    pub skipped: bool,
+}
+
+impl fmt::Display for ChunkPanic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: lines {}-{}: scanning panicked ({}); ",
+            self.input, self.first_line, self.last_line, self.message
+        )?;
+        if self.skipped {
+            write!(f, "the retry panicked too: these lines were skipped")
+        } else {
+            write!(f, "the retry scanned them")
+        }
+    }
 }
 
 /// Errors that stop a scan (unreadable inputs do not: they are counted in [`ScanStats`]).
@@ -272,7 +318,6 @@ fn scan_one<M: Matcher, W: Write, R: Read>(
     on_event: &mut dyn FnMut(&MatchEvent),
 ) -> Result<(), OneError> {
     let mut chunks = ChunkReader::new(&mut reader, opts.chunk_bytes, opts.max_line_bytes);
-    let mut write_error = None;
     loop {
         let chunk = match chunks.next_chunk() {
             Ok(Some(c)) => c,
@@ -282,23 +327,14 @@ fn scan_one<M: Matcher, W: Write, R: Read>(
                 return Err(OneError::Read(e));
             }
         };
-        let lines = engine
-            .scan_chunk(worker, chunk.data, chunk.info, &mut |hit| {
-                if write_error.is_some() {
-                    return;
-                }
-                let source = Provenance::File {
-                    path: input.name.clone(),
-                    line: hit.line,
-                };
-                let event = enricher.event(&hit, &input.job_id, source);
-                if let Err(e) = emit(&event, opts, out, jobs, stats, incidents, on_event) {
-                    write_error = Some(e);
-                }
-            })
+        let first_line = chunk.info.first_line;
+        let scanned = scan_isolated(engine, enricher, worker, input, chunk.data, chunk.info)
             .map_err(|e| OneError::Fatal(e.into()))?;
-        if let Some(e) = write_error.take() {
-            return Err(OneError::Fatal(ScanError::Output(e)));
+        let lines = scanned.lines;
+        stats.note_panics(input, first_line, &scanned);
+        for event in &scanned.events {
+            emit(event, opts, out, jobs, stats, incidents, on_event)
+                .map_err(|e| OneError::Fatal(ScanError::Output(e)))?;
         }
         if let Some(incidents) = incidents.as_mut() {
             incidents
@@ -339,11 +375,98 @@ fn emit<W: Write>(
     out.event(event)
 }
 
+/// What scanning one chunk gave.
+struct ChunkScan {
+    lines: u64,
+    events: Vec<MatchEvent>,
+    /// Panic messages: one when the retry succeeded, two when the chunk was skipped.
+    panics: Vec<String>,
+}
+
+impl ScanStats {
+    fn note_panics(&mut self, input: &Input, first_line: u64, scanned: &ChunkScan) {
+        if let Some(message) = scanned.panics.first() {
+            self.panics.push(ChunkPanic {
+                input: input.name.clone(),
+                first_line,
+                last_line: first_line + scanned.lines.max(1) - 1,
+                message: message.clone(),
+                skipped: scanned.panics.len() > 1,
+            });
+        }
+    }
+}
+
+/// Scans one chunk into events, isolating a panic of the engine, the matcher or the enricher:
+/// the chunk is scanned once more with a fresh worker (its buffers and scratch may have been
+/// left mid-update), then skipped.
+fn scan_isolated<M: Matcher>(
+    engine: &Engine<M>,
+    enricher: &Enricher,
+    worker: &mut Worker<M>,
+    input: &Input,
+    data: &[u8],
+    info: ChunkInfo,
+) -> Result<ChunkScan, crate::matcher::MatchError> {
+    let mut panics = Vec::new();
+    while panics.len() < 2 {
+        let mut events = Vec::new();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            engine.scan_chunk(worker, data, info, &mut |hit| {
+                let source = Provenance::File {
+                    path: input.name.clone(),
+                    line: hit.line,
+                };
+                events.push(enricher.event(&hit, &input.job_id, source));
+            })
+        }));
+        match result {
+            Ok(Ok(lines)) => {
+                return Ok(ChunkScan {
+                    lines,
+                    events,
+                    panics,
+                })
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(payload) => {
+                panics.push(panic_message(payload.as_ref()));
+                *worker = engine.worker()?;
+            }
+        }
+    }
+    Ok(ChunkScan {
+        lines: lines_in(data, info),
+        events: Vec::new(),
+        panics,
+    })
+}
+
+/// A panic's message, redacted: it may quote the input.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic payload".to_string());
+    Redactor::builtin().redact_str(&text).into_owned()
+}
+
+/// Lines in a chunk, as the engine counts them: its newlines plus a last line without one.
+fn lines_in(data: &[u8], info: ChunkInfo) -> u64 {
+    if info.truncated {
+        return 1;
+    }
+    let newlines = memchr::memchr_iter(b'\n', data).count() as u64;
+    newlines + u64::from(data.last().is_some_and(|&b| b != b'\n'))
+}
+
 /// One chunk's results from a worker: events with line numbers relative to the chunk.
 struct ChunkResult {
     seq: u64,
     lines: u64,
     events: Result<Vec<MatchEvent>, crate::matcher::MatchError>,
+    panics: Vec<String>,
     buf: Vec<u8>,
 }
 
@@ -411,32 +534,26 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
                     if stop.load(Ordering::Relaxed) {
                         continue;
                     }
-                    let mut events = Vec::new();
-                    let info = crate::engine::ChunkInfo {
+                    let info = ChunkInfo {
                         first_line: 1,
                         truncated,
                     };
                     let result = match worker.as_mut() {
-                        Ok(worker) => engine.scan_chunk(worker, &buf, info, &mut |hit| {
-                            let source = Provenance::File {
-                                path: input.name.clone(),
-                                line: hit.line,
-                            };
-                            events.push(enricher.event(&hit, &input.job_id, source));
-                        }),
+                        Ok(worker) => scan_isolated(engine, enricher, worker, input, &buf, info),
                         Err(e) => Err(crate::matcher::MatchError::Scan {
                             engine: engine.matcher.name(),
                             message: e.to_string(),
                         }),
                     };
-                    let (lines, events) = match result {
-                        Ok(lines) => (lines, Ok(events)),
-                        Err(e) => (0, Err(e)),
+                    let (lines, events, panics) = match result {
+                        Ok(s) => (s.lines, Ok(s.events), s.panics),
+                        Err(e) => (0, Err(e), Vec::new()),
                     };
                     let _ = done_tx.send(ChunkResult {
                         seq,
                         lines,
                         events,
+                        panics,
                         buf,
                     });
                 }
@@ -460,6 +577,12 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
                         break 'results;
                     }
                 };
+                let scanned = ChunkScan {
+                    lines: result.lines,
+                    events: Vec::new(),
+                    panics: result.panics,
+                };
+                stats.note_panics(input, base_line + 1, &scanned);
                 for mut event in events {
                     if let Provenance::File { line, .. } = &mut event.source {
                         *line += base_line;

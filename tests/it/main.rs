@@ -4,6 +4,7 @@ mod cli;
 mod compose;
 mod corpus;
 mod incidents;
+mod isolation;
 mod kb;
 mod limits;
 mod observability;
