@@ -8,5 +8,11 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --locked --all-targets --quiet -- -D warnings
+if cargo deny --version >/dev/null 2>&1; then
+  echo "== cargo deny (licenses, bans, sources)"
+  cargo deny --locked check licenses bans sources
+else
+  echo "== cargo deny: not installed, skipped (cargo install cargo-deny --locked)"
+fi
 echo "== cargo test"
 cargo test --locked --all-targets
