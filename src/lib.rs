@@ -36,6 +36,8 @@ pub mod cli;
 pub mod engine;
 pub mod enrich;
 pub mod envelope;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod incident;
 pub mod kb;
 pub mod matcher;

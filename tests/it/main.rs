@@ -3,6 +3,7 @@
 mod cli;
 mod compose;
 mod corpus;
+mod fuzz_corpus;
 mod incidents;
 mod isolation;
 mod kb;

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Fuzzing with cargo-fuzz (libFuzzer). The targets are fuzz/fuzz_targets/*.rs; their bodies are
+# faultline::fuzzing, which `cargo test` also runs over every stored input (fuzz/corpus/<target>/
+# and fuzz/regressions/<target>/), so a regression fails CI even where cargo-fuzz is absent.
+#
+#   scripts/fuzz.sh [SECONDS]   run every target for SECONDS each (default 60), one after the
+#                               other, then minimise the corpora; prints execs, coverage, crashes
+#   scripts/fuzz.sh --ci        every target for 20 s when cargo-fuzz is installed; otherwise
+#                               says so and exits 0 (the corpus replay in `cargo test` remains)
+#   scripts/fuzz.sh --seed      (re)build the seed corpora from tests/fixtures, examples/, kb/
+#   TARGETS="engine redact" scripts/fuzz.sh 600    only some targets
+#
+# Stable Rust works: RUSTC_BOOTSTRAP=1 lets it take the -Z flags that cargo-fuzz passes.
+# FUZZ_TARGET_DIR (default fuzz/target) is the build directory. Exit code 1 when a target
+# found a crash: its input is in fuzz/artifacts/<target>/; turn it into a regression
+# (fuzz/regressions/<target>/ and a named test in tests/it/fuzz_corpus.rs) and fix it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ALL_TARGETS="envelope kb_toml seed_markdown deadends_json engine chunk_reader redact"
+TARGETS="${TARGETS:-$ALL_TARGETS}"
+TARGET_DIR="${FUZZ_TARGET_DIR:-fuzz/target}"
+
+export RUSTC_BOOTSTRAP=1
+# Seed file named by content, as libFuzzer names corpus files.
+seed() { # target file
+  local sum
+  sum=$(sha1sum "$2" | cut -c1-40)
+  cp "$2" "fuzz/corpus/$1/$sum"
+}
+
+seed_corpora() {
+  local tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  for t in $ALL_TARGETS; do mkdir -p "fuzz/corpus/$t"; done
+  # Log text: every fixture and example, in pieces of 40 lines (libFuzzer's default input
+  # size limit is 4 KiB).
+  find tests/fixtures examples -type f \( -name '*.log' -o -name '*.jsonl' -o -name '*.json' \) |
+    sort | while read -r f; do
+      rm -f "$tmp"/piece.*
+      split -l 40 "$f" "$tmp/piece."
+      for p in "$tmp"/piece.*; do
+        head -c 4000 "$p" > "$tmp/cut"
+        seed envelope "$tmp/cut"
+        seed engine "$tmp/cut"
+        seed redact "$tmp/cut"
+        # chunk_reader: 3 bytes of settings (line limit, read size, repeats), then the text.
+        { printf '\x03\x05\x02'; cat "$tmp/cut"; } > "$tmp/cr"
+        seed chunk_reader "$tmp/cr"
+      done
+    done
+  find kb -name '*.toml' | sort | while read -r f; do seed kb_toml "$f"; done
+  for f in tests/fixtures/seed/*.md kb/README.md; do seed seed_markdown "$f"; done
+  for f in tests/fixtures/deadends/*.json tests/fixtures/deadends/*.ndjson; do
+    seed deadends_json "$f"
+  done
+  for t in $ALL_TARGETS; do
+    echo "seeded fuzz/corpus/$t: $(ls "fuzz/corpus/$t" | wc -l) inputs"
+  done
+}
+
+if [[ "${1:-}" == "--seed" ]]; then
+  seed_corpora
+  exit 0
+fi
+
+SECONDS_EACH="${1:-60}"
+if [[ "$SECONDS_EACH" == "--ci" ]]; then
+  if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "cargo-fuzz is not installed: only the corpus replay in cargo test runs (cargo install cargo-fuzz --locked)"
+    exit 0
+  fi
+  SECONDS_EACH=20
+fi
+
+echo "== cargo fuzz build (release, debug assertions, AddressSanitizer)"
+cargo fuzz build --target-dir "$TARGET_DIR"
+
+mkdir -p fuzz/logs
+found=0
+printf '%-14s %8s %12s %10s %8s %8s %8s\n' target seconds execs execs/s cov ft crashes
+for t in $TARGETS; do
+  mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
+  before=$(ls "fuzz/artifacts/$t" | wc -l)
+  log="fuzz/logs/$t.log"
+  # Inputs of chunk_reader are repeated up to 32 times by the harness; others stay small.
+  status=0
+  cargo fuzz run "$t" --target-dir "$TARGET_DIR" -- \
+    -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=3072 -max_len=8192 \
+    -print_final_stats=1 >"$log" 2>&1 || status=$?
+  after=$(ls "fuzz/artifacts/$t" | wc -l)
+  crashes=$((after - before))
+  if ((status != 0 && crashes == 0)); then crashes="rc=$status"; fi
+  execs=$(grep -h 'stat::number_of_executed_units' "$log" | awk '{s+=$2} END {print s+0}')
+  rate=$(grep -h 'stat::average_exec_per_sec' "$log" | awk '{s+=$2} END {print s+0}')
+  cov=$(grep -ohE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
+  ft=$(grep -ohE 'ft: [0-9]+' "$log" | tail -1 | awk '{print $2}')
+  printf '%-14s %8s %12s %10s %8s %8s %8s\n' "$t" "$SECONDS_EACH" "$execs" "$rate" \
+    "${cov:-?}" "${ft:-?}" "$crashes"
+  if [[ "$crashes" != 0 ]]; then found=1; fi
+done
+
+echo "== minimising the corpora (cargo fuzz cmin)"
+for t in $TARGETS; do
+  cargo fuzz cmin "$t" --target-dir "$TARGET_DIR" -- -max_len=8192 -rss_limit_mb=3072 \
+    >"fuzz/logs/$t.cmin.log" 2>&1 || echo "cmin $t failed: see fuzz/logs/$t.cmin.log"
+  echo "fuzz/corpus/$t: $(ls "fuzz/corpus/$t" | wc -l) inputs, $(du -sk "fuzz/corpus/$t" | cut -f1) KiB"
+done
+if ((found)); then
+  echo "crashes found: see fuzz/artifacts/ and fuzz/logs/" >&2
+  exit 1
+fi
