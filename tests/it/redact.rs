@@ -219,3 +219,52 @@ fn the_cli_refuses_a_bad_extra_rule() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("redaction rule `x`"), "{stderr}");
 }
+
+/// Everything downstream of the events that quotes log text: the incident objects `scan` prints
+/// (root line, context lines), both webhook payloads built from them, and the span attributes.
+fn downstream_text(opts: &ScanOptions) -> String {
+    use faultline::incident::{Correlator, IncidentConfig};
+    use faultline::sink::webhook::{self, PayloadFormat, WebhookConfig};
+
+    let opts = ScanOptions {
+        incidents: Some(IncidentConfig::default()),
+        ..opts.clone()
+    };
+    let (events, printed) = scan_paths(&hyperscan(), &[&corpus()], &opts);
+    let mut text = String::from_utf8(printed).expect("utf8");
+    let mut correlator = Correlator::new(IncidentConfig::default()).expect("config");
+    let mut incidents = Vec::new();
+    for event in &events {
+        correlator.observe(event, &mut incidents);
+        text += &format!("{:?}\n", faultline::telemetry::attributes(event));
+    }
+    correlator.resolve_all(&mut incidents);
+    assert!(!incidents.is_empty(), "the corpus opens incidents");
+    let alertmanager = WebhookConfig::new("http://127.0.0.1:9/", PayloadFormat::Alertmanager);
+    for incident in &incidents {
+        let key = webhook::idempotency_key(incident);
+        text += &webhook::generic_payload(incident, &key)
+            .expect("payload")
+            .to_string();
+        text += &webhook::alertmanager_payload(incident, &alertmanager).to_string();
+    }
+    text
+}
+
+#[test]
+fn incidents_webhook_payloads_and_spans_carry_no_secret() {
+    let off = downstream_text(&redaction_off());
+    let leaked_without = secrets()
+        .iter()
+        .filter(|(_, s)| off.contains(s.as_str()))
+        .count();
+    assert!(leaked_without >= 10, "these paths quote log lines");
+    let on = downstream_text(&ScanOptions::default());
+    assert!(on.contains("[REDACTED:"));
+    for (kind, secret) in secrets() {
+        assert!(
+            !on.contains(&secret),
+            "{kind} {secret} reached an incident, ticket or span"
+        );
+    }
+}
