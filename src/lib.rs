@@ -25,12 +25,18 @@
 //! - [`cli`]: the command line.
 
 pub mod cli;
+pub mod config;
+pub mod demo;
 pub mod engine;
 pub mod enrich;
 pub mod envelope;
 pub mod kb;
 pub mod matcher;
+pub mod offsets;
+pub mod pipeline;
 pub mod record;
+pub mod reload;
 pub mod scan;
+pub mod server;
 pub mod sink;
 pub mod source;

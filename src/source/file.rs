@@ -274,8 +274,9 @@ mod tests {
         while let Some(c) = r.next_chunk().expect("reads") {
             let lines = memchr::memchr_iter(b'\n', c.data).count() as u64
                 + u64::from(c.data.last().is_some_and(|&b| b != b'\n'));
+            let step = lines.max(u64::from(c.info.truncated));
             out.push((c.info.first_line, c.info.truncated, c.data.to_vec()));
-            r.advance_lines(lines.max(u64::from(c.info.truncated)));
+            r.advance_lines(step);
         }
         out
     }

@@ -2,3 +2,4 @@
 //! chunks of whole lines for `faultline scan`, the tests and the benchmarks.
 
 pub mod file;
+pub mod kafka;
