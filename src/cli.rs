@@ -63,7 +63,7 @@ Examples:
   faultline run --check-config --config faultline.toml
   faultline run --brokers kafka:9092 --topic train-logs --topic '^fleet-.*' --kb kb/
   FAULTLINE_KAFKA_OPTIONS=security.protocol=SASL_SSL,sasl.mechanism=SCRAM-SHA-512 faultline run -c faultline.toml")]
-    Run(crate::config::RunArgs),
+    Run(Box<crate::config::RunArgs>),
     /// Run the whole Kafka pipeline on an embedded broker with the sample job logs.
     #[command(after_help = "\
 Starts an in-process Kafka-protocol broker, produces the sample logs (./examples, or a
@@ -214,7 +214,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Kb(KbCommand::Import { files, out, force }) => run_import(&files, &out, force),
         Command::Kb(KbCommand::Explain { line, kb, format }) => run_explain(&line, &kb, format),
-        Command::Run(args) => run_kafka(args),
+        Command::Run(args) => run_kafka(*args),
         Command::Demo(args) => run_demo(args),
     }
 }

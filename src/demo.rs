@@ -90,6 +90,9 @@ pub struct DemoSummary {
     pub kb_version: String,
 }
 
+/// A job id and its lines, one record each.
+pub type Sample = (String, Vec<Vec<u8>>);
+
 /// Lines shown when there is no `examples/` directory.
 const BUILT_IN: &[(&str, &str)] = &[
     (
@@ -113,7 +116,7 @@ const BUILT_IN: &[(&str, &str)] = &[
 ];
 
 /// (job id, lines) of the samples to replay.
-pub fn samples(paths: &[PathBuf]) -> Result<Vec<(String, Vec<Vec<u8>>)>, DemoError> {
+pub fn samples(paths: &[PathBuf]) -> Result<Vec<Sample>, DemoError> {
     let mut paths = paths.to_vec();
     if paths.is_empty() && Path::new("examples").is_dir() {
         paths.push(PathBuf::from("examples"));
@@ -229,10 +232,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
 }
 
 /// Produces every line as one record keyed by its job; returns each partition's end offset.
-fn produce_samples(
-    bootstrap: &str,
-    jobs: &[(String, Vec<Vec<u8>>)],
-) -> Result<HashMap<i32, i64>, DemoError> {
+fn produce_samples(bootstrap: &str, jobs: &[Sample]) -> Result<HashMap<i32, i64>, DemoError> {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")

@@ -159,7 +159,7 @@ fn decode_otlp_record(
             .find_map(|k| record.get(*k).and_then(as_text))
             .and_then(|nanos| nanos.parse::<u128>().ok())
             .filter(|n| *n > 0)
-            .map(|n| rfc3339_from_unix_nanos(n)),
+            .map(rfc3339_from_unix_nanos),
         cluster: get(&["k8s.cluster.name", "cluster"]),
     };
     push_lines(&message, meta, out);
