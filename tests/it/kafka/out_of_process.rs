@@ -11,6 +11,8 @@ use super::*;
 /// The mock broker process; killed on drop.
 struct BrokerProcess {
     child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
     bootstrap: String,
 }
 
@@ -22,17 +24,30 @@ impl BrokerProcess {
             .stdout(Stdio::piped())
             .spawn()
             .expect("mock broker starts");
-        let stdout = child.stdout.take().expect("stdout");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let stdin = child.stdin.take().expect("stdin");
         let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("bootstrap line");
+        stdout.read_line(&mut line).expect("bootstrap line");
         let bootstrap = line
             .trim()
             .strip_prefix("bootstrap=")
             .expect("bootstrap=...")
             .to_string();
-        BrokerProcess { child, bootstrap }
+        BrokerProcess {
+            child,
+            stdin,
+            stdout,
+            bootstrap,
+        }
+    }
+
+    /// Sends one command and checks the answer.
+    fn command(&mut self, cmd: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{cmd}").expect("command sent");
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).expect("answer");
+        assert_eq!(answer.trim(), "ok", "{cmd}");
     }
 }
 
@@ -115,7 +130,7 @@ fn produced_through(events: &[In]) -> HashMap<i64, i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_stream_and_restart_lose_nothing() {
     const PARTS: i32 = 3;
-    let (_broker, bootstrap) = broker();
+    let (mut broker, bootstrap) = broker();
     let t = Topics {
         input: unique("logs"),
         output: unique("events"),
@@ -123,7 +138,10 @@ async fn sigkill_mid_stream_and_restart_lose_nothing() {
         group: unique("group"),
     };
     for (name, parts) in [(&t.input, PARTS), (&t.output, PARTS), (&t.dlq, 1)] {
-        create_topic(None, &bootstrap, name, parts).await;
+        match &mut broker {
+            Some(b) => b.command(&format!("topic {name} {parts}")),
+            None => create_topic(None, &bootstrap, name, parts).await,
+        }
     }
     let kb = test_kb();
     let wave = |from: usize, to: usize| -> Vec<Out> {
