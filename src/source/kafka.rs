@@ -97,6 +97,8 @@ pub struct SourceContext {
     /// callback runs inside `poll` and must drop the records of revoked partitions.
     queue: Mutex<Queue>,
     paused: AtomicBool,
+    /// Past the shutdown drain: the close's revoke must not wait again.
+    closing: AtomicBool,
     drain_timeout: Duration,
 }
 
@@ -145,7 +147,7 @@ impl SourceContext {
                 "assignment lost (session timeout?): in-flight records of the lost partitions \
                  will be processed again by their new owner"
             );
-        } else {
+        } else if !self.closing.load(Ordering::Relaxed) {
             let left = self.tracker.wait_drained(Some(&tps), self.drain_timeout);
             if left > 0 {
                 tracing::warn!(
@@ -276,6 +278,7 @@ impl KafkaSource {
             shared,
             queue: Mutex::new(Queue::default()),
             paused: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             drain_timeout: config.kafka.drain_timeout,
         };
         let consumer: BaseConsumer<SourceContext> = cc
@@ -423,6 +426,7 @@ impl KafkaSource {
         drop(tx);
         self.drain();
         stop.abandon();
+        self.ctx().closing.store(true, Ordering::Relaxed);
         drop(self.consumer); // leaves the group; its revoke callback finds nothing in flight
     }
 
