@@ -23,6 +23,19 @@
 //! - [`enrich`]: a match -> the schema_version 1 event with its diagnosis.
 //! - [`source`], [`sink`]: inputs and outputs; [`scan`] wires them for `faultline scan`.
 //! - [`cli`]: the command line.
+//!
+//! `faultline run` streams from Kafka (see `docs/kafka.md`):
+//!
+//! ```text
+//!  source::kafka ──Batch──▶ pipeline (engine + enrich) ──events──▶ sink::kafka
+//!        ▲  store watermark        │ resolve                          │ delivery acks
+//!        └───────────────── offsets::Tracker ◀────────────────────────┘
+//! ```
+//!
+//! - [`config`]: `faultline.toml`, flags and environment -> validated [`config::Config`].
+//! - [`offsets`]: the contiguous per-partition watermark of terminal records.
+//! - [`pipeline`]: the stages wired with bounded queues; [`reload`]: KB hot reload;
+//!   [`server`]: `/healthz`, `/readyz`; [`demo`]: the whole pipeline on an embedded broker.
 
 pub mod cli;
 pub mod config;

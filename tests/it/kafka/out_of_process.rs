@@ -330,3 +330,62 @@ fn demo_processes_the_samples_and_exits() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
+    let (mut broker, bootstrap) = broker();
+    let t = Topics {
+        input: unique("logs"),
+        output: unique("events"),
+        dlq: unique("dead"),
+        group: unique("group"),
+    };
+    for name in [&t.input, &t.output, &t.dlq] {
+        match &mut broker {
+            Some(b) => b.command(&format!("topic {name} 1")),
+            None => create_topic(None, &bootstrap, name, 1).await,
+        }
+    }
+    let kb = test_kb();
+    let mut child = run_command(&bootstrap, &t, kb.path())
+        .args(["--kb-watch-interval-ms", "0"])
+        .spawn()
+        .expect("faultline starts");
+    produce(&bootstrap, &t.input, &[Out::new(0, "j", "BOOM 0")]).await;
+    consume_until(&bootstrap, &t.output, 1, |r| !r.is_empty());
+
+    // The directory is not watched: only SIGHUP brings the new entry in.
+    write_entry(kb.path(), "zap", "ZAP");
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(hup.success());
+    let mut produced = 1;
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        produce(
+            &bootstrap,
+            &t.input,
+            &[Out::new(0, "j", format!("ZAP {produced}"))],
+        )
+        .await;
+        produced += 1;
+        let events = consume_all(&bootstrap, &t.output, 1);
+        if events.iter().any(|e| e.json()["error_code"] == "TEST_ZAP") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "SIGHUP did not reload the KB");
+    }
+    let int = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(int.success());
+    assert!(wait_exit(&mut child).success(), "SIGINT drains and exits 0");
+    assert_eq!(
+        committed(&bootstrap, &t.group, &t.input, 1),
+        vec![produced as i64],
+        "everything read was committed on the way out"
+    );
+}
