@@ -878,7 +878,7 @@ pub struct KafkaSettings {
 }
 
 /// Every librdkafka property faultline sets. Pass-through options come last and win over the
-/// defaults here (but not over the [`MANAGED`] ones, which validation forbids).
+/// defaults here (but not over the managed ones, which validation forbids).
 pub fn kafka_settings(k: &KafkaConfig) -> KafkaSettings {
     let s = |a: &str, b: &str| (a.to_string(), b.to_string());
     let mut consumer = vec![
