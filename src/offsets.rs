@@ -217,10 +217,17 @@ impl Tracker {
                 })
             }
         };
+        let was_idle = partition.marks.in_flight() == 0;
         partition.marks.register(offset)?;
+        let epoch = partition.epoch;
+        if was_idle {
+            // Stall detection counts from the first record in flight, not from the last
+            // progress before an idle spell.
+            inner.last_progress = Some(Instant::now());
+        }
         Ok(RecordId {
             tp: tp.clone(),
-            epoch: partition.epoch,
+            epoch,
             offset,
         })
     }
@@ -353,7 +360,7 @@ impl Tracker {
     pub fn stalled(&self, after: Duration) -> bool {
         let inner = self.lock();
         let busy = inner.partitions.values().any(|p| p.marks.in_flight() > 0);
-        busy && inner.last_progress.is_some_and(|t| t.elapsed() > after)
+        busy && inner.last_progress.is_some_and(|t| t.elapsed() >= after)
     }
 
     /// Misuses seen (acks of unknown offsets and the like); 0 unless there is a bug.
@@ -595,6 +602,17 @@ mod tests {
         acker.join().expect("acker");
         assert_eq!(left, 0);
         assert_eq!(t.remove(&[tp(0)]), vec![(tp(0), 100)]);
+    }
+
+    #[test]
+    fn stalls_are_in_flight_records_without_progress() {
+        let t = Tracker::new();
+        assert!(!t.stalled(Duration::ZERO), "nothing in flight");
+        let id = t.register(&tp(0), 0).expect("registers");
+        assert!(t.stalled(Duration::ZERO));
+        assert!(!t.stalled(Duration::from_secs(3600)));
+        t.resolve(&id, 0);
+        assert!(!t.stalled(Duration::ZERO), "drained");
     }
 
     #[test]

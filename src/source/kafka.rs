@@ -250,6 +250,9 @@ pub fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
     tpl
 }
 
+/// How often moved watermarks are handed to librdkafka's offset store.
+const STORE_EVERY: Duration = Duration::from_millis(20);
+
 /// The consumer and its loop.
 pub struct KafkaSource {
     consumer: BaseConsumer<SourceContext>,
@@ -344,8 +347,14 @@ impl KafkaSource {
     /// get until `kafka.drain_timeout_ms` to reach a terminal state, the watermarks are stored
     /// and committed synchronously, and the consumer leaves the group.
     pub fn run(mut self, tx: SyncSender<Batch>, stop: Arc<Stop>) {
+        // Watermarks are stored every few milliseconds, not per record: librdkafka commits
+        // on its own interval anyway.
+        let mut stored_at = Instant::now();
         while !stop.requested() {
-            self.store();
+            if stored_at.elapsed() >= STORE_EVERY {
+                self.store();
+                stored_at = Instant::now();
+            }
             // Hand a batch on when it is full or has lingered long enough.
             let batch = {
                 let mut queue = self.ctx().queue();
