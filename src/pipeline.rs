@@ -17,7 +17,6 @@
 //! is CPU work).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,6 +33,8 @@ use crate::reload::{self, KbSource, Loaded, ReloadError, ReloadStatus};
 use crate::server;
 use crate::sink::kafka::{KafkaSink, SinkCounts, SinkError};
 use crate::source::kafka::{forget, Batch, KafkaSource, SourceError, SourceRecord};
+
+pub mod queue;
 
 /// Why the pipeline stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -464,17 +465,17 @@ struct MatchStage {
 }
 
 impl MatchStage {
-    fn run(mut self, rx: Receiver<Batch>) {
+    fn run(mut self, rx: queue::Receiver<Batch>) {
         loop {
             let batch = match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(b) => b,
-                Err(RecvTimeoutError::Timeout) => {
+                Err(queue::RecvError::Timeout) => {
                     if let Some(e) = self.sink.failure() {
                         self.stop.fail(e.into());
                     }
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(queue::RecvError::Closed) => break,
             };
             if self.stop.failed() {
                 forget(&self.shared.tracker, &batch.records);
@@ -736,7 +737,7 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
         Arc::clone(&shared),
     )?;
     let worker = loaded.engine.worker()?;
-    let (tx, rx) = mpsc::sync_channel::<Batch>(config.pipeline.queue_batches);
+    let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);
     let stage = MatchStage {
         counter: InvalidCounter::new(config.dead_letter.limits),
         config: Arc::clone(&config),

@@ -3,15 +3,15 @@
 //! It runs on a thread of its own, because librdkafka calls the rebalance callback on the
 //! thread that polls and a revoke must block there until the partition's in-flight records are
 //! drained. Flow: `poll` -> [`Tracker::register`] -> the pending batch -> a bounded channel to
-//! the matcher ([`crate::pipeline`]). When the channel is full the source pauses its partitions
-//! (and keeps polling, to serve the group protocol), so a slow output slows consumption and
-//! memory stays bounded. Offsets are stored from the tracker's watermarks, never from what was
+//! the matcher ([`crate::pipeline`]). When the queue is full the source stops polling, so
+//! librdkafka's bounded prefetch fills and fetching stops; if that lasts, it pauses its
+//! partitions and polls again only to serve the group protocol. A slow output slows
+//! consumption and memory stays bounded. Offsets are stored from the tracker's watermarks, never from what was
 //! merely read; librdkafka commits the stored offsets asynchronously every
 //! `kafka.commit_interval_ms`, and synchronously on revoke and shutdown.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::{Config, KafkaSettings};
 use crate::offsets::{RecordId, TopicPartition, Tracker};
+use crate::pipeline::queue::{SendError, Sender};
 use crate::pipeline::{Shared, Stop};
 
 /// One record as read: owned, since it outlives the poll that returned it.
@@ -250,6 +251,11 @@ pub fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
     tpl
 }
 
+/// How long one wait for room in the queue lasts before the loop checks for a stop.
+const BLOCK_SLICE: Duration = Duration::from_millis(100);
+/// How long the queue may stay full before the partitions are paused to keep polling.
+const PAUSE_AFTER: Duration = Duration::from_secs(1);
+
 /// How often moved watermarks are handed to librdkafka's offset store.
 const STORE_EVERY: Duration = Duration::from_millis(20);
 
@@ -346,10 +352,11 @@ impl KafkaSource {
     /// Reads until `stop` is requested or the matcher hangs up, then drains: in-flight records
     /// get until `kafka.drain_timeout_ms` to reach a terminal state, the watermarks are stored
     /// and committed synchronously, and the consumer leaves the group.
-    pub fn run(mut self, tx: SyncSender<Batch>, stop: Arc<Stop>) {
+    pub fn run(mut self, tx: Sender<Batch>, stop: Arc<Stop>) {
         // Watermarks are stored every few milliseconds, not per record: librdkafka commits
         // on its own interval anyway.
         let mut stored_at = Instant::now();
+        let mut blocked_since: Option<Instant> = None;
         while !stop.requested() {
             if stored_at.elapsed() >= STORE_EVERY {
                 self.store();
@@ -371,14 +378,25 @@ impl KafkaSource {
             };
             let mut waiting = false;
             if let Some(batch) = batch {
-                match tx.try_send(batch) {
-                    Ok(()) => self.set_paused(false),
-                    Err(TrySendError::Full(b)) => {
+                // Wait a little for room: a full queue is usually drained within milliseconds.
+                match tx.send_timeout(batch, BLOCK_SLICE) {
+                    Ok(()) => {
+                        blocked_since = None;
+                        self.set_paused(false);
+                    }
+                    Err(SendError::Full(b)) => {
                         self.ctx().queue().waiting = Some(b);
                         waiting = true;
+                        // Not polling lets librdkafka's bounded prefetch fill and stop fetching.
+                        // Only a sustained stall pauses the partitions, so that polling can
+                        // serve the group (rebalances, max.poll.interval.ms) without reading.
+                        let since = *blocked_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() < PAUSE_AFTER {
+                            continue;
+                        }
                         self.set_paused(true);
                     }
-                    Err(TrySendError::Disconnected(b)) => {
+                    Err(SendError::Closed(b)) => {
                         forget(&self.tracker, &b.records);
                         break;
                     }
