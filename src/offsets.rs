@@ -356,6 +356,27 @@ impl Tracker {
         }
     }
 
+    /// Waits up to `timeout` until fewer than `max` records are in flight; returns whether so.
+    pub fn wait_in_flight_below(&self, max: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.lock();
+        loop {
+            let n: usize = inner.partitions.values().map(|p| p.marks.in_flight()).sum();
+            let now = Instant::now();
+            if n < max {
+                return true;
+            }
+            if now >= deadline {
+                return false;
+            }
+            inner = self
+                .progressed
+                .wait_timeout(inner, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
     /// Whether records are in flight and none progressed for `after`.
     pub fn stalled(&self, after: Duration) -> bool {
         let inner = self.lock();

@@ -256,6 +256,10 @@ const BLOCK_SLICE: Duration = Duration::from_millis(100);
 /// How long the queue may stay full before the partitions are paused to keep polling.
 const PAUSE_AFTER: Duration = Duration::from_secs(1);
 
+/// The most records in flight (read, not yet below the watermark): each costs a few bytes in
+/// the tracker, and a partition stuck on one unacknowledged record must not grow it forever.
+const MAX_IN_FLIGHT: usize = 1_000_000;
+
 /// How often moved watermarks are handed to librdkafka's offset store.
 const STORE_EVERY: Duration = Duration::from_millis(20);
 
@@ -379,7 +383,16 @@ impl KafkaSource {
             let mut waiting = false;
             if let Some(batch) = batch {
                 // Wait a little for room: a full queue is usually drained within milliseconds.
-                match tx.send_timeout(batch, BLOCK_SLICE) {
+                // Records waiting behind an unacknowledged one are bounded too.
+                let room = self
+                    .tracker
+                    .wait_in_flight_below(MAX_IN_FLIGHT, BLOCK_SLICE);
+                let sent = if room {
+                    tx.send_timeout(batch, BLOCK_SLICE)
+                } else {
+                    Err(SendError::Full(batch))
+                };
+                match sent {
                     Ok(()) => {
                         blocked_since = None;
                         self.set_paused(false);
