@@ -895,9 +895,9 @@ pub fn kafka_settings(k: &KafkaConfig) -> KafkaSettings {
             "auto.commit.interval.ms",
             &k.commit_interval.as_millis().to_string(),
         ),
-        // Bounded prefetch: memory stays bounded under a large lag.
+        // Bounded prefetch: memory stays bounded under a large lag. (queued.min.messages stays
+        // at librdkafka's 100000: lower values mean many more, smaller fetches.)
         s("queued.max.messages.kbytes", "16384"),
-        s("queued.min.messages", "10000"),
         s("fetch.max.bytes", "16777216"),
         s("max.partition.fetch.bytes", "1048576"),
     ];

@@ -343,6 +343,11 @@ impl KafkaSource {
         let Ok(assignment) = self.consumer.assignment() else {
             return;
         };
+        tracing::debug!(
+            pause,
+            partitions = assignment.count(),
+            "the pipeline is full: pausing partitions (or resuming)"
+        );
         let result = if pause {
             self.consumer.pause(&assignment)
         } else {
