@@ -898,6 +898,10 @@ pub fn kafka_settings(k: &KafkaConfig) -> KafkaSettings {
         // Bounded prefetch: memory stays bounded under a large lag. (queued.min.messages stays
         // at librdkafka's 100000: lower values mean many more, smaller fetches.)
         s("queued.max.messages.kbytes", "16384"),
+        // When the prefetch is full, librdkafka waits this long before fetching again
+        // (default 1 s): with a bounded prefetch and a fast consumer, that wait dominated and
+        // capped throughput at a sixth of what it is with 20 ms.
+        s("fetch.queue.backoff.ms", "20"),
         s("fetch.max.bytes", "16777216"),
         s("max.partition.fetch.bytes", "1048576"),
     ];
