@@ -10,9 +10,9 @@
 # its own; both consumers read the same backlog from it in the same run.
 #
 # The mock broker keeps at most 5 MiB (or 100000 records) per partition and deletes older data,
-# so the backlog is spread over enough partitions (4 MiB each on average, random partitioner).
+# so the backlog is spread over enough partitions (3 MiB each on average, keyed records).
 #
-# Settings (environment): BENCH_MB (backlog size, MiB; 1024), BENCH_PARTITIONS (BENCH_MB / 4),
+# Settings (environment): BENCH_MB (backlog size, MiB; 1024), BENCH_PARTITIONS (BENCH_MB / 3),
 # BENCH_LINES_PER_RECORD (1: one log line per record, as shippers send them),
 # BENCH_MATCH_EVERY (one matching line per N lines; 100), BENCH_KB (KB directory; the built-in
 # KB when empty), BENCH_OUT (bench-out/kafka), CARGO_TARGET_DIR (target).
@@ -20,7 +20,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 MB=${BENCH_MB:-1024}
-PARTS=${BENCH_PARTITIONS:-$(((MB + 3) / 4))}
+PARTS=${BENCH_PARTITIONS:-$(((MB + 2) / 3))}
 LPR=${BENCH_LINES_PER_RECORD:-1}
 EVERY=${BENCH_MATCH_EVERY:-100}
 KB=${BENCH_KB:-}
@@ -58,7 +58,7 @@ BOOTSTRAP=$(sed -n 's/^bootstrap=//p' "$OUT/broker.out")
 [[ -n $BOOTSTRAP ]] || { echo "bench-kafka: the mock broker did not start" >&2; exit 1; }
 
 # The backlog: realistic training-log noise with a matching line every BENCH_MATCH_EVERY lines
-# (taken from examples/ when present), LPR lines per record, keyed by one of 1000 job ids (as
+# (taken from examples/ when present), LPR lines per record, keyed by one of 100000 job ids (as
 # producers should key them), written as key \x1f payload \x1e for kcat.
 python3 - "$MB" "$LPR" "$EVERY" "$OUT/records" >"$OUT/backlog.bin" <<'EOF'
 import glob, sys
@@ -83,7 +83,7 @@ while written < target:
     rec.append(line)
     n += 1
     if len(rec) == lpr:
-        data = f"job-{records % 1000}\x1f".encode() + ("\n".join(rec)).encode() + b"\x1e"
+        data = f"job-{records % 100000}\x1f".encode() + ("\n".join(rec)).encode() + b"\x1e"
         out.write(data)
         written += len(data)
         rec = []

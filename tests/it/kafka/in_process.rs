@@ -232,6 +232,8 @@ async fn the_invalid_record_limit_stops_consuming() {
     raw.input.envelope = Some("json".into());
     raw.dead_letter.max_consecutive_invalid = Some(3);
     raw.dead_letter.max_invalid_ratio = Some(1.0);
+    // Subscribed by pattern (test topic names are [a-z0-9-]: nothing to escape).
+    raw.kafka.topics = Some(vec![format!("^{}$", s.input)]);
     let running = start(raw).await;
     let err = running.wait().await.expect_err("the limit trips");
     assert!(matches!(err, PipelineError::InvalidLimit(_)), "{err:?}");
