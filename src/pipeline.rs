@@ -460,6 +460,8 @@ struct MatchStage {
     spans: Vec<Span>,
     events: Vec<(usize, MatchEvent)>,
     dispositions: Vec<Disposition>,
+    /// Outputs sent per record of the batch, in order.
+    outputs: Vec<u32>,
     json: Vec<u8>,
     envelopes: Vec<crate::record::LogRecord<'static>>,
 }
@@ -596,34 +598,33 @@ impl MatchStage {
             )?;
         }
 
+        // Outputs are sent first and the records resolved together after (acks arriving before
+        // their record is resolved are counted): one tracker lock per batch, not per record.
         let mut e = 0;
         let kb_version = self.loaded.version().to_string();
+        self.outputs.clear();
         for (i, d) in self.dispositions.iter().enumerate() {
             let r = &records[i];
-            let sent = match d {
-                Disposition::Skip => {
-                    tracker.resolve(&r.id, 0);
-                    Ok(())
-                }
+            let (outputs, sent) = match d {
+                Disposition::Skip => (0, Ok(())),
                 Disposition::Invalid(why) => {
                     self.shared.invalid.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(source = %r.id.tp, offset = r.id.offset, reason = why.code(),
                         error = %why, "dead-lettering an undecodable record");
-                    tracker.resolve(&r.id, 1);
-                    self.sink.send_dead_letter(
+                    let sent = self.sink.send_dead_letter(
                         r,
                         why.code(),
                         &why.to_string(),
                         &kb_version,
                         &self.stop,
-                    )
+                    );
+                    (1, sent)
                 }
                 Disposition::Scan => {
                     let start = e;
                     while e < self.events.len() && self.events[e].0 == i {
                         e += 1;
                     }
-                    tracker.resolve(&r.id, (e - start) as u32);
                     let mut result = Ok(());
                     for (_, event) in &self.events[start..e] {
                         self.json.clear();
@@ -642,14 +643,19 @@ impl MatchStage {
                         }
                         self.shared.events_sent.fetch_add(1, Ordering::Relaxed);
                     }
-                    result
+                    ((e - start) as u32, result)
                 }
             };
             if let Err(err) = sent {
+                let done = records.iter().map(|r| &r.id);
+                tracker.resolve_many(done.zip(self.outputs.iter().copied()));
                 forget(&tracker, &records[i..]);
                 return Err(err.into());
             }
+            self.outputs.push(outputs);
         }
+        let done = records.iter().map(|r| &r.id);
+        tracker.resolve_many(done.zip(self.outputs.iter().copied()));
         if let Some((i, limit)) = tripped {
             forget(&tracker, &records[i..]);
             return Err(limit.into());
@@ -751,6 +757,7 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
         spans: Vec::new(),
         events: Vec::new(),
         dispositions: Vec::new(),
+        outputs: Vec::new(),
         json: Vec::new(),
         envelopes: Vec::new(),
     };

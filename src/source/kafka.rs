@@ -367,9 +367,11 @@ impl KafkaSource {
         let mut stored_at = Instant::now();
         let mut blocked_since: Option<Instant> = None;
         while !stop.requested() {
-            if stored_at.elapsed() >= STORE_EVERY {
+            // One clock read per iteration: it showed up in profiles when taken per check.
+            let now = Instant::now();
+            if now.duration_since(stored_at) >= STORE_EVERY {
                 self.store();
-                stored_at = Instant::now();
+                stored_at = now;
             }
             // Hand a batch on when it is full or has lingered long enough.
             let batch = {
@@ -380,7 +382,8 @@ impl KafkaSource {
                         let p = &queue.pending;
                         let due = p.records.len() >= self.batch_max_records
                             || p.bytes >= self.batch_max_bytes
-                            || p.started.is_some_and(|t| t.elapsed() >= self.linger);
+                            || p.started
+                                .is_some_and(|t| now.duration_since(t) >= self.linger);
                         due.then(|| std::mem::take(&mut queue.pending))
                     }
                 }
@@ -424,7 +427,7 @@ impl KafkaSource {
                 Duration::from_millis(10)
             } else {
                 match self.ctx().queue().pending.started {
-                    Some(t) => self.linger.saturating_sub(t.elapsed()),
+                    Some(t) => self.linger.saturating_sub(now.duration_since(t)),
                     None => Duration::from_millis(100),
                 }
             };
