@@ -60,6 +60,30 @@ Examples:
     /// Check, list, import and explain knowledge-base entries.
     #[command(subcommand)]
     Kb(KbCommand),
+    /// Stream from Kafka: match every record, produce diagnoses to a topic, at least once.
+    #[command(after_help = "\
+Settings come from --config FILE, then flags, then FAULTLINE_* environment variables (flags
+and variables win). See docs/kafka.md for the delivery guarantees. SIGTERM or SIGINT drain
+in-flight records, commit and exit 0; SIGHUP reloads the knowledge base. Exit code 2 on errors,
+including an input so broken that the dead-letter limits tripped.
+
+Examples:
+  faultline run --config faultline.toml
+  faultline run --check-config --config faultline.toml
+  faultline run --brokers kafka:9092 --topic train-logs --topic '^fleet-.*' --kb kb/
+  FAULTLINE_KAFKA_OPTIONS=security.protocol=SASL_SSL,sasl.mechanism=SCRAM-SHA-512 faultline run -c faultline.toml")]
+    Run(Box<crate::config::RunArgs>),
+    /// Run the whole Kafka pipeline on an embedded broker with the sample job logs.
+    #[command(after_help = "\
+Starts an in-process Kafka-protocol broker, produces the sample logs (./examples, or a
+built-in set) to it, runs the same pipeline as `faultline run`, and prints every diagnosis as it
+arrives on the output topic. Exits once the samples are processed; --follow keeps running.
+
+Examples:
+  faultline demo
+  faultline demo --follow
+  faultline demo --logs my-job.log --format json")]
+    Demo(crate::demo::DemoArgs),
     /// Generate benchmark inputs (see scripts/bench-scan.sh).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -419,6 +443,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             write_stdout(text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Run(args) => run_kafka(*args),
+        Command::Demo(args) => run_demo(args),
     }
 }
 
@@ -706,4 +732,53 @@ pub fn list_markdown(kb: &KnowledgeBase) -> String {
         ));
     }
     out
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// Logs to stderr; `FAULTLINE_LOG` (an `EnvFilter` directive) overrides `default`.
+fn init_logs(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FAULTLINE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .try_init();
+}
+
+fn run_kafka(args: crate::config::RunArgs) -> Result<ExitCode> {
+    let config = crate::config::Config::load(args.config.as_deref(), &args.overrides)?;
+    if args.check_config {
+        let loaded = crate::pipeline::load_kb(&config)?;
+        let kb = &loaded.engine.kb;
+        let text = format!(
+            "{}# knowledge base: {}, {} entries, version {}\n# configuration OK\n",
+            config.redacted(),
+            kb.origin,
+            kb.entries.len(),
+            kb.version
+        );
+        write_stdout(text.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    init_logs("info");
+    tracing::debug!(config = %config.redacted(), "effective configuration");
+    let report = runtime()?.block_on(crate::pipeline::run(config))?;
+    let s = report.stats;
+    eprintln!(
+        "faultline: stopped cleanly: {} records, {} events, {} dead letters, KB {}",
+        s.records, s.events_acked, s.dead_letters_acked, s.kb.version
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_demo(args: crate::demo::DemoArgs) -> Result<ExitCode> {
+    init_logs("warn");
+    runtime()?.block_on(crate::demo::run(args))?;
+    Ok(ExitCode::SUCCESS)
 }

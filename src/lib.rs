@@ -30,9 +30,24 @@
 //! - [`source`], [`sink`]: inputs and outputs; [`scan`] wires them for `faultline scan`.
 //! - [`bench`]: generated corpora for the benchmarks.
 //! - [`cli`]: the command line.
+//!
+//! `faultline run` streams from Kafka (see `docs/kafka.md`):
+//!
+//! ```text
+//!  source::kafka ──Batch──▶ pipeline (engine + enrich) ──events──▶ sink::kafka
+//!        ▲  store watermark        │ resolve                          │ delivery acks
+//!        └───────────────── offsets::Tracker ◀────────────────────────┘
+//! ```
+//!
+//! - [`config`]: `faultline.toml`, flags and environment -> validated [`config::Config`].
+//! - [`offsets`]: the contiguous per-partition watermark of terminal records.
+//! - [`pipeline`]: the stages wired with bounded queues; [`reload`]: KB hot reload;
+//!   [`server`]: `/healthz`, `/readyz`; [`demo`]: the whole pipeline on an embedded broker.
 
 pub mod bench;
 pub mod cli;
+pub mod config;
+pub mod demo;
 pub mod engine;
 pub mod enrich;
 pub mod envelope;
@@ -42,9 +57,13 @@ pub mod incident;
 pub mod kb;
 pub mod matcher;
 pub mod metrics;
+pub mod offsets;
+pub mod pipeline;
 pub mod record;
 pub mod redact;
+pub mod reload;
 pub mod scan;
+pub mod server;
 pub mod sink;
 pub mod source;
 pub mod telemetry;

@@ -1,4 +1,6 @@
-//! Where lines come from. [`file`] reads files, directories, compressed files and stdin in
-//! chunks of whole lines for `faultline scan`, the tests and the benchmarks.
+//! Where lines come from. [`mod@file`] reads files, directories, compressed files and stdin in
+//! chunks of whole lines for `faultline scan`, the tests and the benchmarks; [`kafka`] is the
+//! consumer-group member of `faultline run`.
 
 pub mod file;
+pub mod kafka;

@@ -6,6 +6,7 @@ mod corpus;
 mod fuzz_corpus;
 mod incidents;
 mod isolation;
+mod kafka;
 mod kb;
 mod limits;
 mod observability;

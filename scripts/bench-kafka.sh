@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Measures (does not assert) `faultline run` against raw consumption of the same topic by kcat,
+# and faultline's peak RSS while it works through a large backlog.
+#
+#   scripts/bench-kafka.sh                  # 1 GiB backlog, built-in KB
+#   BENCH_MB=256 BENCH_KB=kb scripts/bench-kafka.sh
+#
+# Needs: kcat, curl, python3, and release builds of faultline and faultline-mock-broker
+# (built here unless BENCH_NO_BUILD=1). The broker is librdkafka's mock cluster in a process of
+# its own; both consumers read the same backlog from it in the same run.
+#
+# The mock broker keeps at most 5 MiB (or 100000 records) per partition and deletes older data,
+# so the backlog is spread over enough partitions (3 MiB each on average, keyed records).
+#
+# Settings (environment): BENCH_MB (backlog size, MiB; 1024), BENCH_PARTITIONS (BENCH_MB / 3),
+# BENCH_LINES_PER_RECORD (1: one log line per record, as shippers send them),
+# BENCH_MATCH_EVERY (one matching line per N lines; 100), BENCH_KB (KB directory; the built-in
+# KB when empty), BENCH_OUT (bench-out/kafka), CARGO_TARGET_DIR (target).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+MB=${BENCH_MB:-1024}
+PARTS=${BENCH_PARTITIONS:-$(((MB + 2) / 3))}
+LPR=${BENCH_LINES_PER_RECORD:-1}
+EVERY=${BENCH_MATCH_EVERY:-100}
+KB=${BENCH_KB:-}
+OUT=${BENCH_OUT:-bench-out/kafka}
+TARGET=${CARGO_TARGET_DIR:-target}
+BIN=$TARGET/release
+mkdir -p "$OUT"
+
+if [[ ${BENCH_NO_BUILD:-0} != 1 ]]; then
+    cargo build --release --bins >&2
+fi
+for tool in kcat curl python3; do
+    command -v "$tool" >/dev/null || { echo "bench-kafka: $tool is required" >&2; exit 2; }
+done
+
+cleanup() {
+    [[ -n ${FL_PID:-} ]] && kill -9 "$FL_PID" 2>/dev/null || true
+    [[ -n ${BROKER_PID:-} ]] && kill "$BROKER_PID" 2>/dev/null || true
+    exec 3>&- 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# The broker, driven through a fifo on its stdin (it exits when stdin closes).
+FIFO=$OUT/broker.in
+rm -f "$FIFO" && mkfifo "$FIFO"
+"$BIN/faultline-mock-broker" --brokers 1 --topic "bench.logs:$PARTS" \
+    --topic "bench.events:$PARTS" --topic "bench.dead:1" <"$FIFO" >"$OUT/broker.out" &
+BROKER_PID=$!
+exec 3>"$FIFO"
+for _ in $(seq 100); do
+    grep -q '^bootstrap=' "$OUT/broker.out" 2>/dev/null && break
+    sleep 0.1
+done
+BOOTSTRAP=$(sed -n 's/^bootstrap=//p' "$OUT/broker.out")
+[[ -n $BOOTSTRAP ]] || { echo "bench-kafka: the mock broker did not start" >&2; exit 1; }
+
+# The backlog: realistic training-log noise with a matching line every BENCH_MATCH_EVERY lines
+# (taken from examples/ when present), LPR lines per record, keyed by one of 100000 job ids (as
+# producers should key them), written as key \x1f payload \x1e for kcat.
+python3 - "$MB" "$LPR" "$EVERY" "$OUT/records" >"$OUT/backlog.bin" <<'EOF'
+import glob, sys
+mb, lpr, every = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+hits = []
+for path in sorted(glob.glob("examples/*.log")):
+    with open(path, errors="replace") as f:
+        hits += [l.rstrip("\n") for l in f if l.strip()]
+hits = hits or [
+    "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    "NVRM: Xid (PCI:0000:3b:00): 79, pid=4121, GPU has fallen off the bus.",
+]
+out = sys.stdout.buffer
+target, written, n, rec, records = mb << 20, 0, 0, [], 0
+while written < target:
+    if n % every == every - 1:
+        line = hits[(n // every) % len(hits)]
+    else:
+        line = (f"[rank{n % 64}]:[I1129 09:{n // 60 % 60:02d}:{n % 60:02d}.{n % 1000:03d} "
+                f"train.py:212] step {n} loss {2 + (n % 997) / 1000:.4f} lr 3.0e-4 "
+                f"grad_norm {0.5 + (n % 89) / 100:.3f} tokens/s {40000 + n % 9000}")
+    rec.append(line)
+    n += 1
+    if len(rec) == lpr:
+        data = f"job-{records % 100000}\x1f".encode() + ("\n".join(rec)).encode() + b"\x1e"
+        out.write(data)
+        written += len(data)
+        rec = []
+        records += 1
+open(sys.argv[4], "w").write(str(records))
+EOF
+echo "bench-kafka: producing $(($(stat -c %s "$OUT/backlog.bin") >> 20)) MiB to bench.logs ($PARTS partitions) at $BOOTSTRAP" >&2
+kcat -P -b "$BOOTSTRAP" -t bench.logs -K '\x1f' -D '\x1e' -X queue.buffering.max.messages=1000000 \
+    -X linger.ms=50 -l "$OUT/backlog.bin"
+echo "bench-kafka: produced $(cat "$OUT/records") records" >&2
+
+now() { date +%s.%N; }
+
+# 1. Raw consumption of the whole topic by kcat.
+# It also counts what the topic holds (the records and payload bytes faultline must read).
+T0=$(now)
+read -r RECORDS BYTES < <(kcat -C -e -q -b "$BOOTSTRAP" -t bench.logs -o beginning -f '%S\n' |
+    awk '{n++; b += $1} END {print n, b}')
+T1=$(now)
+KCAT_S=$(python3 -c "print($T1 - $T0)")
+echo "bench-kafka: the topic holds $RECORDS records, $((BYTES >> 20)) MiB" >&2
+
+# 2. faultline run over the same topic: output to a topic; done when every record is terminal.
+PORT=$((20000 + RANDOM % 20000))
+ARGS=(run --brokers "$BOOTSTRAP" --group-id "bench-$$" --topic bench.logs
+      --output-topic bench.events --dead-letter-topic bench.dead
+      --admin-listen "127.0.0.1:$PORT")
+[[ -n $KB ]] && ARGS+=(--kb "$KB")
+T0=$(now)
+FAULTLINE_LOG=warn "$BIN/faultline" "${ARGS[@]}" 2>"$OUT/faultline.err" &
+FL_PID=$!
+PEAK_KB=0
+FIRST=
+while :; do
+    body=$(curl -s "http://127.0.0.1:$PORT/readyz" || true)
+    done_records=$(sed -n 's/^records //p' <<<"$body")
+    in_flight=$(sed -n 's/^in_flight //p' <<<"$body")
+    if [[ -z $FIRST && ${done_records:-0} -gt 0 ]]; then FIRST=$(now); FIRST_RECORDS=$done_records; fi
+    rss=$(awk '/VmHWM/ {print $2}' "/proc/$FL_PID/status" 2>/dev/null || echo 0)
+    ((rss > PEAK_KB)) && PEAK_KB=$rss
+    if [[ ${done_records:-0} -ge $RECORDS && ${in_flight:-1} -eq 0 ]]; then break; fi
+    kill -0 "$FL_PID" 2>/dev/null || { echo "bench-kafka: faultline exited early" >&2; cat "$OUT/faultline.err" >&2; exit 1; }
+    sleep 0.2
+done
+T1=$(now)
+FL_S=$(python3 -c "print($T1 - $T0)")
+# Steady state: from the first record matched (after joining the group and loading the KB).
+STEADY_S=$(python3 -c "print($T1 - ${FIRST:-$T0})")
+STEADY_RECORDS=$((RECORDS - ${FIRST_RECORDS:-0}))
+EVENTS=$(sed -n 's/^events //p' <<<"$body")
+kill -TERM "$FL_PID"
+wait "$FL_PID" && STATUS=0 || STATUS=$?
+FL_PID=
+
+python3 - "$BYTES" "$RECORDS" "$KCAT_S" "$FL_S" "$EVENTS" "$PEAK_KB" "$STATUS" "$LPR" \
+    "$STEADY_S" "$STEADY_RECORDS" "$PARTS" <<'EOF' | tee "$OUT/result.txt"
+import sys
+b, r, k, f, e, peak, status, lpr, ss, sr, parts = sys.argv[1:]
+b, r, k, f, peak, ss, sr = int(b), int(r), float(k), float(f), int(peak), float(ss), int(sr)
+print(f"backlog        {b / 2**20:8.0f} MiB, {r} records ({lpr} line(s) each), {parts} partitions")
+print(f"kcat -C        {k:8.2f} s  {b / 2**20 / k:8.1f} MiB/s  {r / k:10.0f} records/s")
+print(f"faultline run  {f:8.2f} s  {b / 2**20 / f:8.1f} MiB/s  {r / f:10.0f} records/s  "
+      f"({f / k:.2f}x kcat's time; {e} events produced)")
+print(f"  steady state {ss:8.2f} s  {b * sr / r / 2**20 / ss:8.1f} MiB/s  {sr / ss:10.0f} records/s  "
+      "(from the first record matched: without joining the group and checking the KB)")
+print(f"faultline peak RSS {peak / 1024:.0f} MiB; exit status after SIGTERM {status}")
+EOF

@@ -1,0 +1,714 @@
+//! The offset watermark: which offset of each partition may be committed.
+//!
+//! Flow: the source [`Tracker::register`]s every record it hands to the pipeline; the matcher
+//! [`Tracker::resolve`]s each with the number of outputs it produced (0 when nothing matched,
+//! 1 for a dead letter); the sink's delivery reports [`Tracker::ack`] them one by one. A record
+//! is *terminal* once resolved with all its outputs acknowledged. The watermark of a partition
+//! is the offset after the longest run of terminal records from the start of its window: it
+//! only moves forward, over contiguous terminal records, whatever order the acks come in. The
+//! source stores watermarks ([`Tracker::take_stores`]) and librdkafka commits what is stored.
+//!
+//! Each assignment of a partition gets a fresh epoch; acks of a previous epoch (late deliveries
+//! after a revoke) are ignored, so they can never move the watermark of a new assignment.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A topic and partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: Arc<str>,
+    pub partition: i32,
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+/// Names one registered record: where it is, and which assignment of its partition read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordId {
+    pub tp: TopicPartition,
+    pub epoch: u64,
+    pub offset: i64,
+}
+
+/// Misuse of the watermark: a bug in the caller, reported rather than panicking.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OffsetError {
+    #[error("offset {offset} registered after {last}: offsets of a partition must increase")]
+    NotIncreasing { offset: i64, last: i64 },
+    #[error("offset {0} is not in flight")]
+    Unknown(i64),
+    #[error("offset {0} acknowledged more often than it has outputs")]
+    TooManyAcks(i64),
+    #[error("offset {0} resolved twice")]
+    ResolvedTwice(i64),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    offset: i64,
+    /// Outputs not yet acknowledged; meaningful once resolved.
+    remaining: u32,
+    resolved: bool,
+    /// Acks that arrived before the record was resolved (the sink may be faster than us).
+    early_acks: u32,
+}
+
+impl Slot {
+    fn terminal(&self) -> bool {
+        self.resolved && self.remaining == 0
+    }
+}
+
+/// The contiguous watermark of one partition. Pure data; [`Tracker`] adds locking and epochs.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionWatermark {
+    /// Records in flight, by increasing offset.
+    slots: VecDeque<Slot>,
+    /// The next offset to commit: one past the last record of the terminal prefix.
+    watermark: Option<i64>,
+}
+
+impl PartitionWatermark {
+    /// Adds a record read from the partition; offsets must increase (gaps are fine: compacted
+    /// topics and transaction markers skip offsets).
+    pub fn register(&mut self, offset: i64) -> Result<(), OffsetError> {
+        let last = self
+            .slots
+            .back()
+            .map(|s| s.offset)
+            .or(self.watermark.map(|w| w - 1));
+        if let Some(last) = last {
+            if offset <= last {
+                return Err(OffsetError::NotIncreasing { offset, last });
+            }
+        }
+        self.slots.push_back(Slot {
+            offset,
+            remaining: 0,
+            resolved: false,
+            early_acks: 0,
+        });
+        Ok(())
+    }
+
+    fn slot(&mut self, offset: i64) -> Result<&mut Slot, OffsetError> {
+        let i = self
+            .slots
+            .binary_search_by_key(&offset, |s| s.offset)
+            .map_err(|_| OffsetError::Unknown(offset))?;
+        Ok(&mut self.slots[i])
+    }
+
+    /// The record has produced `outputs` outputs (0: it is terminal now).
+    pub fn resolve(&mut self, offset: i64, outputs: u32) -> Result<(), OffsetError> {
+        let slot = self.slot(offset)?;
+        if slot.resolved {
+            return Err(OffsetError::ResolvedTwice(offset));
+        }
+        if slot.early_acks > outputs {
+            return Err(OffsetError::TooManyAcks(offset));
+        }
+        slot.resolved = true;
+        slot.remaining = outputs - slot.early_acks;
+        Ok(())
+    }
+
+    /// One output of the record was acknowledged.
+    pub fn ack(&mut self, offset: i64) -> Result<(), OffsetError> {
+        let slot = self.slot(offset)?;
+        if !slot.resolved {
+            slot.early_acks += 1;
+            return Ok(());
+        }
+        if slot.remaining == 0 {
+            return Err(OffsetError::TooManyAcks(offset));
+        }
+        slot.remaining -= 1;
+        Ok(())
+    }
+
+    /// Moves the watermark over the terminal prefix; returns it when it moved.
+    pub fn advance(&mut self) -> Option<i64> {
+        let mut moved = None;
+        while self.slots.front().is_some_and(Slot::terminal) {
+            if let Some(s) = self.slots.pop_front() {
+                moved = Some(s.offset + 1);
+            }
+        }
+        if moved.is_some() {
+            self.watermark = moved;
+        }
+        moved
+    }
+
+    /// Forgets the records at and after `offset` (read but never handed to the pipeline): the
+    /// watermark will stop before them, so they are read again.
+    pub fn forget_from(&mut self, offset: i64) {
+        while self.slots.back().is_some_and(|s| s.offset >= offset) {
+            self.slots.pop_back();
+        }
+    }
+
+    /// The next offset to commit, once any record is terminal.
+    pub fn watermark(&self) -> Option<i64> {
+        self.watermark
+    }
+
+    /// Records not yet terminal or behind one that is not.
+    pub fn in_flight(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+#[derive(Debug)]
+struct Partition {
+    epoch: u64,
+    marks: PartitionWatermark,
+    /// The watermark last handed out by `take_stores`.
+    stored: Option<i64>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    partitions: HashMap<TopicPartition, Partition>,
+    next_epoch: u64,
+    /// Misuse seen (logged once by the caller, counted).
+    errors: u64,
+    /// Bumped whenever a record becomes terminal (or the first one arrives after an idle
+    /// spell); reading a clock per record was a tenth of the consumer's time.
+    progress: u64,
+    /// `(progress, when)` as [`Tracker::stalled`] last saw it.
+    probe: Option<(u64, Instant)>,
+    /// Threads waiting on `progressed`: without any, notifying costs nothing (no syscall).
+    waiters: usize,
+}
+
+/// The watermarks of every assigned partition, shared by the source, the matcher and the sink.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    inner: Mutex<Inner>,
+    /// Signalled whenever a record becomes terminal, so a drain can wait without polling.
+    progressed: Condvar,
+}
+
+impl Tracker {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Tracker::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves consistent data (each method keeps
+        // its invariants before any call that could panic), so poisoning is ignored.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a record read from `tp`; the partition's state starts at its first record.
+    pub fn register(&self, tp: &TopicPartition, offset: i64) -> Result<RecordId, OffsetError> {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let partition = match inner.partitions.get_mut(tp) {
+            Some(p) => p,
+            None => {
+                inner.next_epoch += 1;
+                inner.partitions.entry(tp.clone()).or_insert(Partition {
+                    epoch: inner.next_epoch,
+                    marks: PartitionWatermark::default(),
+                    stored: None,
+                })
+            }
+        };
+        let was_idle = partition.marks.in_flight() == 0;
+        partition.marks.register(offset)?;
+        let epoch = partition.epoch;
+        if was_idle {
+            // Stall detection counts from the first record in flight, not from the last
+            // progress before an idle spell.
+            inner.progress += 1;
+        }
+        Ok(RecordId {
+            tp: tp.clone(),
+            epoch,
+            offset,
+        })
+    }
+
+    fn with(
+        &self,
+        id: &RecordId,
+        f: impl FnOnce(&mut PartitionWatermark) -> Result<(), OffsetError>,
+    ) {
+        let mut inner = self.lock();
+        let Some(p) = inner.partitions.get_mut(&id.tp) else {
+            return; // revoked: a late report of an old assignment
+        };
+        if p.epoch != id.epoch {
+            return;
+        }
+        let result = f(&mut p.marks);
+        let moved = p.marks.advance().is_some();
+        if result.is_err() {
+            inner.errors += 1;
+        }
+        if moved {
+            inner.progress += 1;
+        }
+        let wake = moved && inner.waiters > 0;
+        drop(inner);
+        if wake {
+            self.progressed.notify_all();
+        }
+    }
+
+    /// The matcher is done with the record: `outputs` outputs are on their way to the sink.
+    pub fn resolve(&self, id: &RecordId, outputs: u32) {
+        self.with(id, |m| m.resolve(id.offset, outputs));
+    }
+
+    /// Resolves many records under one lock (the matcher does a batch at a time).
+    pub fn resolve_many<'a>(&self, items: impl IntoIterator<Item = (&'a RecordId, u32)>) {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let mut errors = 0;
+        for (id, outputs) in items {
+            let Some(p) = inner.partitions.get_mut(&id.tp) else {
+                continue;
+            };
+            if p.epoch == id.epoch && p.marks.resolve(id.offset, outputs).is_err() {
+                errors += 1;
+            }
+        }
+        let mut moved = false;
+        for p in inner.partitions.values_mut() {
+            moved |= p.marks.advance().is_some();
+        }
+        inner.errors += errors;
+        if moved {
+            inner.progress += 1;
+        }
+        if moved && inner.waiters > 0 {
+            self.progressed.notify_all();
+        }
+    }
+
+    /// The sink acknowledged one output of the record.
+    pub fn ack(&self, id: &RecordId) {
+        self.with(id, |m| m.ack(id.offset));
+    }
+
+    /// Forgets records of `tp` at and after `offset` that were read but not handed on.
+    pub fn forget_from(&self, tp: &TopicPartition, epoch: u64, offset: i64) {
+        let mut inner = self.lock();
+        if let Some(p) = inner.partitions.get_mut(tp) {
+            if p.epoch == epoch {
+                p.marks.forget_from(offset);
+            }
+        }
+        drop(inner);
+        self.progressed.notify_all();
+    }
+
+    /// Watermarks that moved since the last call: the offsets to store now.
+    pub fn take_stores(&self) -> Vec<(TopicPartition, i64)> {
+        let mut inner = self.lock();
+        let mut out = Vec::new();
+        for (tp, p) in &mut inner.partitions {
+            if let Some(w) = p.marks.watermark() {
+                if p.stored != Some(w) {
+                    p.stored = Some(w);
+                    out.push((tp.clone(), w));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Drops the partitions (revoked or lost) and returns their final watermarks. Later acks
+    /// of their records are ignored.
+    pub fn remove(&self, tps: &[TopicPartition]) -> Vec<(TopicPartition, i64)> {
+        let mut inner = self.lock();
+        let mut out = Vec::new();
+        for tp in tps {
+            if let Some(p) = inner.partitions.remove(tp) {
+                if let Some(w) = p.marks.watermark() {
+                    out.push((tp.clone(), w));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every partition's current watermark.
+    pub fn watermarks(&self) -> Vec<(TopicPartition, i64)> {
+        let inner = self.lock();
+        let mut out: Vec<_> = inner
+            .partitions
+            .iter()
+            .filter_map(|(tp, p)| Some((tp.clone(), p.marks.watermark()?)))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Records in flight in `tps` (all partitions when `None`).
+    pub fn in_flight(&self, tps: Option<&[TopicPartition]>) -> usize {
+        let inner = self.lock();
+        inner
+            .partitions
+            .iter()
+            .filter(|(tp, _)| tps.is_none_or(|t| t.contains(tp)))
+            .map(|(_, p)| p.marks.in_flight())
+            .sum()
+    }
+
+    /// Waits until nothing of `tps` (all when `None`) is in flight, or `timeout` passes.
+    /// Returns what is still in flight (0: drained).
+    pub fn wait_drained(&self, tps: Option<&[TopicPartition]>, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.lock();
+        loop {
+            let left: usize = inner
+                .partitions
+                .iter()
+                .filter(|(tp, _)| tps.is_none_or(|t| t.contains(tp)))
+                .map(|(_, p)| p.marks.in_flight())
+                .sum();
+            let now = Instant::now();
+            if left == 0 || now >= deadline {
+                return left;
+            }
+            inner.waiters += 1;
+            inner = self
+                .progressed
+                .wait_timeout(inner, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            inner.waiters -= 1;
+        }
+    }
+
+    /// Waits up to `timeout` until fewer than `max` records are in flight; returns whether so.
+    pub fn wait_in_flight_below(&self, max: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.lock();
+        loop {
+            let n: usize = inner.partitions.values().map(|p| p.marks.in_flight()).sum();
+            let now = Instant::now();
+            if n < max {
+                return true;
+            }
+            if now >= deadline {
+                return false;
+            }
+            inner.waiters += 1;
+            inner = self
+                .progressed
+                .wait_timeout(inner, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            inner.waiters -= 1;
+        }
+    }
+
+    /// Whether records are in flight and none progressed for `after`.
+    /// Call it periodically (each /readyz does): a stall is measured from the first call that
+    /// saw the current progress.
+    pub fn stalled(&self, after: Duration) -> bool {
+        let mut inner = self.lock();
+        let busy = inner.partitions.values().any(|p| p.marks.in_flight() > 0);
+        let now = Instant::now();
+        let progress = inner.progress;
+        match inner.probe {
+            Some((seen, since)) if seen == progress => busy && now - since >= after,
+            _ => {
+                inner.probe = Some((progress, now));
+                false
+            }
+        }
+    }
+
+    /// Misuses seen (acks of unknown offsets and the like); 0 unless there is a bug.
+    pub fn errors(&self) -> u64 {
+        self.lock().errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marks(offsets: &[i64]) -> PartitionWatermark {
+        let mut m = PartitionWatermark::default();
+        for &o in offsets {
+            m.register(o).expect("increasing");
+        }
+        m
+    }
+
+    #[test]
+    fn records_without_outputs_are_terminal_when_resolved() {
+        let mut m = marks(&[0, 1, 2]);
+        assert_eq!(m.advance(), None);
+        m.resolve(0, 0).expect("known");
+        assert_eq!(m.advance(), Some(1));
+        m.resolve(2, 0).expect("known");
+        assert_eq!(m.advance(), None, "1 is still in flight");
+        m.resolve(1, 0).expect("known");
+        assert_eq!(m.advance(), Some(3));
+        assert_eq!(m.in_flight(), 0);
+    }
+
+    #[test]
+    fn the_watermark_waits_for_every_output() {
+        let mut m = marks(&[10, 11]);
+        m.resolve(10, 2).expect("known");
+        m.resolve(11, 1).expect("known");
+        m.ack(11).expect("known");
+        assert_eq!(m.advance(), None, "10 has two outputs unacknowledged");
+        m.ack(10).expect("known");
+        assert_eq!(m.advance(), None, "10 has one output unacknowledged");
+        m.ack(10).expect("known");
+        assert_eq!(m.advance(), Some(12));
+    }
+
+    #[test]
+    fn out_of_order_acks_never_move_the_watermark_past_a_gap() {
+        let mut m = marks(&[0, 1, 2, 3, 4]);
+        for o in 0..5 {
+            m.resolve(o, 1).expect("known");
+        }
+        for (ack, want) in [(4, None), (2, None), (0, Some(1)), (3, None), (1, Some(5))] {
+            m.ack(ack).expect("known");
+            assert_eq!(m.advance(), want, "after ack of {ack}");
+        }
+    }
+
+    #[test]
+    fn acks_may_arrive_before_the_record_is_resolved() {
+        let mut m = marks(&[0]);
+        m.ack(0).expect("known");
+        assert_eq!(m.advance(), None, "not resolved yet");
+        m.resolve(0, 2).expect("known");
+        assert_eq!(m.advance(), None);
+        m.ack(0).expect("known");
+        assert_eq!(m.advance(), Some(1));
+    }
+
+    #[test]
+    fn gaps_in_offsets_are_allowed() {
+        let mut m = marks(&[5, 9, 20]);
+        for o in [5, 9, 20] {
+            m.resolve(o, 0).expect("known");
+        }
+        assert_eq!(m.advance(), Some(21));
+    }
+
+    #[test]
+    fn misuse_is_an_error_not_a_panic() {
+        let mut m = marks(&[3]);
+        assert_eq!(
+            m.register(3),
+            Err(OffsetError::NotIncreasing { offset: 3, last: 3 })
+        );
+        assert_eq!(m.ack(4), Err(OffsetError::Unknown(4)));
+        m.resolve(3, 1).expect("known");
+        assert_eq!(m.resolve(3, 1), Err(OffsetError::ResolvedTwice(3)));
+        m.ack(3).expect("known");
+        assert_eq!(m.ack(3), Err(OffsetError::TooManyAcks(3)));
+        m.advance();
+        assert_eq!(
+            m.register(2),
+            Err(OffsetError::NotIncreasing { offset: 2, last: 3 }),
+            "offsets below the watermark are rejected too"
+        );
+    }
+
+    #[test]
+    fn forgotten_records_hold_the_watermark_before_them() {
+        let mut m = marks(&[0, 1, 2, 3]);
+        m.forget_from(2);
+        m.resolve(0, 0).expect("known");
+        m.resolve(1, 0).expect("known");
+        assert_eq!(m.advance(), Some(2));
+        assert_eq!(m.in_flight(), 0);
+        m.register(2).expect("read again");
+    }
+
+    /// A small deterministic generator, so the randomized test needs no dependency.
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    #[test]
+    fn randomized_acks_match_a_model() {
+        for seed in 0..200 {
+            let mut rng = Lcg(seed);
+            let n = 1 + rng.next(60) as i64;
+            let mut m = PartitionWatermark::default();
+            let mut outputs = Vec::new();
+            let mut offset = rng.next(5) as i64;
+            for _ in 0..n {
+                m.register(offset).expect("increasing");
+                outputs.push((offset, rng.next(4) as u32));
+                offset += 1 + rng.next(3) as i64;
+            }
+            // Every event (a resolve, or an ack after its resolve or before it) in random order.
+            let mut events: Vec<(i64, bool)> = Vec::new();
+            for &(o, k) in &outputs {
+                events.push((o, true));
+                events.extend(std::iter::repeat_n((o, false), k as usize));
+            }
+            let mut acked = std::collections::HashMap::<i64, u32>::new();
+            let mut resolved = std::collections::HashSet::new();
+            let mut last_mark = None;
+            while !events.is_empty() {
+                let (o, is_resolve) = events.swap_remove(rng.next(events.len() as u64) as usize);
+                let k = outputs
+                    .iter()
+                    .find(|x| x.0 == o)
+                    .map(|x| x.1)
+                    .expect("known");
+                if is_resolve {
+                    m.resolve(o, k).expect("resolves");
+                    resolved.insert(o);
+                } else {
+                    m.ack(o).expect("acks");
+                    *acked.entry(o).or_default() += 1;
+                }
+                m.advance();
+                // Model: the watermark is one past the longest terminal prefix.
+                let prefix_end = outputs
+                    .iter()
+                    .take_while(|(o, k)| {
+                        resolved.contains(o) && acked.get(o).copied().unwrap_or(0) == *k
+                    })
+                    .last()
+                    .map(|(o, _)| o + 1);
+                let want = prefix_end.or(last_mark);
+                assert_eq!(m.watermark(), want, "seed {seed}");
+                assert!(want >= last_mark, "the watermark never moves back");
+                last_mark = want;
+            }
+            assert_eq!(m.in_flight(), 0, "seed {seed}");
+            assert_eq!(m.watermark(), outputs.last().map(|(o, _)| o + 1));
+        }
+    }
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition {
+            topic: Arc::from("logs"),
+            partition: p,
+        }
+    }
+
+    #[test]
+    fn tracker_stores_only_moved_watermarks() {
+        let t = Tracker::new();
+        let a = t.register(&tp(0), 0).expect("registers");
+        let b = t.register(&tp(1), 7).expect("registers");
+        assert!(t.take_stores().is_empty());
+        t.resolve(&a, 1);
+        t.resolve(&b, 0);
+        assert_eq!(t.take_stores(), vec![(tp(1), 8)]);
+        assert!(
+            t.take_stores().is_empty(),
+            "unchanged watermarks are not stored again"
+        );
+        t.ack(&a);
+        assert_eq!(t.take_stores(), vec![(tp(0), 1)]);
+    }
+
+    #[test]
+    fn acks_of_a_previous_assignment_are_ignored() {
+        let t = Tracker::new();
+        let old = t.register(&tp(0), 0).expect("registers");
+        t.resolve(&old, 1);
+        assert_eq!(t.remove(&[tp(0)]), vec![]);
+        // Reassigned: read again from the committed offset (none: 0).
+        let new = t.register(&tp(0), 0).expect("registers");
+        assert_ne!(new.epoch, old.epoch);
+        t.ack(&old);
+        assert_eq!(
+            t.in_flight(None),
+            1,
+            "the old ack did not complete the new record"
+        );
+        t.resolve(&new, 0);
+        assert_eq!(t.watermarks(), vec![(tp(0), 1)]);
+        assert_eq!(t.errors(), 0);
+    }
+
+    #[test]
+    fn drain_waits_for_acks_from_another_thread() {
+        let t = Tracker::new();
+        let ids: Vec<_> = (0..100)
+            .map(|o| t.register(&tp(0), o).expect("registers"))
+            .collect();
+        for id in &ids {
+            t.resolve(id, 1);
+        }
+        let acker = {
+            let t = Arc::clone(&t);
+            std::thread::spawn(move || {
+                for id in ids.iter().rev() {
+                    t.ack(id);
+                }
+            })
+        };
+        let left = t.wait_drained(Some(&[tp(0)]), Duration::from_secs(30));
+        acker.join().expect("acker");
+        assert_eq!(left, 0);
+        assert_eq!(t.remove(&[tp(0)]), vec![(tp(0), 100)]);
+    }
+
+    #[test]
+    fn stalls_are_in_flight_records_without_progress() {
+        let t = Tracker::new();
+        assert!(!t.stalled(Duration::ZERO), "nothing in flight");
+        let id = t.register(&tp(0), 0).expect("registers");
+        assert!(
+            !t.stalled(Duration::ZERO),
+            "the first look only notes the progress"
+        );
+        assert!(t.stalled(Duration::ZERO), "no progress since");
+        assert!(!t.stalled(Duration::from_secs(3600)));
+        t.resolve(&id, 0);
+        assert!(!t.stalled(Duration::ZERO), "progress");
+        assert!(!t.stalled(Duration::ZERO), "drained");
+    }
+
+    #[test]
+    fn resolving_a_batch_equals_resolving_one_by_one() {
+        let t = Tracker::new();
+        let ids: Vec<_> = (0..6)
+            .map(|o| t.register(&tp(o % 2), o as i64).expect("registers"))
+            .collect();
+        t.ack(&ids[2]); // early, before its resolve
+        t.resolve_many(ids.iter().zip([0, 1, 1, 0, 0, 0]));
+        assert_eq!(t.watermarks(), vec![(tp(0), 5)], "1 waits for its ack");
+        t.ack(&ids[1]);
+        assert_eq!(t.watermarks(), vec![(tp(0), 5), (tp(1), 6)]);
+        assert_eq!(t.errors(), 0);
+    }
+
+    #[test]
+    fn drain_gives_up_at_its_deadline() {
+        let t = Tracker::new();
+        let id = t.register(&tp(0), 0).expect("registers");
+        t.resolve(&id, 1);
+        assert_eq!(t.wait_drained(None, Duration::from_millis(1)), 1);
+    }
+}

@@ -1,0 +1,188 @@
+//! Knowledge-base hot reload for `faultline run`: SIGHUP, or a change in the KB directory.
+//!
+//! The directory is polled (its `*.toml` files' names, sizes and modification times) rather
+//! than watched with inotify: it costs a `stat` per file every few seconds and works the same
+//! on a ConfigMap volume, NFS or a local disk. A change (or SIGHUP) loads, checks (`kb check`:
+//! every example in both engines) and compiles the new KB on a blocking thread; only a KB that
+//! passes replaces the running one, through a `watch` channel that the matcher reads between
+//! batches, so a batch is matched by one KB and every event names the version that produced
+//! it. A failed reload keeps the old KB, is logged with its reason and counted.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::engine::Engine;
+use crate::enrich::Enricher;
+use crate::kb::{self, KnowledgeBase};
+use crate::matcher::MatchError;
+
+/// A compiled KB and its enricher, swapped as a whole.
+#[derive(Debug)]
+pub struct Loaded {
+    pub engine: Engine,
+    pub enricher: Enricher,
+}
+
+impl Loaded {
+    pub fn new(kb: KnowledgeBase) -> Result<Self, ReloadError> {
+        let engine = Engine::new(kb).map_err(ReloadError::Compile)?;
+        let enricher = Enricher::new(Arc::clone(&engine.kb));
+        Ok(Loaded { engine, enricher })
+    }
+
+    pub fn version(&self) -> &str {
+        &self.engine.kb.version
+    }
+}
+
+/// Why a KB could not be (re)loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error(transparent)]
+    Kb(#[from] kb::KbError),
+    #[error("{origin} fails `kb check` with {} error(s):\n{}", .errors.len(), .errors.join("\n"))]
+    Check { origin: String, errors: Vec<String> },
+    #[error("compiling the knowledge base: {0}")]
+    Compile(MatchError),
+}
+
+/// Where the KB comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KbSource {
+    /// Built into the binary: never changes.
+    Embedded,
+    Dir(PathBuf),
+}
+
+impl KbSource {
+    pub fn from_dir(dir: Option<&Path>) -> Self {
+        dir.map_or(KbSource::Embedded, |d| KbSource::Dir(d.to_path_buf()))
+    }
+
+    /// Loads, checks and compiles. Blocking: call it from a blocking thread.
+    pub fn load(&self) -> Result<Loaded, ReloadError> {
+        match self {
+            KbSource::Embedded => Loaded::new(KnowledgeBase::embedded()?),
+            KbSource::Dir(dir) => {
+                let files = kb::read_dir(dir)?;
+                if files.is_empty() {
+                    return Err(kb::KbError::Empty(dir.clone()).into());
+                }
+                let origin = dir.display().to_string();
+                let report = kb::check::check(files.clone(), &origin);
+                if !report.ok() {
+                    return Err(ReloadError::Check {
+                        origin,
+                        errors: report.errors.iter().map(|p| format!("  {p}")).collect(),
+                    });
+                }
+                Loaded::new(KnowledgeBase::from_files(files, &origin)?)
+            }
+        }
+    }
+
+    /// A cheap fingerprint of the directory: changes when a `*.toml` file is added, removed,
+    /// resized or touched.
+    pub fn fingerprint(&self) -> Option<u64> {
+        let KbSource::Dir(dir) = self else {
+            return None;
+        };
+        let mut entries = Vec::new();
+        let mut stack = vec![dir.clone()];
+        while let Some(d) = stack.pop() {
+            let Ok(read) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for item in read.flatten() {
+                let path = item.path();
+                let Ok(meta) = item.metadata() else { continue };
+                if meta.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "toml") {
+                    entries.push((path, meta.len(), meta.modified().ok()));
+                }
+            }
+        }
+        entries.sort();
+        let mut h = DefaultHasher::new();
+        entries.hash(&mut h);
+        Some(h.finish())
+    }
+}
+
+/// Reload outcomes, for /readyz and logs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReloadStatus {
+    pub version: String,
+    pub reloads: u64,
+    pub failures: u64,
+    pub last_error: Option<String>,
+}
+
+/// Reloads on every `trigger` message (SIGHUP) and, when `interval` is set, whenever the
+/// directory's fingerprint changes. Runs until `stop` turns true.
+pub async fn watch(
+    source: KbSource,
+    interval: Option<Duration>,
+    tx: watch::Sender<Arc<Loaded>>,
+    mut trigger: mpsc::Receiver<()>,
+    status: Arc<std::sync::Mutex<ReloadStatus>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut seen = source.fingerprint();
+    let mut ticker = tokio::time::interval(interval.unwrap_or(Duration::from_secs(3600)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        let forced = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            t = trigger.recv() => match t {
+                Some(()) => true,
+                None => return,
+            },
+            _ = ticker.tick(), if interval.is_some() => false,
+        };
+        let now = source.fingerprint();
+        if !forced && now == seen {
+            continue;
+        }
+        seen = now;
+        let s = source.clone();
+        let result = tokio::task::spawn_blocking(move || s.load()).await;
+        let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(Ok(loaded)) => {
+                if loaded.version() == st.version {
+                    tracing::info!(kb_version = %st.version, "knowledge base unchanged");
+                    continue;
+                }
+                st.reloads += 1;
+                st.last_error = None;
+                tracing::info!(
+                    from = %st.version,
+                    to = %loaded.version(),
+                    entries = loaded.engine.kb.entries.len(),
+                    "knowledge base reloaded"
+                );
+                st.version = loaded.version().to_string();
+                tx.send_replace(Arc::new(loaded));
+            }
+            Ok(Err(e)) => {
+                st.failures += 1;
+                st.last_error = Some(e.to_string());
+                tracing::error!(kb_version = %st.version, error = %e,
+                    "knowledge base reload failed; keeping the running one");
+            }
+            Err(e) => {
+                st.failures += 1;
+                st.last_error = Some(e.to_string());
+                tracing::error!(error = %e, "knowledge base reload panicked; keeping the running one");
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The Kafka sink: match events to the output topic, undecodable records to the dead-letter
+//! topic, and every delivery report back to the offset [`Tracker`].
+//!
+//! A [`ThreadedProducer`] delivers in the background; each record carries the [`RecordId`] of
+//! the input record it came from, and the delivery callback acknowledges that record's output
+//! ([`Tracker::ack`]). A delivery that fails after librdkafka's own retries (for
+//! `message.timeout.ms`) is fatal: the pipeline stops without storing the record's offset, so a
+//! restart produces it again. The producer's queue is bounded; when it is full, `send` waits for
+//! deliveries, which holds the matcher, which fills the pipeline's queue, which pauses the
+//! consumer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::config::KafkaSettings;
+use crate::offsets::{RecordId, Tracker};
+use crate::pipeline::Stop;
+use crate::source::kafka::{log_librdkafka, SourceRecord};
+
+/// Header names of a dead letter, beside the record's own headers.
+pub mod headers {
+    /// Why the record was dead-lettered: a closed set (`too_large`, `invalid_utf8`,
+    /// `not_an_envelope`).
+    pub const REASON: &str = "faultline.reason";
+    /// The detail of the reason, for people.
+    pub const ERROR: &str = "faultline.error";
+    /// The pipeline stage that rejected it (`decode`).
+    pub const STAGE: &str = "faultline.stage";
+    /// The KB version running when it was rejected.
+    pub const KB_VERSION: &str = "faultline.kb_version";
+    /// `topic/partition@offset` of the original record.
+    pub const SOURCE: &str = "faultline.source";
+}
+
+/// Errors that stop the pipeline.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SinkError {
+    #[error("creating the Kafka producer: {0}")]
+    Create(KafkaError),
+    #[error("producing to {topic}: {error}")]
+    Produce { topic: String, error: KafkaError },
+    #[error("delivery to {topic} failed after retries: {error}")]
+    Delivery { topic: String, error: String },
+    #[error("shutting down with the producer queue full")]
+    Abandoned,
+}
+
+/// What a delivery report acknowledges.
+#[derive(Debug)]
+pub struct Delivery {
+    pub record: RecordId,
+    pub dead_letter: bool,
+}
+
+/// Counts of acknowledged deliveries.
+#[derive(Debug, Default)]
+pub struct SinkCounts {
+    pub events: AtomicU64,
+    pub dead_letters: AtomicU64,
+}
+
+/// Delivery callbacks: acknowledge, count, wake a waiting `send`.
+pub struct SinkContext {
+    tracker: Arc<Tracker>,
+    counts: Arc<SinkCounts>,
+    failure: OnceLock<SinkError>,
+    delivered: (Mutex<u64>, Condvar),
+}
+
+impl ClientContext for SinkContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_librdkafka("producer", level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(client = "producer", error = %error, reason, "librdkafka");
+    }
+}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = Box<Delivery>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
+        match result {
+            Ok(_) => {
+                self.tracker.ack(&delivery.record);
+                let counter = if delivery.dead_letter {
+                    &self.counts.dead_letters
+                } else {
+                    &self.counts.events
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((error, message)) => {
+                let e = SinkError::Delivery {
+                    topic: message.topic().to_string(),
+                    error: error.to_string(),
+                };
+                tracing::error!(error = %e, source = %delivery.record.tp, offset = delivery.record.offset,
+                    "output lost; stopping so that the record is processed again after a restart");
+                let _ = self.failure.set(e);
+            }
+        }
+        let (lock, cv) = &self.delivered;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        cv.notify_all();
+    }
+}
+
+/// The producer, shared by the output and dead-letter topics.
+pub struct KafkaSink {
+    producer: ThreadedProducer<SinkContext>,
+    pub output_topic: String,
+    pub dead_letter_topic: String,
+}
+
+impl KafkaSink {
+    pub fn new(
+        settings: &KafkaSettings,
+        output_topic: &str,
+        dead_letter_topic: &str,
+        tracker: Arc<Tracker>,
+        counts: Arc<SinkCounts>,
+    ) -> Result<Self, SinkError> {
+        let mut cc = ClientConfig::new();
+        for (k, v) in &settings.producer {
+            cc.set(k, v);
+        }
+        let context = SinkContext {
+            tracker,
+            counts,
+            failure: OnceLock::new(),
+            delivered: (Mutex::new(0), Condvar::new()),
+        };
+        let producer = cc.create_with_context(context).map_err(SinkError::Create)?;
+        Ok(KafkaSink {
+            producer,
+            output_topic: output_topic.to_string(),
+            dead_letter_topic: dead_letter_topic.to_string(),
+        })
+    }
+
+    /// The first delivery failure, if any.
+    pub fn failure(&self) -> Option<SinkError> {
+        self.producer.context().failure.get().cloned()
+    }
+
+    /// Sends one match event for `record`, keyed by job id.
+    pub fn send_event(
+        &self,
+        record: &RecordId,
+        key: &[u8],
+        payload: &[u8],
+        stop: &Stop,
+    ) -> Result<(), SinkError> {
+        let r = BaseRecord::with_opaque_to(
+            &self.output_topic,
+            Box::new(Delivery {
+                record: record.clone(),
+                dead_letter: false,
+            }),
+        )
+        .key(key)
+        .payload(payload);
+        self.send(r, stop)
+    }
+
+    /// Sends the original record to the dead-letter topic with its key, payload and headers,
+    /// plus why, where and under which KB it was rejected.
+    pub fn send_dead_letter(
+        &self,
+        record: &SourceRecord,
+        reason: &str,
+        error: &str,
+        kb_version: &str,
+        stop: &Stop,
+    ) -> Result<(), SinkError> {
+        let mut h = OwnedHeaders::new_with_capacity(record.headers.len() + 5);
+        for (key, value) in &record.headers {
+            h = h.insert(Header {
+                key,
+                value: value.as_deref(),
+            });
+        }
+        let source = format!("{}@{}", record.id.tp, record.id.offset);
+        for (key, value) in [
+            (headers::REASON, reason),
+            (headers::ERROR, error),
+            (headers::STAGE, "decode"),
+            (headers::KB_VERSION, kb_version),
+            (headers::SOURCE, source.as_str()),
+        ] {
+            h = h.insert(Header {
+                key,
+                value: Some(value),
+            });
+        }
+        let mut r = BaseRecord::with_opaque_to(
+            &self.dead_letter_topic,
+            Box::new(Delivery {
+                record: record.id.clone(),
+                dead_letter: true,
+            }),
+        )
+        .headers(h);
+        if let Some(k) = &record.key {
+            r = r.key(k.as_slice());
+        }
+        if let Some(p) = &record.payload {
+            r = r.payload(p.as_slice());
+        }
+        self.send(r, stop)
+    }
+
+    fn send<K, P>(
+        &self,
+        mut record: BaseRecord<'_, K, P, Box<Delivery>>,
+        stop: &Stop,
+    ) -> Result<(), SinkError>
+    where
+        K: rdkafka::message::ToBytes + ?Sized,
+        P: rdkafka::message::ToBytes + ?Sized,
+    {
+        loop {
+            if let Some(e) = self.failure() {
+                return Err(e);
+            }
+            let seen = *self.delivered_lock();
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    if stop.abandoned() {
+                        return Err(SinkError::Abandoned);
+                    }
+                    // Wait for a delivery to make room (bounded, to re-check the stop).
+                    let (lock, cv) = &self.producer.context().delivered;
+                    let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+                    if *guard == seen {
+                        let _ = cv
+                            .wait_timeout(guard, Duration::from_millis(100))
+                            .unwrap_or_else(|p| p.into_inner());
+                    }
+                }
+                Err((error, r)) => {
+                    return Err(SinkError::Produce {
+                        topic: r.topic.to_string(),
+                        error,
+                    })
+                }
+            }
+        }
+    }
+
+    fn delivered_lock(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.producer
+            .context()
+            .delivered
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for every queued record to be delivered, up to `timeout`.
+    pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.flush(timeout)
+    }
+}

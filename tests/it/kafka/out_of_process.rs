@@ -1,0 +1,391 @@
+//! `faultline` as a separate process: killed with SIGKILL mid-stream and restarted, stopped with
+//! SIGTERM, `--check-config`, and `faultline demo`. The broker runs in a process of its own
+//! (`faultline-mock-broker`) so that it outlives the killed consumer.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use super::*;
+
+/// The mock broker process; killed on drop.
+struct BrokerProcess {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+    bootstrap: String,
+}
+
+impl BrokerProcess {
+    fn start() -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_faultline-mock-broker"))
+            .args(["--brokers", "1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("mock broker starts");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let stdin = child.stdin.take().expect("stdin");
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("bootstrap line");
+        let bootstrap = line
+            .trim()
+            .strip_prefix("bootstrap=")
+            .expect("bootstrap=...")
+            .to_string();
+        BrokerProcess {
+            child,
+            stdin,
+            stdout,
+            bootstrap,
+        }
+    }
+
+    /// Sends one command and checks the answer.
+    fn command(&mut self, cmd: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{cmd}").expect("command sent");
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).expect("answer");
+        assert_eq!(answer.trim(), "ok", "{cmd}");
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A broker for out-of-process tests: the real one when configured, else a mock process.
+fn broker() -> (Option<BrokerProcess>, String) {
+    match std::env::var("FAULTLINE_TEST_BROKERS") {
+        Ok(b) if !b.is_empty() => (None, b),
+        _ => {
+            let p = BrokerProcess::start();
+            let b = p.bootstrap.clone();
+            (Some(p), b)
+        }
+    }
+}
+
+fn faultline() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_faultline"));
+    // Only what the test sets: no FAULTLINE_* from the developer's shell.
+    c.env_clear().env("FAULTLINE_LOG", "warn");
+    c
+}
+
+struct Topics {
+    input: String,
+    output: String,
+    dlq: String,
+    group: String,
+}
+
+fn run_command(bootstrap: &str, t: &Topics, kb: &Path) -> Command {
+    let mut c = faultline();
+    c.args(["run", "--brokers", bootstrap, "--group-id", &t.group])
+        .args(["--topic", &t.input, "--output-topic", &t.output])
+        .args(["--dead-letter-topic", &t.dlq])
+        .arg("--kb")
+        .arg(kb)
+        .args(["--admin-listen", "off", "--commit-interval-ms", "200"])
+        .args(["--batch-max-records", "20", "--batch-linger-ms", "10"])
+        .args(["--consumer-option", "session.timeout.ms=6000"])
+        .args(["--consumer-option", "heartbeat.interval.ms=500"])
+        .stdout(Stdio::null());
+    c
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "faultline did not exit");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn sum_ends(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
+    end_offsets(bootstrap, topic, partitions).values().sum()
+}
+
+/// For each partition, one past the highest input offset that has an event so far.
+fn produced_through(events: &[In]) -> HashMap<i64, i64> {
+    let mut out = HashMap::new();
+    for e in events {
+        let v = e.json();
+        let p = v["source"]["partition"].as_i64().expect("partition");
+        let o = v["source"]["offset"].as_i64().expect("offset");
+        let slot = out.entry(p).or_insert(0);
+        *slot = (*slot).max(o + 1);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_stream_and_restart_lose_nothing() {
+    const PARTS: i32 = 3;
+    let (mut broker, bootstrap) = broker();
+    let t = Topics {
+        input: unique("logs"),
+        output: unique("events"),
+        dlq: unique("dead"),
+        group: unique("group"),
+    };
+    for (name, parts) in [(&t.input, PARTS), (&t.output, PARTS), (&t.dlq, 1)] {
+        match &mut broker {
+            Some(b) => b.command(&format!("topic {name} {parts}")),
+            None => create_topic(None, &bootstrap, name, parts).await,
+        }
+    }
+    let kb = test_kb();
+    let wave = |from: usize, to: usize| -> Vec<Out> {
+        (from..to)
+            .map(|i| {
+                Out::new(
+                    (i % PARTS as usize) as i32,
+                    &format!("job-{}", i % 11),
+                    format!("[rank1]: BOOM {i}"),
+                )
+            })
+            .collect()
+    };
+    let mut produced = 2000;
+    produce(&bootstrap, &t.input, &wave(0, produced)).await;
+
+    // Kill it three times, each time after it produced some output; more input meanwhile.
+    let mut window = 0i64;
+    for kill in 0..3 {
+        let before = sum_ends(&bootstrap, &t.output, PARTS);
+        let mut child = run_command(&bootstrap, &t, kb.path())
+            .spawn()
+            .expect("faultline starts");
+        wait_for("output grows", || {
+            sum_ends(&bootstrap, &t.output, PARTS) >= before + 200
+        })
+        .await;
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        // What the next run may produce again: events beyond the committed offsets.
+        let committed = committed(&bootstrap, &t.group, &t.input, PARTS);
+        let events = consume_all(&bootstrap, &t.output, PARTS);
+        let through = produced_through(&events);
+        let w: i64 = (0..PARTS)
+            .map(|p| {
+                (through.get(&(p as i64)).copied().unwrap_or(0) - committed[p as usize].max(0))
+                    .max(0)
+            })
+            .sum();
+        eprintln!(
+            "kill {kill}: committed {committed:?}, {} events so far, uncommitted window {w}",
+            events.len()
+        );
+        window += w;
+        produce(&bootstrap, &t.input, &wave(produced, produced + 1000)).await;
+        produced += 1000;
+    }
+
+    // The last run finishes the backlog and stops gracefully on SIGTERM.
+    let mut child = run_command(&bootstrap, &t, kb.path())
+        .spawn()
+        .expect("faultline starts");
+    wait_for("everything committed", || {
+        committed(&bootstrap, &t.group, &t.input, PARTS)
+            .iter()
+            .sum::<i64>()
+            == produced as i64
+    })
+    .await;
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(status.success());
+    assert!(wait_exit(&mut child).success(), "SIGTERM exits 0");
+
+    let events = consume_all(&bootstrap, &t.output, PARTS);
+    let mut seen = std::collections::HashSet::new();
+    for e in &events {
+        let n: usize = e.json()["captures"]["n"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .expect("capture");
+        seen.insert(n);
+    }
+    let missing: Vec<usize> = (0..produced).filter(|i| !seen.contains(i)).collect();
+    assert!(missing.is_empty(), "lost: {missing:?}");
+    let duplicates = events.len() as i64 - produced as i64;
+    eprintln!(
+        "{produced} records, {} events, {duplicates} duplicates, bound {window}",
+        events.len()
+    );
+    assert!(
+        duplicates <= window,
+        "{duplicates} duplicates, more than the uncommitted windows at the kills ({window})"
+    );
+}
+
+#[test]
+fn check_config_validates_and_redacts() {
+    let kb = test_kb();
+    let out = faultline()
+        .args([
+            "run",
+            "--check-config",
+            "--brokers",
+            "b:9092",
+            "--topic",
+            "logs",
+        ])
+        .args([
+            "--kafka-option",
+            "sasl.password=hunter2",
+            "--kafka-option",
+            "sasl.username=alice",
+        ])
+        .arg("--kb")
+        .arg(kb.path())
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("configuration OK"), "{stdout}");
+    assert!(
+        stdout.contains("\"sasl.password\" = \"[redacted]\""),
+        "{stdout}"
+    );
+    assert!(stdout.contains("alice"));
+    assert!(!stdout.contains("hunter2"));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("faultline.toml");
+    std::fs::write(
+        &file,
+        "[kafka]\ntopics = [\"bad topic\"]\n[input]\nenvelope = \"xml\"\n",
+    )
+    .expect("write");
+    let out = faultline()
+        .args(["run", "--check-config", "--config"])
+        .arg(&file)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for field in ["kafka.brokers", "kafka.topics[0]", "input.envelope"] {
+        assert!(stderr.contains(field), "{field} not named in {stderr}");
+    }
+    // Environment variables are settings too.
+    let out = faultline()
+        .args(["run", "--check-config", "--config"])
+        .arg(&file)
+        .env("FAULTLINE_KAFKA_BROKERS", "b:1")
+        .env("FAULTLINE_KAFKA_TOPICS", "good")
+        .env("FAULTLINE_INPUT_ENVELOPE", "json")
+        .env("FAULTLINE_KB", kb.path())
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("envelope = \"json\""));
+}
+
+#[test]
+fn demo_processes_the_samples_and_exits() {
+    let kb = test_kb();
+    let logs = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        logs.path().join("train-42.log"),
+        "starting\n[rank0]: BOOM 1\nstep 1\n[rank5]: BOOM 2\n",
+    )
+    .expect("write");
+    std::fs::write(logs.path().join("other.log"), "BOOM 3\nok\n").expect("write");
+    let out = faultline()
+        .arg("demo")
+        .arg("--kb")
+        .arg(kb.path())
+        .arg("--logs")
+        .arg(logs.path())
+        .args(["--admin-listen", "127.0.0.1:0"])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("TEST_BOOM").count(), 3, "{stdout}");
+    assert!(stdout.contains("job=train-42 rank=5"), "{stdout}");
+    assert!(
+        stderr.contains("6 records, 3 diagnoses, 0 dead letters"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
+    let (mut broker, bootstrap) = broker();
+    let t = Topics {
+        input: unique("logs"),
+        output: unique("events"),
+        dlq: unique("dead"),
+        group: unique("group"),
+    };
+    for name in [&t.input, &t.output, &t.dlq] {
+        match &mut broker {
+            Some(b) => b.command(&format!("topic {name} 1")),
+            None => create_topic(None, &bootstrap, name, 1).await,
+        }
+    }
+    let kb = test_kb();
+    let mut child = run_command(&bootstrap, &t, kb.path())
+        .args(["--kb-watch-interval-ms", "0"])
+        .spawn()
+        .expect("faultline starts");
+    produce(&bootstrap, &t.input, &[Out::new(0, "j", "BOOM 0")]).await;
+    consume_until(&bootstrap, &t.output, 1, |r| !r.is_empty());
+
+    // The directory is not watched: only SIGHUP brings the new entry in.
+    write_entry(kb.path(), "zap", "ZAP");
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(hup.success());
+    let mut produced = 1;
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        produce(
+            &bootstrap,
+            &t.input,
+            &[Out::new(0, "j", format!("ZAP {produced}"))],
+        )
+        .await;
+        produced += 1;
+        let events = consume_all(&bootstrap, &t.output, 1);
+        if events.iter().any(|e| e.json()["error_code"] == "TEST_ZAP") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "SIGHUP did not reload the KB");
+    }
+    let int = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(int.success());
+    assert!(wait_exit(&mut child).success(), "SIGINT drains and exits 0");
+    assert_eq!(
+        committed(&bootstrap, &t.group, &t.input, 1),
+        vec![produced as i64],
+        "everything read was committed on the way out"
+    );
+}
