@@ -32,6 +32,12 @@ pub struct RawConfig {
     pub kb: RawKb,
     #[serde(default)]
     pub admin: RawAdmin,
+    /// `[metrics]`: extra label dimensions of `faultline_matches_total`.
+    #[serde(default)]
+    pub metrics: crate::metrics::RawMetricsConfig,
+    /// `[telemetry]`: OTLP span export; the standard `OTEL_*` variables win over it.
+    #[serde(default)]
+    pub telemetry: crate::telemetry::RawTelemetryConfig,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -407,6 +413,8 @@ pub struct Config {
     pub pipeline: PipelineConfig,
     pub kb: KbConfig,
     pub admin: AdminConfig,
+    pub metrics: crate::metrics::MetricsConfig,
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9477";
@@ -728,10 +736,25 @@ impl Config {
             err("admin.stall_timeout_ms", "must be positive".into());
         }
 
-        if !errors.is_empty() {
+        let metrics = crate::metrics::MetricsConfig::from_raw(&raw.metrics).unwrap_or_else(|e| {
+            err("metrics", e.to_string());
+            crate::metrics::MetricsConfig::default()
+        });
+        let telemetry =
+            crate::telemetry::TelemetryConfig::resolve(&raw.telemetry, |k| std::env::var(k).ok());
+        let telemetry = match telemetry {
+            Ok(t) => Some(t),
+            Err(e) => {
+                err("telemetry", e.to_string());
+                None
+            }
+        };
+        let Some(telemetry) = telemetry.filter(|_| errors.is_empty()) else {
             return Err(ConfigError::Invalid(errors));
-        }
+        };
         Ok(Config {
+            metrics,
+            telemetry,
             kafka: KafkaConfig {
                 brokers,
                 group_id,

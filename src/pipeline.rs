@@ -58,6 +58,10 @@ pub enum PipelineError {
     Thread(std::io::Error),
     #[error("a pipeline thread panicked")]
     Panicked,
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
 }
 
 /// The stop signal shared by every stage.
@@ -464,6 +468,11 @@ struct MatchStage {
     outputs: Vec<u32>,
     json: Vec<u8>,
     envelopes: Vec<crate::record::LogRecord<'static>>,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// Counted locally per batch, published once per batch.
+    counts: crate::metrics::BatchCounts,
+    /// One span per match when OTLP export is configured.
+    tracer: Option<crate::telemetry::MatchTracer>,
 }
 
 impl MatchStage {
@@ -502,6 +511,7 @@ impl MatchStage {
         if self.kb.has_changed().unwrap_or(false) {
             let next = Arc::clone(&self.kb.borrow_and_update());
             self.worker = next.engine.worker()?;
+            self.metrics.set_kb(&next.engine.kb);
             tracing::info!(kb_version = %next.version(), "matching with the reloaded knowledge base");
             self.loaded = next;
         }
@@ -554,8 +564,11 @@ impl MatchStage {
             .records
             .fetch_add(self.dispositions.len() as u64, Ordering::Relaxed);
         self.shared.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.counts.consumed(self.dispositions.len() as u64, bytes);
+        self.counts.scanned(line - 1);
 
         if !self.buf.is_empty() {
+            let scan_started = std::time::Instant::now();
             let Self {
                 loaded,
                 worker,
@@ -563,6 +576,8 @@ impl MatchStage {
                 events,
                 buf,
                 config,
+                counts,
+                tracer,
                 ..
             } = self;
             let enricher = &loaded.enricher;
@@ -593,9 +608,14 @@ impl MatchStage {
                     if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
                         event.job_id = job.to_string();
                     }
+                    counts.matched(&event);
+                    if let Some(tracer) = tracer {
+                        tracer.record(&event);
+                    }
                     events.push((span.record, event));
                 },
             )?;
+            counts.scan_time(scan_started.elapsed());
         }
 
         // Outputs are sent first and the records resolved together after (acks arriving before
@@ -609,6 +629,7 @@ impl MatchStage {
                 Disposition::Skip => (0, Ok(())),
                 Disposition::Invalid(why) => {
                     self.shared.invalid.fetch_add(1, Ordering::Relaxed);
+                    self.counts.dead_lettered(why.code());
                     tracing::warn!(source = %r.id.tp, offset = r.id.offset, reason = why.code(),
                         error = %why, "dead-lettering an undecodable record");
                     let sent = self.sink.send_dead_letter(
@@ -656,6 +677,7 @@ impl MatchStage {
         }
         let done = records.iter().map(|r| &r.id);
         tracker.resolve_many(done.zip(self.outputs.iter().copied()));
+        self.metrics.flush(&mut self.counts);
         if let Some((i, limit)) = tripped {
             forget(&tracker, &records[i..]);
             return Err(limit.into());
@@ -672,6 +694,8 @@ pub struct Running {
     admin: Option<std::net::SocketAddr>,
     threads: Vec<std::thread::JoinHandle<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Flushed after the stages stop, so the last spans are exported.
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 /// What `faultline run` reports when it stops.
@@ -701,6 +725,12 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
     let mut tasks = Vec::new();
 
+    let metrics = Arc::new(crate::metrics::Metrics::new(config.metrics.clone())?);
+    metrics.set_kb(&loaded.engine.kb);
+    let telemetry = crate::telemetry::Telemetry::start(
+        &config.telemetry,
+        crate::telemetry::SpanDropCounters::of(&metrics),
+    )?;
     let admin = match config.admin.listen {
         Some(addr) => {
             let listener = server::bind(addr)
@@ -708,13 +738,21 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
                 .map_err(|error| PipelineError::Admin { addr, error })?;
             let bound = listener.local_addr().unwrap_or(addr);
             let s = Arc::clone(&shared);
-            let routes = server::health_routes(move || s.readiness());
+            let m = Arc::clone(&metrics);
+            let routes =
+                server::health_routes(move || s.readiness()).route("/metrics", move || {
+                    server::Reply {
+                        status: 200,
+                        content_type: crate::metrics::CONTENT_TYPE,
+                        body: m.render(),
+                    }
+                });
             tasks.push(tokio::spawn(server::serve(
                 listener,
                 routes,
                 stop.subscribe(),
             )));
-            tracing::info!(addr = %bound, "admin server listening (/healthz, /readyz)");
+            tracing::info!(addr = %bound, "admin server listening (/healthz, /readyz, /metrics)");
             Some(bound)
         }
         None => None,
@@ -760,6 +798,9 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
         outputs: Vec::new(),
         json: Vec::new(),
         envelopes: Vec::new(),
+        counts: metrics.batch(),
+        metrics: Arc::clone(&metrics),
+        tracer: telemetry.as_ref().map(crate::telemetry::Telemetry::tracer),
     };
     let mut threads = Vec::new();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
@@ -787,6 +828,7 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
         admin,
         threads,
         tasks,
+        telemetry,
     })
 }
 
@@ -831,6 +873,7 @@ impl Running {
             stop,
             threads,
             tasks,
+            telemetry,
             ..
         } = self;
         let joined =
@@ -840,6 +883,12 @@ impl Running {
         stop.request();
         for t in tasks {
             let _ = t.await;
+        }
+        if let Some(t) = telemetry {
+            let flushed = tokio::task::spawn_blocking(move || t.shutdown()).await;
+            if let Ok(Err(e)) = flushed {
+                tracing::warn!(error = %e, "exporting the last spans");
+            }
         }
         if let Some(e) = stop.take_error() {
             return Err(e);

@@ -152,7 +152,7 @@ fn rendered_metrics_pass_promtool_check_metrics() {
     assert!(!out.status.success(), "the lint catches a bad name");
 }
 
-fn promtool(args: &[&str]) -> std::process::Output {
+pub fn promtool(args: &[&str]) -> std::process::Output {
     let promtool = tool("promtool", "promtool").expect("checked by the caller");
     Command::new(promtool)
         .args(args)
@@ -368,7 +368,7 @@ fn percent_encode(s: &str) -> String {
 }
 
 /// A plain HTTP/1.0 GET: (status, body), or `None` when nothing answers yet.
-fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
     use std::io::Read;
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
@@ -381,7 +381,7 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
 }
 
 /// Polls `f` until it returns `Some`, or panics with `what` after `secs`.
-fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(v) = f() {
@@ -491,14 +491,14 @@ impl Drop for Exporter {
 }
 
 /// A `prometheus` server on 127.0.0.1 with its own storage, killed on drop.
-struct PrometheusServer {
+pub struct PrometheusServer {
     child: std::process::Child,
     addr: std::net::SocketAddr,
     dir: tempfile::TempDir,
 }
 
 impl PrometheusServer {
-    fn start(binary: &std::path::Path, target: std::net::SocketAddr) -> Self {
+    pub fn start(binary: &std::path::Path, target: std::net::SocketAddr) -> Self {
         let dir = tempfile::tempdir().expect("tmp");
         let rules = support::repo().join("dashboards/alerts.yml");
         let config = format!(
@@ -531,12 +531,12 @@ impl PrometheusServer {
         PrometheusServer { child, addr, dir }
     }
 
-    fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
     }
 
     /// The `data.result` of an instant query, or the error Prometheus gave.
-    fn query(&self, promql: &str) -> Result<Vec<serde_json::Value>, String> {
+    pub fn query(&self, promql: &str) -> Result<Vec<serde_json::Value>, String> {
         let path = format!("/api/v1/query?query={}", percent_encode(promql));
         let (status, body) = http_get(self.addr, &path).ok_or("no answer")?;
         let v: serde_json::Value =

@@ -498,3 +498,63 @@ fn dead_letter_header_names_are_stable() {
         ]
     );
 }
+
+/// The service end to end with a real Prometheus server: records through the mock cluster,
+/// the pipeline's `/metrics` scraped, the match counts and pipeline health queried with PromQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_scrapes_the_running_pipeline() {
+    let Some(binary) = crate::observability::tool(
+        "prometheus",
+        "a_real_prometheus_scrapes_the_running_pipeline",
+    ) else {
+        return;
+    };
+    let cluster = Cluster::start(1);
+    let s = setup(&cluster, 1).await;
+    let records: Vec<Out> = (0..30)
+        .map(|i| Out::new(0, "job-m", format!("[rank{i}]: BOOM {i}")))
+        .chain((0..20).map(|i| Out::new(0, "job-m", format!("healthy line {i}"))))
+        .collect();
+    produce(&cluster.bootstrap, &s.input, &records).await;
+    let kb = test_kb();
+    write_entry(kb.path(), "never", "NEVERSEEN");
+    let mut raw = s.raw(&cluster, kb.path());
+    raw.admin.listen = Some("127.0.0.1:0".into());
+    let running = start(raw).await;
+    wait_for("all 50 committed", || {
+        committed(&cluster.bootstrap, &s.group, &s.input, 1) == vec![50]
+    })
+    .await;
+    let addr = running.admin_addr().expect("admin server");
+
+    // The exposition is valid for promtool.
+    let body = http_get(addr, "/metrics").await;
+    let text = body.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("metrics.txt");
+    std::fs::write(&file, &text).expect("write");
+    let check = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("promtool check metrics < {}", file.display()))
+        .output()
+        .expect("promtool runs");
+    assert!(check.status.success(), "{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+
+    let server = crate::observability::PrometheusServer::start(&binary, addr);
+    let series = |q: &str| -> Option<f64> {
+        let r = server.query(q).ok()?;
+        r.first()?["value"][1].as_str()?.parse().ok()
+    };
+    let matched = crate::observability::wait_for(120, "a scrape with the matches", || {
+        series("sum(faultline_matches_total{error_code=\"TEST_BOOM\"})").filter(|v| *v >= 30.0)
+    });
+    assert_eq!(matched, 30.0);
+    // Every KB entry's series exists from the start, at zero.
+    assert_eq!(series("faultline_matches_total{error_code=\"TEST_NEVER\"}"), Some(0.0), "{}", server.log());
+    assert_eq!(series("faultline_records_consumed_total"), Some(50.0));
+    assert_eq!(series("faultline_lines_scanned_total"), Some(50.0));
+    assert!(series("faultline_batch_scan_duration_seconds_count").is_some_and(|n| n >= 1.0));
+    assert_eq!(series("faultline_knowledge_base_entries"), Some(2.0));
+    running.shutdown();
+    running.wait().await.expect("clean stop");
+}
