@@ -23,7 +23,7 @@ use prost::Message;
 
 use crate::support;
 
-type Received = Arc<Mutex<Vec<ExportTraceServiceRequest>>>;
+pub type Received = Arc<Mutex<Vec<ExportTraceServiceRequest>>>;
 
 /// The events a Kafka-fed faultline would trace: an NCCL timeout and an Xid, from a record.
 fn kafka_events() -> Vec<MatchEvent> {
@@ -54,7 +54,7 @@ fn kafka_events() -> Vec<MatchEvent> {
     events
 }
 
-fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Value> {
+pub fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Value> {
     attrs
         .iter()
         .find(|kv| kv.key == key)
@@ -62,7 +62,7 @@ fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Value> {
         .and_then(|v| v.value.as_ref())
 }
 
-fn string(attrs: &[KeyValue], key: &str) -> Option<String> {
+pub fn string(attrs: &[KeyValue], key: &str) -> Option<String> {
     match attr(attrs, key)? {
         Value::StringValue(s) => Some(s.clone()),
         other => panic!("{key} is not a string: {other:?}"),
@@ -159,7 +159,7 @@ fn config(endpoint: String, protocol: &str) -> TelemetryConfig {
 }
 
 /// Polls until `received` holds at least `n` spans, for at most 30 seconds.
-fn spans_arrive(received: &Received, n: usize) -> Vec<ExportTraceServiceRequest> {
+pub fn spans_arrive(received: &Received, n: usize) -> Vec<ExportTraceServiceRequest> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let got = received.lock().expect("received").clone();
@@ -178,7 +178,7 @@ fn spans_arrive(received: &Received, n: usize) -> Vec<ExportTraceServiceRequest>
 }
 
 #[derive(Clone, Default)]
-struct GrpcReceiver(Received);
+pub struct GrpcReceiver(pub Received);
 
 #[tonic::async_trait]
 impl TraceService for GrpcReceiver {

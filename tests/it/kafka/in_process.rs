@@ -529,7 +529,11 @@ async fn a_real_prometheus_scrapes_the_running_pipeline() {
 
     // The exposition is valid for promtool.
     let body = http_get(addr, "/metrics").await;
-    let text = body.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    let text = body
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
     let dir = tempfile::tempdir().expect("tmp");
     let file = dir.path().join("metrics.txt");
     std::fs::write(&file, &text).expect("write");
@@ -538,7 +542,12 @@ async fn a_real_prometheus_scrapes_the_running_pipeline() {
         .arg(format!("promtool check metrics < {}", file.display()))
         .output()
         .expect("promtool runs");
-    assert!(check.status.success(), "{}{}", String::from_utf8_lossy(&check.stdout), String::from_utf8_lossy(&check.stderr));
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
 
     let server = crate::observability::PrometheusServer::start(&binary, addr);
     let series = |q: &str| -> Option<f64> {
@@ -550,11 +559,86 @@ async fn a_real_prometheus_scrapes_the_running_pipeline() {
     });
     assert_eq!(matched, 30.0);
     // Every KB entry's series exists from the start, at zero.
-    assert_eq!(series("faultline_matches_total{error_code=\"TEST_NEVER\"}"), Some(0.0), "{}", server.log());
+    assert_eq!(
+        series("faultline_matches_total{error_code=\"TEST_NEVER\"}"),
+        Some(0.0),
+        "{}",
+        server.log()
+    );
     assert_eq!(series("faultline_records_consumed_total"), Some(50.0));
     assert_eq!(series("faultline_lines_scanned_total"), Some(50.0));
     assert!(series("faultline_batch_scan_duration_seconds_count").is_some_and(|n| n >= 1.0));
     assert_eq!(series("faultline_knowledge_base_entries"), Some(2.0));
     running.shutdown();
     running.wait().await.expect("clean stop");
+}
+
+/// The service exports one span per match to a real OTLP gRPC receiver (built from the official
+/// protocol definitions), with the Kafka coordinates of the record it came from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_pipeline_exports_a_span_per_match_over_otlp() {
+    use crate::telemetry::{string, GrpcReceiver};
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let otlp = listener.local_addr().expect("addr");
+    let receiver = GrpcReceiver::default();
+    let server = tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(
+        TraceServiceServer::new(receiver.clone()),
+        tonic::transport::server::TcpIncoming::from(listener),
+    ));
+    let cluster = Cluster::start(1);
+    let s = setup(&cluster, 1).await;
+    let records: Vec<Out> = (0..5)
+        .map(|i| Out::new(0, "job-t", format!("[rank{i}]: BOOM {i}")))
+        .collect();
+    produce(&cluster.bootstrap, &s.input, &records).await;
+    let kb = test_kb();
+    let mut raw = s.raw(&cluster, kb.path());
+    raw.telemetry.endpoint = Some(format!("http://{otlp}"));
+    raw.telemetry.protocol = Some("grpc".into());
+    raw.telemetry.scheduled_delay_ms = Some(100);
+    let running = start(raw).await;
+    wait_for("all five committed", || {
+        committed(&cluster.bootstrap, &s.group, &s.input, 1) == vec![5]
+    })
+    .await;
+    running.shutdown();
+    running.wait().await.expect("clean stop, spans flushed");
+    let received = receiver.0.clone();
+    let got = tokio::task::spawn_blocking(move || crate::telemetry::spans_arrive(&received, 5))
+        .await
+        .expect("joins");
+    let spans: Vec<_> = got
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .collect();
+    assert_eq!(spans.len(), 5);
+    let mut offsets: Vec<String> = Vec::new();
+    for span in &spans {
+        assert_eq!(
+            string(&span.attributes, "exception.type").as_deref(),
+            Some("TEST_BOOM")
+        );
+        assert_eq!(
+            string(&span.attributes, "faultline.job_id").as_deref(),
+            Some("job-t")
+        );
+        assert_eq!(
+            string(&span.attributes, "messaging.destination.name").as_deref(),
+            Some(s.input.as_str())
+        );
+        offsets.push(format!(
+            "{:?}",
+            crate::telemetry::attr(&span.attributes, "messaging.kafka.offset")
+        ));
+    }
+    offsets.sort();
+    offsets.dedup();
+    assert_eq!(offsets.len(), 5, "one span per record: {offsets:?}");
+    server.abort();
 }
