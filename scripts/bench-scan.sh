@@ -27,7 +27,7 @@ best() {  # best wall time in seconds over $runs runs of "$@"
   done
   echo "$best"
 }
-fl=$(best taskset -c 0 $bin scan --no-summary --progress never "$corpus")
+fl=$(best taskset -c 0 $bin scan --threads 1 --no-summary --progress never "$corpus")
 rg=$(best taskset -c 0 rg -c -f "$work/patterns.txt" "$corpus")
 mbps() { echo "scale=1; $bytes / $1 / 1000000" | bc -l; }
 echo "corpus: $corpus ($bytes bytes, $(wc -l < "$corpus") lines), $(wc -l < "$work/patterns.txt") patterns"

@@ -58,7 +58,7 @@ cores=$(nproc)
 measure "faultline-scan all-cores" "$bin" scan --kb "$work/kb-x1" --threads "$cores" --no-summary --progress never "$corpus"
 
 # Output identical to the line-by-line oracle.
-$bin scan --no-summary --threads 1 "$corpus" > "$work/hyperscan.jsonl"
+$bin scan --no-summary --no-incidents --threads 1 "$corpus" > "$work/hyperscan.jsonl"
 oracle=identical
 if ! $bin bench oracle "$corpus" --expect "$work/hyperscan.jsonl" 2>> "$work/oracle.err"; then oracle=DIFFERENT; fi
 

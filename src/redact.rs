@@ -224,7 +224,11 @@ impl Redactor {
             .chain(extra.iter().map(|s| s.pattern.as_str()))
             .collect();
         // Without Hyperscan every rule's regex runs: slower, never less redacted.
-        let detect = HyperscanMatcher::compile(&sources).ok();
+        // Cached like the KB's database, so start-up does not recompile it every time.
+        let cache = crate::engine::database_cache_dir();
+        let detect = HyperscanMatcher::compile_cached(&sources, cache.as_deref())
+            .ok()
+            .map(|(m, _)| m);
         Ok(Redactor {
             rules,
             detect,
