@@ -244,6 +244,11 @@ impl<R: Read> ChunkReader<R> {
     /// The end (exclusive) of the run of complete lines up to `last`, stopping before a line
     /// longer than the limit so it is cut on the next call.
     fn complete_lines_within_limit(&self, last: usize) -> usize {
+        if last <= self.max_line {
+            // No line of this run can be longer than the run: nothing to look for (the usual
+            // case, where the buffer is no larger than the line limit plus one).
+            return last + 1;
+        }
         let data = &self.buf[..=last];
         let mut start = 0;
         for nl in memchr::memchr_iter(b'\n', data) {
