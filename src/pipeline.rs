@@ -763,6 +763,7 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
         kb_tx,
         reload_rx,
         Arc::clone(&shared.reload),
+        Arc::clone(&metrics),
         stop.subscribe(),
     )));
 
@@ -779,6 +780,7 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
         &settings,
         Arc::clone(&shared.tracker),
         Arc::clone(&shared),
+        Arc::clone(&metrics),
     )?;
     let worker = loaded.engine.worker()?;
     let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);

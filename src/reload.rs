@@ -132,8 +132,10 @@ pub async fn watch(
     tx: watch::Sender<Arc<Loaded>>,
     mut trigger: mpsc::Receiver<()>,
     status: Arc<std::sync::Mutex<ReloadStatus>>,
+    metrics: Arc<crate::metrics::Metrics>,
     mut stop: watch::Receiver<bool>,
 ) {
+    use crate::metrics::ReloadResult;
     let mut seen = source.fingerprint();
     let mut ticker = tokio::time::interval(interval.unwrap_or(Duration::from_secs(3600)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -159,8 +161,10 @@ pub async fn watch(
             Ok(Ok(loaded)) => {
                 if loaded.version() == st.version {
                     tracing::info!(kb_version = %st.version, "knowledge base unchanged");
+                    metrics.kb_reload(ReloadResult::Unchanged);
                     continue;
                 }
+                metrics.kb_reload(ReloadResult::Success);
                 st.reloads += 1;
                 st.last_error = None;
                 tracing::info!(
@@ -173,12 +177,14 @@ pub async fn watch(
                 tx.send_replace(Arc::new(loaded));
             }
             Ok(Err(e)) => {
+                metrics.kb_reload(ReloadResult::Failure);
                 st.failures += 1;
                 st.last_error = Some(e.to_string());
                 tracing::error!(kb_version = %st.version, error = %e,
                     "knowledge base reload failed; keeping the running one");
             }
             Err(e) => {
+                metrics.kb_reload(ReloadResult::Failure);
                 st.failures += 1;
                 st.last_error = Some(e.to_string());
                 tracing::error!(error = %e, "knowledge base reload panicked; keeping the running one");

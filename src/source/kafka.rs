@@ -94,6 +94,8 @@ pub fn forget(tracker: &Tracker, records: &[SourceRecord]) {
 pub struct SourceContext {
     tracker: Arc<Tracker>,
     shared: Arc<Shared>,
+    /// Consumer lag and committed offsets per partition, from librdkafka's statistics.
+    metrics: Arc<crate::metrics::Metrics>,
     /// Read and registered, not yet handed to the matcher. Behind a lock because the revoke
     /// callback runs inside `poll` and must drop the records of revoked partitions.
     queue: Mutex<Queue>,
@@ -159,6 +161,9 @@ impl SourceContext {
                 );
             }
         }
+        for tp in &tps {
+            self.metrics.forget_partition(&tp.topic, tp.partition);
+        }
         let finals = self.tracker.remove(&tps);
         if !lost && !finals.is_empty() {
             let tpl = to_tpl(&finals);
@@ -180,6 +185,21 @@ impl ClientContext for SourceContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(client = "consumer", error = %error, reason, "librdkafka");
+    }
+
+    /// librdkafka's periodic statistics (`statistics.interval.ms`): the lag and committed
+    /// offset of every partition this member consumes (others report -1 and are skipped).
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        for (topic, t) in &statistics.topics {
+            for (&partition, p) in &t.partitions {
+                if partition < 0 || p.consumer_lag < 0 {
+                    continue;
+                }
+                let committed = (p.committed_offset >= 0).then_some(p.committed_offset);
+                self.metrics
+                    .set_partition(topic, partition, p.consumer_lag, committed);
+            }
+        }
     }
 }
 
@@ -281,14 +301,18 @@ impl KafkaSource {
         settings: &KafkaSettings,
         tracker: Arc<Tracker>,
         shared: Arc<Shared>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Self, SourceError> {
         let mut cc = ClientConfig::new();
+        // Lag and committed offsets for /metrics; a pass-through option may change the interval.
+        cc.set("statistics.interval.ms", "5000");
         for (k, v) in &settings.consumer {
             cc.set(k, v);
         }
         let context = SourceContext {
             tracker: Arc::clone(&tracker),
             shared,
+            metrics,
             queue: Mutex::new(Queue::default()),
             paused: AtomicBool::new(false),
             closing: AtomicBool::new(false),

@@ -520,6 +520,9 @@ async fn a_real_prometheus_scrapes_the_running_pipeline() {
     write_entry(kb.path(), "never", "NEVERSEEN");
     let mut raw = s.raw(&cluster, kb.path());
     raw.admin.listen = Some("127.0.0.1:0".into());
+    raw.kafka
+        .consumer_options
+        .insert("statistics.interval.ms".into(), "200".into());
     let running = start(raw).await;
     wait_for("all 50 committed", || {
         committed(&cluster.bootstrap, &s.group, &s.input, 1) == vec![50]
@@ -569,6 +572,22 @@ async fn a_real_prometheus_scrapes_the_running_pipeline() {
     assert_eq!(series("faultline_lines_scanned_total"), Some(50.0));
     assert!(series("faultline_batch_scan_duration_seconds_count").is_some_and(|n| n >= 1.0));
     assert_eq!(series("faultline_knowledge_base_entries"), Some(2.0));
+    // Lag and committed offsets come from librdkafka's statistics of the assigned partition.
+    let committed = crate::observability::wait_for(120, "the committed offset", || {
+        series(&format!(
+            "faultline_committed_offset{{topic=\"{}\",partition=\"0\"}}",
+            s.input
+        ))
+        .filter(|v| *v >= 50.0)
+    });
+    assert_eq!(committed, 50.0);
+    assert_eq!(
+        series(&format!(
+            "faultline_consumer_lag_records{{topic=\"{}\"}}",
+            s.input
+        )),
+        Some(0.0)
+    );
     running.shutdown();
     running.wait().await.expect("clean stop");
 }
