@@ -190,13 +190,13 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
 
 /// One alerting rule as written in dashboards/alerts.yml.
 #[derive(Debug, serde::Deserialize)]
-struct Rule {
-    alert: String,
-    expr: String,
+pub struct Rule {
+    pub alert: String,
+    pub expr: String,
     annotations: std::collections::BTreeMap<String, String>,
 }
 
-fn rules() -> Vec<Rule> {
+pub fn rules() -> Vec<Rule> {
     #[derive(serde::Deserialize)]
     struct Group {
         rules: Vec<Rule>,
@@ -242,7 +242,7 @@ fn every_alert_has_a_summary_a_description_and_a_runbook_section() {
     }
 }
 
-fn dashboard() -> serde_json::Value {
+pub fn dashboard() -> serde_json::Value {
     let text = std::fs::read_to_string(support::repo().join("dashboards/fleet-failures.json"))
         .expect("dashboard");
     serde_json::from_str(&text).expect("the dashboard is JSON")
@@ -261,7 +261,7 @@ fn panels(dashboard: &serde_json::Value) -> Vec<&serde_json::Value> {
 }
 
 /// (panel title, PromQL) of every panel target.
-fn dashboard_queries(dashboard: &serde_json::Value) -> Vec<(String, String)> {
+pub fn dashboard_queries(dashboard: &serde_json::Value) -> Vec<(String, String)> {
     panels(dashboard)
         .into_iter()
         .flat_map(|p| {
@@ -345,7 +345,7 @@ fn the_dashboard_is_a_current_grafana_model() {
 }
 
 /// Grafana's variables, replaced the way Grafana would before sending a query.
-fn grafana_to_promql(expr: &str) -> String {
+pub fn grafana_to_promql(expr: &str) -> String {
     let out = expr
         .replace("$__rate_interval", "1m")
         .replace("$__range", "5m")

@@ -513,7 +513,9 @@ async fn a_real_prometheus_scrapes_the_running_pipeline() {
     let s = setup(&cluster, 1).await;
     let records: Vec<Out> = (0..30)
         .map(|i| Out::new(0, "job-m", format!("[rank{i}]: BOOM {i}")))
-        .chain((0..20).map(|i| Out::new(0, "job-m", format!("healthy line {i}"))))
+        .chain((0..19).map(|i| Out::new(0, "job-m", format!("healthy line {i}"))))
+        // Over max_record_bytes below: one dead letter for the dead-letter panels.
+        .chain([Out::new(0, "job-m", "x".repeat(2048))])
         .collect();
     produce(&cluster.bootstrap, &s.input, &records).await;
     let kb = test_kb();
@@ -523,7 +525,10 @@ async fn a_real_prometheus_scrapes_the_running_pipeline() {
     raw.kafka
         .consumer_options
         .insert("statistics.interval.ms".into(), "200".into());
+    raw.input.max_record_bytes = Some(1024);
     let running = start(raw).await;
+    // A forced reload of the unchanged KB, for the reload panels.
+    running.reload();
     wait_for("all 50 committed", || {
         committed(&cluster.bootstrap, &s.group, &s.input, 1) == vec![50]
     })
@@ -569,7 +574,11 @@ async fn a_real_prometheus_scrapes_the_running_pipeline() {
         server.log()
     );
     assert_eq!(series("faultline_records_consumed_total"), Some(50.0));
-    assert_eq!(series("faultline_lines_scanned_total"), Some(50.0));
+    assert_eq!(series("faultline_lines_scanned_total"), Some(49.0));
+    assert_eq!(
+        series("sum(faultline_records_dead_lettered_total)"),
+        Some(1.0)
+    );
     assert!(series("faultline_batch_scan_duration_seconds_count").is_some_and(|n| n >= 1.0));
     assert_eq!(series("faultline_knowledge_base_entries"), Some(2.0));
     // Lag and committed offsets come from librdkafka's statistics of the assigned partition.
