@@ -272,13 +272,19 @@ pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> 
         .collect()
 }
 
-/// Polls `cond` until it holds or the deadline passes (then fails with `what`).
+/// Checks `cond` (broker-side state such as committed offsets, which no callback announces)
+/// on every tick of a 50 ms interval until it holds; fails with `what` past the deadline.
 pub async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut ticks = tokio::time::interval(Duration::from_millis(50));
+    let polled = tokio::time::timeout(DEADLINE, async {
+        loop {
+            ticks.tick().await;
+            if cond() {
+                return;
+            }
+        }
+    });
+    assert!(polled.await.is_ok(), "timed out waiting for {what}");
 }
 
 /// A KB entry file for tests: `id` is `test/<slug>`, matching `<WORD> <number>`.

@@ -99,15 +99,22 @@ fn run_command(bootstrap: &str, t: &Topics, kb: &Path) -> Command {
     c
 }
 
+/// Waits for the child to exit; a watchdog kills it (and the test fails) past the deadline.
 fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
+    let pid = child.id().to_string();
+    let (exited, exit_seen) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        let timed_out = exit_seen.recv_timeout(DEADLINE).is_err();
+        if timed_out {
+            let _ = Command::new("kill").args(["-9", &pid]).status();
         }
-        assert!(Instant::now() < deadline, "faultline did not exit");
-        std::thread::sleep(Duration::from_millis(25));
-    }
+        timed_out
+    });
+    let status = child.wait().expect("wait");
+    let _ = exited.send(());
+    let timed_out = watchdog.join().expect("watchdog");
+    assert!(!timed_out, "faultline did not exit");
+    status
 }
 
 fn sum_ends(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
