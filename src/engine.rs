@@ -287,48 +287,11 @@ mod tests {
     use super::*;
     use crate::kb::KnowledgeBase;
     use crate::matcher::RegexMatcher;
-
-    fn entry_text(id: &str, code: &str, pattern: &str, fallback: bool) -> String {
-        format!(
-            r#"id = "{id}"
-title = "t"
-domain = "test"
-category = "crash"
-error_code = "{code}"
-role = "root"
-severity = "error"
-fallback = {fallback}
-verification = "ai_generated"
-patterns_verified = "unverified"
-root_cause = "r"
-patterns = ['{pattern}']
-examples = ["x"]
-negative_examples = ["y"]
-references = ["z"]
-"#
-        )
-    }
+    use crate::testutil::entry_toml;
 
     fn kb() -> KnowledgeBase {
-        let entry = |id: &str, code: &str, pattern: &str| {
-            format!(
-                r#"id = "{id}"
-title = "t"
-domain = "test"
-category = "crash"
-error_code = "{code}"
-role = "root"
-severity = "error"
-verification = "ai_generated"
-patterns_verified = "unverified"
-root_cause = "r"
-patterns = ['{pattern}']
-examples = ["x"]
-negative_examples = ["y"]
-references = ["z"]
-"#
-            )
-        };
+        let entry =
+            |id: &str, code: &str, pattern: &str| entry_toml(id, code, "root", pattern, false);
         KnowledgeBase::from_files(
             vec![
                 (
@@ -420,11 +383,11 @@ references = ["z"]
         let mut files = vec![
             (
                 "test/a.toml".into(),
-                entry_text("test/a", "A", r"boom (?P<n>\d+)", false),
+                entry_toml("test/a", "A", "root", r"boom (?P<n>\d+)", false),
             ),
             (
                 "test/z.toml".into(),
-                entry_text("test/z", "ANY_BOOM", r"boom", true),
+                entry_toml("test/z", "ANY_BOOM", "root", r"boom", true),
             ),
         ];
         files.sort();

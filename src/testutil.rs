@@ -9,25 +9,30 @@ use crate::kb::KnowledgeBase;
 use crate::record::{LineMeta, LogRecord, Provenance};
 
 pub fn entry(id: &str, code: &str, role: &str) -> (std::path::PathBuf, String) {
-    (
-        format!("{id}.toml").into(),
-        format!(
-            r#"id = "{id}"
+    let text = entry_toml(id, code, role, &format!("{code} happened"), false);
+    (format!("{id}.toml").into(), text)
+}
+
+/// The smallest valid entry: `id` is `<domain>/<slug>`, one pattern, placeholder diagnosis.
+pub fn entry_toml(id: &str, code: &str, role: &str, pattern: &str, fallback: bool) -> String {
+    let domain = id.split('/').next().unwrap_or(id);
+    format!(
+        r#"id = "{id}"
 title = "t"
-domain = "nccl"
+domain = "{domain}"
 category = "collective_timeout"
 error_code = "{code}"
 role = "{role}"
 severity = "error"
+fallback = {fallback}
 verification = "ai_generated"
 patterns_verified = "unverified"
 root_cause = "r"
-patterns = ['{code} happened']
+patterns = ['{pattern}']
 examples = ["{code} happened"]
 negative_examples = ["y"]
 references = ["z"]
 "#
-        ),
     )
 }
 
