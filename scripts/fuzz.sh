@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_TARGETS="envelope kb_toml seed_markdown deadends_json engine chunk_reader redact"
+ALL_TARGETS="envelope kb_toml seed_markdown deadends_json engine chunk_reader redact kafka_record multiline"
 TARGETS="${TARGETS:-$ALL_TARGETS}"
 TARGET_DIR="${FUZZ_TARGET_DIR:-fuzz/target}"
 
@@ -34,6 +34,7 @@ seed_corpora() {
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' RETURN
   for t in $ALL_TARGETS; do mkdir -p "fuzz/corpus/$t"; done
+  local n=0
   # Log text: every fixture and example, in pieces of 40 lines (libFuzzer's default input
   # size limit is 4 KiB).
   find tests/fixtures examples -type f \( -name '*.log' -o -name '*.jsonl' -o -name '*.json' \) |
@@ -48,8 +49,31 @@ seed_corpora() {
         # chunk_reader: 3 bytes of settings (line limit, read size, repeats), then the text.
         { printf '\x03\x05\x02'; cat "$tmp/cut"; } > "$tmp/cr"
         seed chunk_reader "$tmp/cr"
+        # kafka_record: flags (job id from the envelope, the key, then a header, in turn),
+        # the size limit (4081 bytes), then key 0x1e headers (0x1f apart) 0x1e payload.
+        n=$((n + 1))
+        { printf "\\x$(printf %02x $(((n % 3) * 4)))\xff"; printf 'job-7\x1ejob=train-3\x1ftrace=abc\x1e'
+          cat "$tmp/cut"; } > "$tmp/kr"
+        seed kafka_record "$tmp/kr"
       done
     done
+  # kafka_record: records over a small limit, tombstones, a missing key, empty headers.
+  printf '\x00\x02k\x1e\x1e%s' "$(head -c 200 tests/fixtures/captured/py_keyerror.log)" > "$tmp/kr"
+  seed kafka_record "$tmp/kr"
+  printf '\x03\x10\x1ename\x1e' > "$tmp/kr"
+  seed kafka_record "$tmp/kr"
+  printf '\x08\x10key\x1ejob\x1fjob=\x1fjob=x\x1e{"log":"BOOM 1"}\n\n{"level":1}\n' > "$tmp/kr"
+  seed kafka_record "$tmp/kr"
+  # multiline: 4 bytes of settings (lines cap, bytes cap, streams cap, seconds between lines),
+  # then whole failures (tracebacks, c10 frames, torchrun summaries) of the captured logs.
+  find tests/fixtures/captured tests/fixtures/secrets -name '*.log' | sort | while read -r f; do
+    rm -f "$tmp"/piece.*
+    split -l 100 "$f" "$tmp/piece."
+    for p in "$tmp"/piece.*; do
+      { printf '\x10\x30\x03\x01'; head -c 8000 "$p"; } > "$tmp/ml"
+      seed multiline "$tmp/ml"
+    done
+  done
   find kb -name '*.toml' | sort | while read -r f; do seed kb_toml "$f"; done
   for f in tests/fixtures/seed/*.md kb/README.md; do seed seed_markdown "$f"; done
   for f in tests/fixtures/deadends/*.json tests/fixtures/deadends/*.ndjson; do

@@ -38,6 +38,9 @@ pub struct RawConfig {
     /// `[telemetry]`: OTLP span export; the standard `OTEL_*` variables win over it.
     #[serde(default)]
     pub telemetry: crate::telemetry::RawTelemetryConfig,
+    /// `[redact]`: secret redaction of events (and of dead letters with `dead_letter.redact`).
+    #[serde(default)]
+    pub redact: RawRedact,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -81,6 +84,19 @@ pub struct RawDeadLetter {
     pub max_invalid_ratio: Option<f64>,
     pub invalid_window: Option<u64>,
     pub max_consecutive_invalid: Option<u64>,
+    /// Redact dead letters' payloads (default false: the original bytes, for replay).
+    pub redact: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedact {
+    /// Redact secrets in events (default true).
+    pub enabled: Option<bool>,
+    /// Rules added to the built-in ones: `[{ name = "...", pattern = '...' }]`, as
+    /// `faultline scan --redact NAME=PATTERN` takes them.
+    #[serde(default)]
+    pub extra: Vec<crate::redact::RuleSpec>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -213,6 +229,21 @@ pub struct Overrides {
         value_name = "RECORDS"
     )]
     pub max_consecutive_invalid: Option<u64>,
+    /// Redact dead letters' payloads: true or false (`dead_letter.redact`).
+    #[arg(long, env = "FAULTLINE_DEAD_LETTER_REDACT", value_name = "BOOL")]
+    pub dead_letter_redact: Option<bool>,
+    /// Redact secrets in events: true or false (`redact.enabled`).
+    #[arg(long, env = "FAULTLINE_REDACT_ENABLED", value_name = "BOOL")]
+    pub redact_enabled: Option<bool>,
+    /// Extra redaction rule, repeatable: NAME=PATTERN; replaces the file's `redact.extra`. The
+    /// variable takes one rule per line.
+    #[arg(
+        long = "redact",
+        env = "FAULTLINE_REDACT_EXTRA",
+        value_delimiter = '\n',
+        value_name = "NAME=PATTERN"
+    )]
+    pub redact_extra: Vec<crate::redact::RuleSpec>,
     /// Records per batch (`pipeline.batch_max_records`).
     #[arg(long, env = "FAULTLINE_PIPELINE_BATCH_MAX_RECORDS", value_name = "N")]
     pub batch_max_records: Option<usize>,
@@ -378,6 +409,30 @@ pub struct InvalidLimits {
 pub struct DeadLetterConfig {
     pub topic: String,
     pub limits: InvalidLimits,
+    /// Redact payloads before producing them (with the `[redact]` rules, whatever
+    /// `redact.enabled` says); `false` keeps the original bytes for replay.
+    pub redact: bool,
+}
+
+/// Secret redaction in `faultline run`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedactConfig {
+    /// Redact events' `line` and `captures` (and so spans and everything quoting events).
+    pub enabled: bool,
+    /// Rules added to the built-in ones, each checked in both engines at validation.
+    pub extra: Vec<crate::redact::RuleSpec>,
+}
+
+impl RedactConfig {
+    /// The built-in rules plus the extra ones, compiled (the shared built-in instance when
+    /// there are none).
+    pub fn rules(&self) -> Result<std::sync::Arc<crate::redact::Redactor>, crate::redact::RedactError> {
+        if self.extra.is_empty() {
+            Ok(crate::redact::Redactor::builtin())
+        } else {
+            crate::redact::Redactor::new(&self.extra).map(std::sync::Arc::new)
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -415,6 +470,7 @@ pub struct Config {
     pub admin: AdminConfig,
     pub metrics: crate::metrics::MetricsConfig,
     pub telemetry: crate::telemetry::TelemetryConfig,
+    pub redact: RedactConfig,
 }
 
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9477";
@@ -506,6 +562,11 @@ impl RawConfig {
         set(&mut d.max_invalid_ratio, &o.max_invalid_ratio);
         set(&mut d.invalid_window, &o.invalid_window);
         set(&mut d.max_consecutive_invalid, &o.max_consecutive_invalid);
+        set(&mut d.redact, &o.dead_letter_redact);
+        set(&mut self.redact.enabled, &o.redact_enabled);
+        if !o.redact_extra.is_empty() {
+            self.redact.extra.clone_from(&o.redact_extra);
+        }
         let p = &mut self.pipeline;
         set(&mut p.batch_max_records, &o.batch_max_records);
         set(&mut p.batch_max_bytes, &o.batch_max_bytes);
@@ -696,6 +757,11 @@ impl Config {
             err("dead_letter.invalid_window", "must be positive".into());
         }
         let consecutive = d.max_consecutive_invalid.unwrap_or(100);
+        for (i, rule) in raw.redact.extra.iter().enumerate() {
+            if let Err(e) = rule.check() {
+                err(&format!("redact.extra[{i}]"), e.to_string());
+            }
+        }
 
         let p = raw.pipeline;
         let batch_max_records = p.batch_max_records.unwrap_or(1_000);
@@ -780,6 +846,11 @@ impl Config {
                     window,
                     max_consecutive: (consecutive > 0).then_some(consecutive),
                 },
+                redact: d.redact.unwrap_or(false),
+            },
+            redact: RedactConfig {
+                enabled: raw.redact.enabled.unwrap_or(true),
+                extra: raw.redact.extra,
             },
             pipeline: PipelineConfig {
                 batch_max_records,
@@ -863,6 +934,7 @@ impl Config {
             "max_consecutive_invalid = {}",
             d.limits.max_consecutive.unwrap_or(0)
         ));
+        line(format!("redact = {}", d.redact));
         let p = &self.pipeline;
         line("[pipeline]".into());
         line(format!("batch_max_records = {}", p.batch_max_records));
@@ -889,6 +961,21 @@ impl Config {
             "stall_timeout_ms = {}",
             self.admin.stall_timeout.as_millis()
         ));
+        line("[redact]".into());
+        line(format!("enabled = {}", self.redact.enabled));
+        let extra: Vec<String> = self
+            .redact
+            .extra
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{ name = {}, pattern = {} }}",
+                    toml::Value::String(r.name.clone()),
+                    toml::Value::String(r.pattern.clone())
+                )
+            })
+            .collect();
+        line(format!("extra = [{}]", extra.join(", ")));
         s
     }
 }

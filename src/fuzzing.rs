@@ -3,12 +3,16 @@
 //! needed. Each function takes arbitrary bytes, must never panic on its own, and asserts the
 //! properties its input path promises (a panic here is a finding). Not part of the API.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+use crate::config::{EnvelopeMode, InputConfig, JobIdFrom};
 use crate::engine::{ChunkInfo, Engine};
-use crate::enrich::{Enricher, MAX_CAPTURE_BYTES, MAX_EVENT_LINE_BYTES};
+use crate::enrich::{Enricher, MatchEvent, MAX_CAPTURE_BYTES, MAX_EVENT_LINE_BYTES};
 use crate::envelope::{self, MAX_RECORDS_PER_LINE};
+use crate::incident::multiline::{self, ContextBuf, Streams, MAX_CONTEXT_LINE_BYTES};
+use crate::incident::{ContextInfo, Correlator, IncidentConfig};
 use crate::kb::{self, KnowledgeBase};
 use crate::matcher::{HyperscanMatcher, RegexMatcher};
 use crate::record::Provenance;
@@ -27,6 +31,8 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("engine", engine),
     ("chunk_reader", chunk_reader),
     ("redact", redact),
+    ("kafka_record", kafka_record),
+    ("multiline", multiline),
 ];
 
 /// Envelope decoding and launcher-prefix stripping, line by line.
@@ -299,5 +305,271 @@ pub fn redact(data: &[u8]) {
         assert_eq!(&out[..], data);
     } else {
         assert!(out.windows(10).any(|w| w == b"[REDACTED:"));
+    }
+}
+
+/// A consumed Kafka record as `faultline run` decodes it ([`crate::pipeline::decode_record`]),
+/// under every envelope mode, then scanned as the pipeline scans it. The input is
+/// `[flags, limit, key 0x1e headers 0x1e payload]`; headers are `name=value` pairs separated by
+/// 0x1f (no `=`: a header without a value). `flags` picks a missing key or payload (a
+/// tombstone) and where the job id comes from; `limit` sets `input.max_record_bytes`.
+pub fn kafka_record(data: &[u8]) {
+    use crate::pipeline::{decode_record, payload_lines, Disposition, Invalid};
+    let [flags, limit, rest @ ..] = data else {
+        return;
+    };
+    let mut parts = rest.splitn(3, |&b| b == 0x1e);
+    let key = parts.next().filter(|_| flags & 1 == 0);
+    let header_blob = parts.next().unwrap_or_default();
+    let payload = parts.next().filter(|_| flags & 2 == 0);
+    let headers: Vec<(String, Option<Vec<u8>>)> = header_blob
+        .split(|&b| b == 0x1f)
+        .filter(|h| !h.is_empty())
+        .map(|h| match h.iter().position(|&b| b == b'=') {
+            Some(i) => (
+                String::from_utf8_lossy(&h[..i]).into_owned(),
+                Some(h[i + 1..].to_vec()),
+            ),
+            None => (String::from_utf8_lossy(h).into_owned(), None),
+        })
+        .collect();
+    let header_name = headers.first().map_or("job", |(k, _)| k.as_str());
+    let job_id = match (flags >> 2) % 3 {
+        0 => JobIdFrom::Envelope,
+        1 => JobIdFrom::Key,
+        _ => JobIdFrom::Header(header_name.to_string()),
+    };
+    // Payloads are at most a few KiB here: limits around their sizes.
+    let max_record_bytes = 1 + usize::from(*limit) * 16;
+    let expected_job = match &job_id {
+        JobIdFrom::Envelope | JobIdFrom::Key => key,
+        JobIdFrom::Header(name) => headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.as_deref()),
+    }
+    .filter(|j| !j.is_empty());
+
+    let (hs, _, _) = engines();
+    let mut worker = hs.worker().expect("scratch");
+    let mut scratch = Vec::new();
+    for envelope_mode in [EnvelopeMode::Auto, EnvelopeMode::Text, EnvelopeMode::Json] {
+        let input = InputConfig {
+            envelope: envelope_mode,
+            job_id: job_id.clone(),
+            default_job_id: "unknown".into(),
+            max_record_bytes,
+        };
+        let pairs = headers.iter().map(|(k, v)| (k.as_str(), v.as_deref()));
+        let d = decode_record(key, pairs, payload, &input, &mut scratch);
+        assert_eq!(d.job, expected_job, "the job of the key or the header");
+        let p = payload.unwrap_or_default();
+        match &d.disposition {
+            Disposition::Skip => assert!(p.is_empty(), "only an empty record is skipped"),
+            Disposition::Invalid(Invalid::TooLarge { bytes, max }) => {
+                assert_eq!((*bytes, *max), (p.len(), max_record_bytes));
+                assert!(p.len() > max_record_bytes, "too large only past the limit");
+            }
+            other => {
+                assert!(!p.is_empty());
+                assert!(p.len() <= max_record_bytes, "past the limit: {other:?}");
+            }
+        }
+        let utf8 = std::str::from_utf8(p);
+        // The 1-based number of the first non-blank line that is not an envelope.
+        let mut first_bad_line = || {
+            p.split(|&b| b == b'\n')
+                .enumerate()
+                .find(|(_, line)| {
+                    !line.trim_ascii().is_empty() && {
+                        scratch.clear();
+                        envelope::decode_json(line, &mut scratch).is_err()
+                    }
+                })
+                .map(|(i, _)| i + 1)
+        };
+        match (&d.disposition, envelope_mode) {
+            (Disposition::Invalid(Invalid::NotUtf8 { at }), EnvelopeMode::Text) => {
+                let e = utf8.expect_err("invalid only when not UTF-8");
+                assert_eq!(*at, e.valid_up_to());
+            }
+            (Disposition::Scan, EnvelopeMode::Text) => assert!(utf8.is_ok(), "text must be UTF-8"),
+            (Disposition::Invalid(Invalid::NotEnvelope { line, .. }), EnvelopeMode::Json) => {
+                assert_eq!(Some(*line), first_bad_line(), "the first bad line");
+            }
+            (Disposition::Scan, EnvelopeMode::Json) => {
+                assert_eq!(first_bad_line(), None, "every line an envelope");
+            }
+            (Disposition::Invalid(Invalid::TooLarge { .. }) | Disposition::Skip, _)
+            | (Disposition::Scan, EnvelopeMode::Auto) => {}
+            (other, mode) => panic!("{other:?} under {mode:?}"),
+        }
+        if let Disposition::Invalid(why) = &d.disposition {
+            assert!(crate::metrics::DEAD_LETTER_REASONS.contains(&why.code()));
+        }
+        if d.disposition != Disposition::Scan {
+            assert_eq!(d.lines, 0);
+            continue;
+        }
+        // The batch's scan buffer holds the payload and a newline after it when it has none;
+        // hits map back to the record by the line count, so it must be the engine's.
+        assert_eq!(d.lines, payload_lines(p));
+        let mut buf = p.to_vec();
+        if buf.last() != Some(&b'\n') {
+            buf.push(b'\n');
+        }
+        let mut last = 0;
+        let lines = hs
+            .scan_chunk(
+                &mut worker,
+                &buf,
+                ChunkInfo {
+                    first_line: 1,
+                    truncated: false,
+                },
+                &mut |hit| {
+                    assert!(hit.line >= last, "hits in line order");
+                    last = hit.line;
+                },
+            )
+            .expect("Hyperscan scans");
+        assert_eq!(lines, d.lines, "the engine counts the record's lines alike");
+        assert!(last <= d.lines);
+    }
+}
+
+/// The embedded KB, whose `context` entries drive multiline assembly.
+fn embedded_engine() -> &'static (Engine<HyperscanMatcher>, Enricher) {
+    static ENGINE: OnceLock<(Engine<HyperscanMatcher>, Enricher)> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let kb = KnowledgeBase::embedded().expect("the embedded KB loads");
+        let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+        let hs = HyperscanMatcher::compile(&sources).expect("compiles in Hyperscan");
+        let kb = Arc::new(kb);
+        (Engine::with_matcher(Arc::clone(&kb), hs), Enricher::new(kb))
+    })
+}
+
+/// Multiline assembly: arbitrary lines into a [`ContextBuf`], then matched with the embedded
+/// KB and fed, as `scan` and the correlator do, into per-(job, rank, host) block streams and
+/// into incidents. Every block and every incident's context stays within its lines and bytes
+/// caps, every kept line within [`MAX_CONTEXT_LINE_BYTES`], and whatever was left out or cut
+/// is marked. The input is `[lines cap, bytes cap, streams cap, time step, text]`.
+pub fn multiline(data: &[u8]) {
+    let [a, b, c, d, text @ ..] = data else {
+        return;
+    };
+    let max_lines = 1 + usize::from(*a % 80);
+    let max_bytes = 1 + usize::from(*b) * 67;
+    let max_streams = 1 + usize::from(*c % 8);
+    let step_ms = i64::from(*d) * 1_000;
+    let window_ms = 60_000;
+
+    // Every line of the input, whatever it is, into one buffer.
+    let mut buf = ContextBuf::new(max_lines, max_bytes);
+    let mut pushed = Vec::new();
+    for line in text.split(|&b| b == b'\n') {
+        let line = String::from_utf8_lossy(line);
+        buf.push(None, &line);
+        pushed.push(line.into_owned());
+        check_block(&buf, max_lines, max_bytes);
+    }
+    let info = buf.info();
+    assert_eq!(
+        info.lines.len() as u64 + info.omitted_lines,
+        pushed.len() as u64,
+        "every line kept or counted"
+    );
+    let cut = pushed.iter().any(|l| l.len() > MAX_CONTEXT_LINE_BYTES);
+    assert_eq!(info.truncated, info.omitted_lines > 0 || cut);
+    // Kept lines are the input's lines (or their heads), in order.
+    let mut next = 0;
+    for kept in &info.lines {
+        let at = pushed[next..]
+            .iter()
+            .position(|p| {
+                p.starts_with(&kept.text)
+                    && (p.len() == kept.text.len() || kept.text.len() >= MAX_CONTEXT_LINE_BYTES - 3)
+            })
+            .expect("a kept line is an input line, in order");
+        next += at + 1;
+    }
+
+    // The lines as matched events, through the block streams and the correlator.
+    let (engine, enricher) = embedded_engine();
+    let mut worker = engine.worker().expect("scratch");
+    let mut events: Vec<(u64, MatchEvent)> = Vec::new();
+    let info = ChunkInfo {
+        first_line: 1,
+        truncated: false,
+    };
+    engine
+        .scan_chunk(&mut worker, text, info, &mut |hit| {
+            let source = Provenance::File {
+                path: "fuzz".into(),
+                line: hit.line,
+            };
+            events.push((hit.line, enricher.event(&hit, "fuzz", source)));
+        })
+        .expect("Hyperscan scans");
+    let mut jobs: HashMap<String, Streams> = HashMap::new();
+    for (line, e) in &events {
+        let t = *line as i64 * step_ms;
+        let streams = jobs
+            .entry(e.job_id.clone())
+            .or_insert_with(|| Streams::new(max_streams, max_lines, max_bytes));
+        let key = (e.rank, e.host.as_deref().map(Arc::from));
+        let appended = match multiline::classify(e) {
+            Some(kind) => streams.block_line(key.clone(), kind, e, t, window_ms),
+            None => streams.other_match(&key, e, t, window_ms),
+        };
+        assert!(streams.len() <= max_streams, "streams per job are capped");
+        if appended.appended {
+            let stream = streams.get(&key).expect("the stream appended to");
+            check_block(&stream.block, max_lines, max_bytes);
+        }
+    }
+    let cfg = IncidentConfig {
+        max_context_lines: max_lines,
+        max_context_bytes: max_bytes,
+        max_context_streams_per_job: max_streams,
+        max_open_incidents: 4,
+        max_jobs: 8,
+        ..IncidentConfig::default()
+    };
+    let mut correlator = Correlator::new(cfg).expect("a valid incident config");
+    let mut out = Vec::new();
+    for (_, e) in &events {
+        correlator.observe(e, &mut out);
+    }
+    correlator.resolve_all(&mut out);
+    for incident in &out {
+        check_context(&incident.context, max_lines, max_bytes);
+    }
+}
+
+fn check_block(block: &ContextBuf, max_lines: usize, max_bytes: usize) {
+    let info = block.info();
+    assert_eq!(block.len(), info.lines.len());
+    assert_eq!(
+        block.bytes(),
+        info.lines.iter().map(|l| l.text.len()).sum::<usize>(),
+        "bytes accounted"
+    );
+    check_context(&info, max_lines, max_bytes);
+}
+
+fn check_context(info: &ContextInfo, max_lines: usize, max_bytes: usize) {
+    assert!(info.lines.len() <= max_lines, "{} lines", info.lines.len());
+    let bytes: usize = info.lines.iter().map(|l| l.text.len()).sum();
+    assert!(bytes <= max_bytes, "{bytes} bytes over {max_bytes}");
+    assert!(info
+        .lines
+        .iter()
+        .all(|l| l.text.len() <= MAX_CONTEXT_LINE_BYTES));
+    assert_eq!(info.omitted_at.is_some(), info.omitted_lines > 0);
+    assert!(info.omitted_at.is_none_or(|at| at <= info.lines.len()));
+    if info.omitted_lines > 0 {
+        assert!(info.truncated, "omitted lines are marked");
     }
 }

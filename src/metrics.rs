@@ -42,7 +42,11 @@ pub const DEFAULT_MAX_VALUES: usize = 32;
 pub const MAX_VALUE_BYTES: usize = 64;
 
 /// Reasons a record is dead-lettered: the `faultline.reason` header of the Kafka pipeline.
-pub const DEAD_LETTER_REASONS: &[&str] = &["too_large", "invalid_utf8", "not_an_envelope"];
+/// `panic`: processing the record panicked, alone, after its batch's retry panicked too.
+pub const DEAD_LETTER_REASONS: &[&str] = &["too_large", "invalid_utf8", "not_an_envelope", "panic"];
+
+/// Pipeline stages whose panics are caught and counted (`faultline_panics_total{stage}`).
+pub const PANIC_STAGES: &[&str] = &["match"];
 
 /// Timestamps remembered per batch for the latency histogram; a batch with more matches
 /// observes the first ones only, so a burst never grows the buffer without bound.
@@ -262,6 +266,7 @@ pub struct Metrics {
     kb_info: IntGaugeVec,
     kb_reloads: IntCounterVec,
     spans_dropped: IntCounterVec,
+    panics: IntCounterVec,
     state: Mutex<State>,
 }
 
@@ -414,7 +419,18 @@ impl Metrics {
             "Trace spans that were not exported, by reason.",
             &["reason"],
         )?;
+        let panics = counter_vec(
+            &r,
+            "faultline_panics_total",
+            "Panics caught while processing records, by pipeline stage: each is a bug. The \
+             batch is retried, then processed record by record, and records that still panic \
+             are dead-lettered (reason panic).",
+            &["stage"],
+        )?;
 
+        for stage in PANIC_STAGES {
+            panics.with_label_values(&[*stage]);
+        }
         for reason in DEAD_LETTER_REASONS.iter().chain([&OTHER]) {
             dead_letters.with_label_values(&[*reason]);
         }
@@ -469,6 +485,7 @@ impl Metrics {
             kb_info,
             kb_reloads,
             spans_dropped,
+            panics,
             state: Mutex::new(state),
         })
     }
@@ -671,6 +688,11 @@ impl Metrics {
     /// Counts a KB reload attempt. On success, also call [`Metrics::set_kb`].
     pub fn kb_reload(&self, result: ReloadResult) {
         self.kb_reloads.with_label_values(&[result.as_str()]).inc();
+    }
+
+    /// Counts a panic caught in `stage` (one of [`PANIC_STAGES`]).
+    pub fn panicked(&self, stage: &'static str) {
+        self.panics.with_label_values(&[stage]).inc();
     }
 
     /// The counter of spans lost for `reason`, for the telemetry exporter to increment.

@@ -15,7 +15,15 @@
 //! The admin server and the KB watcher are tokio tasks; the consumer and the matcher are threads
 //! because both block (a revoke waits for the drain inside librdkafka's callback, and matching
 //! is CPU work).
+//!
+//! Failure isolation: no record should make the matcher panic (the fuzz targets hold decoding,
+//! scanning and multiline assembly to that), but if one does, the panic is caught around the
+//! batch, counted (`faultline_panics_total{stage="match"}`), and the batch is processed once
+//! more with a fresh worker; if that panics too, record by record, and the records that panic
+//! alone go to the dead-letter topic (reason `panic`). No record is lost or skipped silently
+//! and the partition keeps flowing; see `MatchStage::process_isolated`.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +37,7 @@ use crate::envelope;
 use crate::matcher::{HyperscanMatcher, MatchError};
 use crate::offsets::{TopicPartition, Tracker};
 use crate::record::Provenance;
+use crate::redact::Redactor;
 use crate::reload::{self, KbSource, Loaded, ReloadError, ReloadStatus};
 use crate::server;
 use crate::sink::kafka::{KafkaSink, SinkCounts, SinkError};
@@ -62,6 +71,8 @@ pub enum PipelineError {
     Metrics(#[from] crate::metrics::MetricsError),
     #[error(transparent)]
     Telemetry(#[from] crate::telemetry::TelemetryError),
+    #[error(transparent)]
+    Redact(#[from] crate::redact::RedactError),
 }
 
 /// The stop signal shared by every stage.
@@ -430,17 +441,65 @@ pub fn classify(
     }
 }
 
-/// The job a record names by its key or a header, per `input.job_id`.
-fn record_job<'a>(r: &'a SourceRecord, from: &JobIdFrom) -> Option<&'a [u8]> {
+/// The job a record names by its key or a header (the first of that name), per
+/// `input.job_id`; `None` when that is absent or empty (the envelope's job field or
+/// `input.default_job_id` apply then).
+pub fn record_job<'a>(
+    key: Option<&'a [u8]>,
+    headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+    from: &JobIdFrom,
+) -> Option<&'a [u8]> {
     match from {
-        JobIdFrom::Envelope | JobIdFrom::Key => r.key.as_deref(),
-        JobIdFrom::Header(name) => r
-            .headers
-            .iter()
+        JobIdFrom::Envelope | JobIdFrom::Key => key,
+        JobIdFrom::Header(name) => headers
+            .into_iter()
             .find(|(k, _)| k == name)
-            .and_then(|(_, v)| v.as_deref()),
+            .and_then(|(_, v)| v),
     }
     .filter(|j| !j.is_empty())
+}
+
+/// A record's headers as [`record_job`] and [`decode_record`] take them.
+fn header_pairs(r: &SourceRecord) -> impl Iterator<Item = (&str, Option<&[u8]>)> {
+    r.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref()))
+}
+
+/// The lines a payload adds to the batch's scan buffer: its newlines, plus one for a last line
+/// without one (the buffer gets a `\n` after it).
+pub fn payload_lines(payload: &[u8]) -> u64 {
+    memchr::memchr_iter(b'\n', payload).count() as u64
+        + u64::from(payload.last().is_some_and(|&b| b != b'\n'))
+}
+
+/// What the matcher decides about one consumed record before scanning it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded<'a> {
+    pub disposition: Disposition,
+    /// The job named by the key or a header ([`record_job`]).
+    pub job: Option<&'a [u8]>,
+    /// Lines the payload adds to the scan buffer ([`payload_lines`]); 0 unless `Scan`.
+    pub lines: u64,
+}
+
+/// Decodes one record's parts (key, headers, payload) under the input settings: the pure part
+/// of the matching stage's per-record work, and what the `kafka_record` fuzz target drives.
+pub fn decode_record<'a>(
+    key: Option<&'a [u8]>,
+    headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+    payload: Option<&'a [u8]>,
+    input: &InputConfig,
+    scratch: &mut Vec<crate::record::LogRecord<'static>>,
+) -> Decoded<'a> {
+    let disposition = classify(payload, input, scratch);
+    let lines = match disposition {
+        Disposition::Scan => payload.map_or(0, payload_lines),
+        _ => 0,
+    };
+    Decoded {
+        disposition,
+        job: record_job(key, headers, &input.job_id),
+        lines,
+    }
 }
 
 /// Where a record's lines start in the batch's scan buffer.
@@ -473,6 +532,76 @@ struct MatchStage {
     counts: crate::metrics::BatchCounts,
     /// One span per match when OTLP export is configured.
     tracer: Option<crate::telemetry::MatchTracer>,
+    /// The KB's enricher with the `[redact]` settings, rebuilt on every KB reload.
+    enricher: crate::enrich::Enricher,
+    /// Events' redactor (`[redact]`), `None` when redaction is off.
+    redactor: Option<Arc<Redactor>>,
+    /// How far [`MatchStage::process`] got in handing the batch's outputs to the sink.
+    progress: Progress,
+    /// Test-only panics ([`start_with_faults`]); `None` in `faultline run`.
+    faults: Option<FaultInjection>,
+}
+
+/// How far [`MatchStage::process`] got in handing outputs to the sink: what the panic wrapper
+/// needs to go on without sending an output twice or losing one.
+#[derive(Debug, Default, Clone, Copy)]
+struct Progress {
+    /// Outputs started going out: the outputs of the first `outputs.len()` records are all
+    /// with the sink.
+    emitting: bool,
+    /// Outputs of the record being emitted already with the sink.
+    partial: u32,
+    /// Every record of the batch is resolved in the tracker.
+    resolved: bool,
+}
+
+/// How one guarded call of [`MatchStage::process`] ended.
+enum Attempt {
+    Done(Result<(), PipelineError>),
+    /// It panicked: the panic's message, redacted.
+    Panicked(String),
+}
+
+/// Where an injected panic strikes.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// Before the batch is decoded and scanned: nothing has gone out.
+    Scan,
+    /// After the record's first event was handed to the producer.
+    AfterSend,
+}
+
+/// Test-only fault injection: the matcher panics on records whose payload holds `marker`, to
+/// prove the failure isolation end to end. Only [`start_with_faults`] takes it; `faultline run`
+/// calls [`start`], and no file, flag or environment variable can set it, so it cannot
+/// trigger in production.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct FaultInjection {
+    pub marker: Vec<u8>,
+    pub point: FaultPoint,
+    /// Panics left; `None`: every time.
+    pub times: Option<Arc<AtomicUsize>>,
+}
+
+impl FaultInjection {
+    fn strike(&self, point: FaultPoint, payload: Option<&[u8]>) {
+        if point != self.point
+            || !payload.is_some_and(|p| memchr::memmem::find(p, &self.marker).is_some())
+        {
+            return;
+        }
+        let now = match &self.times {
+            None => true,
+            Some(left) => left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok(),
+        };
+        if now {
+            panic!("injected fault: the record holds the test marker");
+        }
+    }
 }
 
 impl MatchStage {
@@ -497,7 +626,7 @@ impl MatchStage {
                 self.stop.fail(e.into());
                 continue;
             }
-            if let Err(e) = self.process(&batch.records) {
+            if let Err(e) = self.process_isolated(&batch.records) {
                 self.stop.fail(e);
             }
         }
@@ -511,10 +640,177 @@ impl MatchStage {
         if self.kb.has_changed().unwrap_or(false) {
             let next = Arc::clone(&self.kb.borrow_and_update());
             self.worker = next.engine.worker()?;
+            self.enricher = next.enricher.clone().with_redactor(self.redactor.clone());
             self.metrics.set_kb(&next.engine.kb);
             tracing::info!(kb_version = %next.version(), "matching with the reloaded knowledge base");
             self.loaded = next;
         }
+        Ok(())
+    }
+
+    /// [`MatchStage::process`] with panics isolated, as `faultline scan` isolates them per
+    /// chunk: a batch whose processing panics is processed once more with fresh engine state
+    /// (worker, scratch, buffers), then record by record, and a record that panics on its own
+    /// is dead-lettered (reason `panic`, stage `match`): nothing is lost or silently skipped
+    /// and the partition goes on. Records whose outputs had started going out are not
+    /// processed again (their events would go out twice): the records before are resolved,
+    /// the one being emitted is dead-lettered, the rest go on. Every panic is logged and
+    /// counted (`faultline_panics_total{stage="match"}`).
+    fn process_isolated(&mut self, records: &[SourceRecord]) -> Result<(), PipelineError> {
+        let mut rest = records;
+        let mut panics = 0;
+        while panics < 2 {
+            match self.attempt(rest) {
+                Attempt::Done(result) => return result,
+                Attempt::Panicked(message) => {
+                    panics += 1;
+                    tracing::error!(records = rest.len(), attempt = panics, error = %message,
+                        "processing a batch panicked (a bug: please report it)");
+                    let done = self.recover(rest, &message)?;
+                    rest = &rest[done..];
+                    if rest.is_empty() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        for (i, r) in rest.iter().enumerate() {
+            let one = std::slice::from_ref(r);
+            match self.attempt(one) {
+                Attempt::Done(Ok(())) => {}
+                Attempt::Done(Err(e)) => {
+                    forget(&self.shared.tracker, &rest[i + 1..]);
+                    return Err(e);
+                }
+                Attempt::Panicked(message) => {
+                    tracing::error!(source = %r.id.tp, offset = r.id.offset, error = %message,
+                        "processing a record panicked (a bug: please report it); dead-lettering it");
+                    if !self.progress.emitting {
+                        self.shared.records.fetch_add(1, Ordering::Relaxed);
+                        self.dead_letter_panic(r, 0, &message)?;
+                    } else {
+                        self.recover(one, &message)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs [`MatchStage::process`] once, catching a panic; after one, the engine state that
+    /// it may have left mid-update is rebuilt and what it counted for the batch is undone.
+    fn attempt(&mut self, records: &[SourceRecord]) -> Attempt {
+        self.progress = Progress::default();
+        let counter = self.counter.clone();
+        let consumed = (
+            self.shared.records.load(Ordering::Relaxed),
+            self.shared.bytes.load(Ordering::Relaxed),
+        );
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            if let Some(f) = &self.faults {
+                for r in records {
+                    f.strike(FaultPoint::Scan, r.payload.as_deref());
+                }
+            }
+            self.process(records)
+        }));
+        let payload = match result {
+            Ok(done) => return Attempt::Done(done),
+            Err(payload) => payload,
+        };
+        self.metrics.panicked("match");
+        let redactor = self.redactor.clone().unwrap_or_else(Redactor::builtin);
+        let message = crate::scan::panic_message_with(payload.as_ref(), &redactor);
+        // Only this thread writes these counts: the batch's are taken back, and counted again
+        // by whatever processes its records next.
+        self.shared.records.store(consumed.0, Ordering::Relaxed);
+        self.shared.bytes.store(consumed.1, Ordering::Relaxed);
+        self.counter = counter;
+        self.counts = self.metrics.batch();
+        match self.loaded.engine.worker() {
+            Ok(w) => self.worker = w,
+            Err(e) => {
+                // Stopping: the batch is read again after a restart.
+                forget(&self.shared.tracker, records);
+                return Attempt::Done(Err(e.into()));
+            }
+        }
+        self.buf = Vec::new();
+        self.spans = Vec::new();
+        self.events = Vec::new();
+        self.envelopes = Vec::new();
+        self.json = Vec::new();
+        Attempt::Panicked(message)
+    }
+
+    /// After a panic in [`MatchStage::attempt`]: finishes what already went out and returns how
+    /// many of `records` are done. Nothing went out: none (the caller retries them all).
+    /// Outputs were going out: the records before are resolved and counted, the record being
+    /// emitted is dead-lettered. All resolved (a panic after the tracker update): all.
+    fn recover(
+        &mut self,
+        records: &[SourceRecord],
+        message: &str,
+    ) -> Result<usize, PipelineError> {
+        let p = self.progress;
+        if !p.emitting {
+            return Ok(0);
+        }
+        if p.resolved {
+            return Ok(records.len());
+        }
+        let k = self.outputs.len().min(records.len());
+        let done = records[..k].iter().map(|r| &r.id);
+        self.shared
+            .tracker
+            .resolve_many(done.zip(self.outputs.iter().copied()));
+        // Count what is done once, as `process` would have.
+        let upto = (k + 1).min(records.len());
+        for (r, d) in records[..upto].iter().zip(&self.dispositions) {
+            self.shared.records.fetch_add(1, Ordering::Relaxed);
+            match d {
+                Disposition::Invalid(_) => {
+                    let _ = self.counter.record(false);
+                }
+                Disposition::Scan => {
+                    let _ = self.counter.record(true);
+                    let bytes = r.payload.as_ref().map_or(0, Vec::len) as u64;
+                    self.shared.bytes.fetch_add(bytes, Ordering::Relaxed);
+                }
+                Disposition::Skip => {}
+            }
+        }
+        if k == records.len() {
+            return Ok(k);
+        }
+        tracing::error!(source = %records[k].id.tp, offset = records[k].id.offset,
+            events_sent = p.partial, "a record's processing panicked after its first outputs \
+            went out; dead-lettering it");
+        self.dead_letter_panic(&records[k], p.partial, message)?;
+        Ok(k + 1)
+    }
+
+    /// Sends `r` to the dead-letter topic (reason `panic`, stage `match`) and resolves it with
+    /// its `sent` outputs plus the dead letter.
+    fn dead_letter_panic(
+        &mut self,
+        r: &SourceRecord,
+        sent: u32,
+        message: &str,
+    ) -> Result<(), PipelineError> {
+        self.counts.dead_lettered("panic");
+        self.metrics.flush(&mut self.counts);
+        let kb_version = self.loaded.version().to_string();
+        let error = format!("processing the record panicked: {message}");
+        if let Err(e) =
+            self.sink
+                .send_dead_letter(r, "panic", "match", &error, &kb_version, &self.stop)
+        {
+            self.shared.tracker.resolve(&r.id, sent);
+            forget(&self.shared.tracker, std::slice::from_ref(r));
+            return Err(e.into());
+        }
+        self.shared.tracker.resolve(&r.id, sent + 1);
         Ok(())
     }
 
@@ -528,11 +824,14 @@ impl MatchStage {
         let mut line = 1u64;
         let mut bytes = 0u64;
         for (i, r) in records.iter().enumerate() {
-            let d = classify(
+            let decoded = decode_record(
+                r.key.as_deref(),
+                header_pairs(r),
                 r.payload.as_deref(),
                 &self.config.input,
                 &mut self.envelopes,
             );
+            let d = decoded.disposition;
             match &d {
                 Disposition::Invalid(why) => {
                     if let Err(trip) = self.counter.record(false) {
@@ -553,8 +852,7 @@ impl MatchStage {
                     if p.last() != Some(&b'\n') {
                         self.buf.push(b'\n');
                     }
-                    line += memchr::memchr_iter(b'\n', p).count() as u64
-                        + u64::from(p.last() != Some(&b'\n'));
+                    line += decoded.lines;
                 }
                 Disposition::Skip => {}
             }
@@ -578,9 +876,9 @@ impl MatchStage {
                 config,
                 counts,
                 tracer,
+                enricher,
                 ..
             } = self;
-            let enricher = &loaded.enricher;
             let job_from = &config.input.job_id;
             let default_job = &config.input.default_job_id;
             loaded.engine.scan_chunk(
@@ -602,7 +900,8 @@ impl MatchStage {
                         offset: r.id.offset,
                         line: hit.line - span.first_line + 1,
                     };
-                    let job = record_job(r, job_from).map(String::from_utf8_lossy);
+                    let job = record_job(r.key.as_deref(), header_pairs(r), job_from)
+                        .map(String::from_utf8_lossy);
                     let mut event =
                         enricher.event(&hit, job.as_deref().unwrap_or(default_job), source);
                     if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
@@ -623,6 +922,7 @@ impl MatchStage {
         let mut e = 0;
         let kb_version = self.loaded.version().to_string();
         self.outputs.clear();
+        self.progress.emitting = true;
         for (i, d) in self.dispositions.iter().enumerate() {
             let r = &records[i];
             let (outputs, sent) = match d {
@@ -635,6 +935,7 @@ impl MatchStage {
                     let sent = self.sink.send_dead_letter(
                         r,
                         why.code(),
+                        "decode",
                         &why.to_string(),
                         &kb_version,
                         &self.stop,
@@ -663,6 +964,10 @@ impl MatchStage {
                             break;
                         }
                         self.shared.events_sent.fetch_add(1, Ordering::Relaxed);
+                        self.progress.partial += 1;
+                        if let Some(f) = &self.faults {
+                            f.strike(FaultPoint::AfterSend, r.payload.as_deref());
+                        }
                     }
                     ((e - start) as u32, result)
                 }
@@ -674,9 +979,11 @@ impl MatchStage {
                 return Err(err.into());
             }
             self.outputs.push(outputs);
+            self.progress.partial = 0;
         }
         let done = records.iter().map(|r| &r.id);
         tracker.resolve_many(done.zip(self.outputs.iter().copied()));
+        self.progress.resolved = true;
         self.metrics.flush(&mut self.counts);
         if let Some((i, limit)) = tripped {
             forget(&tracker, &records[i..]);
@@ -712,6 +1019,16 @@ pub fn load_kb(config: &Config) -> Result<Loaded, ReloadError> {
 /// Starts every stage: the admin server (bound before anything reads), the KB watcher, the
 /// sink, the source and the matcher. Must be called inside a tokio runtime.
 pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineError> {
+    start_with_faults(config, loaded, None).await
+}
+
+/// [`start`], with panics injected into the matcher: for tests of the failure isolation only.
+#[doc(hidden)]
+pub async fn start_with_faults(
+    config: Config,
+    loaded: Loaded,
+    faults: Option<FaultInjection>,
+) -> Result<Running, PipelineError> {
     let config = Arc::new(config);
     let shared = Shared::new(config.admin.stall_timeout);
     let stop = Stop::new();
@@ -768,13 +1085,18 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
     )));
 
     let settings = kafka_settings(&config.kafka);
-    let sink = Arc::new(KafkaSink::new(
-        &settings,
-        &config.output_topic,
-        &config.dead_letter.topic,
-        Arc::clone(&shared.tracker),
-        Arc::clone(&shared.sink),
-    )?);
+    let rules = config.redact.rules()?;
+    let redactor = config.redact.enabled.then(|| Arc::clone(&rules));
+    let sink = Arc::new(
+        KafkaSink::new(
+            &settings,
+            &config.output_topic,
+            &config.dead_letter.topic,
+            Arc::clone(&shared.tracker),
+            Arc::clone(&shared.sink),
+        )?
+        .with_dead_letter_redactor(config.dead_letter.redact.then_some(rules)),
+    );
     let source = KafkaSource::new(
         &config,
         &settings,
@@ -783,6 +1105,7 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
         Arc::clone(&metrics),
     )?;
     let worker = loaded.engine.worker()?;
+    let loaded_enricher = loaded.enricher.clone().with_redactor(redactor.clone());
     let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);
     let stage = MatchStage {
         counter: InvalidCounter::new(config.dead_letter.limits),
@@ -803,6 +1126,10 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineEr
         counts: metrics.batch(),
         metrics: Arc::clone(&metrics),
         tracer: telemetry.as_ref().map(crate::telemetry::Telemetry::tracer),
+        enricher: loaded_enricher,
+        redactor,
+        progress: Progress::default(),
+        faults,
     };
     let mut threads = Vec::new();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {

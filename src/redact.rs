@@ -148,6 +148,19 @@ impl std::str::FromStr for RuleSpec {
     }
 }
 
+impl RuleSpec {
+    /// Checks the rule as [`Redactor::new`] would (its name, its pattern in both engines)
+    /// without building a redactor: for configuration validation, which has no side effects.
+    pub fn check(&self) -> Result<(), RedactError> {
+        compile_rule(&self.name, &self.pattern)?;
+        HyperscanMatcher::check_one(&self.pattern).map_err(|e| RedactError::Rule {
+            name: self.name.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(())
+    }
+}
+
 /// Why an extra rule was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RedactError {

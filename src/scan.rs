@@ -444,12 +444,20 @@ fn scan_isolated<M: Matcher>(
 
 /// A panic's message, redacted: it may quote the input.
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    panic_message_with(payload, &Redactor::builtin())
+}
+
+/// A panic's message, redacted by `redactor` (the Kafka pipeline's, with its extra rules).
+pub(crate) fn panic_message_with(
+    payload: &(dyn std::any::Any + Send),
+    redactor: &Redactor,
+) -> String {
     let text = payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-text panic payload".to_string());
-    Redactor::builtin().redact_str(&text).into_owned()
+    redactor.redact_str(&text).into_owned()
 }
 
 /// Lines in a chunk, as the engine counts them: its newlines plus a last line without one.

@@ -9,6 +9,7 @@
 //! deliveries, which holds the matcher, which fills the pipeline's queue, which pauses the
 //! consumer.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
@@ -23,21 +24,25 @@ use rdkafka::types::RDKafkaErrorCode;
 use crate::config::KafkaSettings;
 use crate::offsets::{RecordId, Tracker};
 use crate::pipeline::Stop;
+use crate::redact::Redactor;
 use crate::source::kafka::{log_librdkafka, SourceRecord};
 
 /// Header names of a dead letter, beside the record's own headers.
 pub mod headers {
     /// Why the record was dead-lettered: a closed set (`too_large`, `invalid_utf8`,
-    /// `not_an_envelope`).
+    /// `not_an_envelope`, `panic`; [`crate::metrics::DEAD_LETTER_REASONS`]).
     pub const REASON: &str = "faultline.reason";
-    /// The detail of the reason, for people.
+    /// The detail of the reason, for people (a panic's message, secrets redacted).
     pub const ERROR: &str = "faultline.error";
-    /// The pipeline stage that rejected it (`decode`).
+    /// The pipeline stage that rejected it: `decode`, or `match` for a panic.
     pub const STAGE: &str = "faultline.stage";
     /// The KB version running when it was rejected.
     pub const KB_VERSION: &str = "faultline.kb_version";
     /// `topic/partition@offset` of the original record.
     pub const SOURCE: &str = "faultline.source";
+    /// `true` when the payload was redacted (`dead_letter.redact`); absent when it holds the
+    /// original bytes.
+    pub const REDACTED: &str = "faultline.redacted";
 }
 
 /// Errors that stop the pipeline.
@@ -120,6 +125,8 @@ pub struct KafkaSink {
     producer: ThreadedProducer<SinkContext>,
     pub output_topic: String,
     pub dead_letter_topic: String,
+    /// Redacts dead letters' payloads (`dead_letter.redact`); `None` keeps the original bytes.
+    dead_letter_redactor: Option<Arc<Redactor>>,
 }
 
 impl KafkaSink {
@@ -145,7 +152,15 @@ impl KafkaSink {
             producer,
             output_topic: output_topic.to_string(),
             dead_letter_topic: dead_letter_topic.to_string(),
+            dead_letter_redactor: None,
         })
+    }
+
+    /// Redacts the payload (and the error text) of every dead letter with `redactor`, and marks
+    /// it with the [`headers::REDACTED`] header; `None` (the default) keeps the original bytes.
+    pub fn with_dead_letter_redactor(mut self, redactor: Option<Arc<Redactor>>) -> Self {
+        self.dead_letter_redactor = redactor;
+        self
     }
 
     /// The first delivery failure, if any.
@@ -174,16 +189,25 @@ impl KafkaSink {
     }
 
     /// Sends the original record to the dead-letter topic with its key, payload and headers,
-    /// plus why, where and under which KB it was rejected.
+    /// plus why, where (`stage`) and under which KB it was rejected. With a dead-letter
+    /// redactor, the payload and the error text are redacted first.
     pub fn send_dead_letter(
         &self,
         record: &SourceRecord,
         reason: &str,
+        stage: &str,
         error: &str,
         kb_version: &str,
         stop: &Stop,
     ) -> Result<(), SinkError> {
-        let mut h = OwnedHeaders::new_with_capacity(record.headers.len() + 5);
+        let redactor = self.dead_letter_redactor.as_deref();
+        let error = redactor.map_or(Cow::Borrowed(error), |r| r.redact_str(error));
+        let payload = match (&record.payload, redactor) {
+            (Some(p), Some(r)) => Some(r.redact(p)),
+            (Some(p), None) => Some(Cow::Borrowed(p.as_slice())),
+            (None, _) => None,
+        };
+        let mut h = OwnedHeaders::new_with_capacity(record.headers.len() + 6);
         for (key, value) in &record.headers {
             h = h.insert(Header {
                 key,
@@ -193,14 +217,20 @@ impl KafkaSink {
         let source = format!("{}@{}", record.id.tp, record.id.offset);
         for (key, value) in [
             (headers::REASON, reason),
-            (headers::ERROR, error),
-            (headers::STAGE, "decode"),
+            (headers::ERROR, error.as_ref()),
+            (headers::STAGE, stage),
             (headers::KB_VERSION, kb_version),
             (headers::SOURCE, source.as_str()),
         ] {
             h = h.insert(Header {
                 key,
                 value: Some(value),
+            });
+        }
+        if redactor.is_some() {
+            h = h.insert(Header {
+                key: headers::REDACTED,
+                value: Some("true"),
             });
         }
         let mut r = BaseRecord::with_opaque_to(
@@ -214,8 +244,8 @@ impl KafkaSink {
         if let Some(k) = &record.key {
             r = r.key(k.as_slice());
         }
-        if let Some(p) = &record.payload {
-            r = r.payload(p.as_slice());
+        if let Some(p) = &payload {
+            r = r.payload(p.as_ref());
         }
         self.send(r, stop)
     }

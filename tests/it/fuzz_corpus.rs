@@ -87,6 +87,16 @@ fn redact_corpus() {
     replay("redact");
 }
 
+#[test]
+fn kafka_record_corpus() {
+    replay("kafka_record");
+}
+
+#[test]
+fn multiline_corpus() {
+    replay("multiline");
+}
+
 // Regressions: what fuzzing found, one test each, named after it.
 
 #[test]

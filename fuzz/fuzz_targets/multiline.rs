@@ -1,0 +1,4 @@
+#![no_main]
+//! `cargo fuzz run multiline`: see faultline::fuzzing::multiline for what it checks.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| faultline::fuzzing::multiline(data));
