@@ -426,7 +426,9 @@ pub struct RedactConfig {
 impl RedactConfig {
     /// The built-in rules plus the extra ones, compiled (the shared built-in instance when
     /// there are none).
-    pub fn rules(&self) -> Result<std::sync::Arc<crate::redact::Redactor>, crate::redact::RedactError> {
+    pub fn rules(
+        &self,
+    ) -> Result<std::sync::Arc<crate::redact::Redactor>, crate::redact::RedactError> {
         if self.extra.is_empty() {
             Ok(crate::redact::Redactor::builtin())
         } else {
@@ -1185,6 +1187,88 @@ topics = ["t"]
         }
         // The redacted text is itself a valid configuration file, modulo the redactions.
         assert!(RawConfig::from_toml(&text).is_ok(), "{text}");
+    }
+
+    #[test]
+    fn redaction_settings_default_parse_and_name_bad_rules() {
+        let c = parse(MINIMAL).expect("valid");
+        assert_eq!(
+            c.redact,
+            RedactConfig {
+                enabled: true,
+                extra: Vec::new()
+            }
+        );
+        assert!(
+            !c.dead_letter.redact,
+            "dead letters keep the original bytes"
+        );
+
+        let c = parse(&format!(
+            "{MINIMAL}[dead_letter]\nredact = true\n[redact]\nenabled = false\n\
+             extra = [{{ name = \"internal_token\", pattern = 'itk_(?P<secret>[a-z0-9]{{8}})' }}]\n"
+        ))
+        .expect("valid");
+        assert!(c.dead_letter.redact);
+        assert!(!c.redact.enabled);
+        assert_eq!(c.redact.extra.len(), 1);
+        let rules = c.redact.rules().expect("compiles");
+        assert!(rules.rule_names().any(|n| n == "internal_token"));
+        assert_eq!(
+            rules.redact_str("x itk_abcdef12 y"),
+            "x itk_[REDACTED:internal_token] y"
+        );
+        // The effective configuration shows them, and reads back the same.
+        let text = c.redacted();
+        assert!(text.contains("[redact]\nenabled = false\n"), "{text}");
+        assert!(
+            text.contains("[dead_letter]") && text.contains("redact = true"),
+            "{text}"
+        );
+        let again = Config::from_raw(RawConfig::from_toml(&text).expect("parses")).expect("valid");
+        assert_eq!(again.redact, c.redact);
+        assert!(again.dead_letter.redact);
+
+        let e = parse(&format!(
+            "{MINIMAL}[redact]\nextra = [{{ name = \"Bad-Name\", pattern = 'x' }}, \
+             {{ name = \"ok\", pattern = 'ok' }}, {{ name = \"open\", pattern = '(' }}]\n"
+        ))
+        .expect_err("invalid");
+        assert_eq!(fields(e), vec!["redact.extra[0]", "redact.extra[2]"]);
+        let e = RawConfig::from_toml("[redact]\nextras = []\n").expect_err("unknown");
+        assert!(e.contains("extras"), "{e}");
+    }
+
+    #[test]
+    fn redaction_flags_and_variables_override_the_file() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            o: Overrides,
+        }
+        let cli = Cli::try_parse_from([
+            "t",
+            "--redact-enabled",
+            "false",
+            "--dead-letter-redact",
+            "true",
+            "--redact",
+            "a=aa(?P<secret>[0-9]{4})",
+            "--redact",
+            "b=bb[0-9]{4}",
+        ])
+        .expect("parses");
+        let mut raw = RawConfig::from_toml(&format!(
+            "{MINIMAL}[redact]\nextra = [{{ name = \"file\", pattern = 'ff[0-9]{{4}}' }}]\n"
+        ))
+        .expect("parses");
+        raw.apply(&cli.o).expect("applies");
+        let c = Config::from_raw(raw).expect("valid");
+        assert!(!c.redact.enabled && c.dead_letter.redact);
+        let names: Vec<&str> = c.redact.extra.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"], "the flags replace the file's rules");
+        assert!(Cli::try_parse_from(["t", "--redact-enabled", "maybe"]).is_err());
     }
 
     #[test]

@@ -747,11 +747,7 @@ impl MatchStage {
     /// many of `records` are done. Nothing went out: none (the caller retries them all).
     /// Outputs were going out: the records before are resolved and counted, the record being
     /// emitted is dead-lettered. All resolved (a panic after the tracker update): all.
-    fn recover(
-        &mut self,
-        records: &[SourceRecord],
-        message: &str,
-    ) -> Result<usize, PipelineError> {
+    fn recover(&mut self, records: &[SourceRecord], message: &str) -> Result<usize, PipelineError> {
         let p = self.progress;
         if !p.emitting {
             return Ok(0);
