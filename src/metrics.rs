@@ -1200,6 +1200,72 @@ mod tests {
     }
 
     #[test]
+    fn a_label_value_of_exactly_the_byte_cap_is_kept_one_more_byte_is_other() {
+        let config = MetricsConfig::from_raw(&RawMetricsConfig {
+            dimensions: vec!["cluster".into()],
+            max_values_per_dimension: None,
+        })
+        .expect("valid");
+        let m = Metrics::new(config).expect("registry");
+        let k = kb(&[("nccl/x", "NCCL_TIMEOUT", "cascade")]);
+        m.set_kb(&k);
+        let at = "c".repeat(MAX_VALUE_BYTES);
+        let past = "d".repeat(MAX_VALUE_BYTES + 1);
+        let mut b = m.batch();
+        b.matched(&event(&k, 0, Some(&at), None));
+        b.matched(&event(&k, 0, Some(&past), None));
+        m.flush(&mut b);
+        let text = m.render();
+        let count = |cluster: &str| {
+            sample(
+                &text,
+                "faultline_matches_total",
+                &[("error_code", "NCCL_TIMEOUT"), ("cluster", cluster)],
+            )
+        };
+        assert_eq!(count(&at), Some(1.0), "exactly 64 bytes is a label value");
+        assert_eq!(count(&past), None);
+        assert_eq!(count(OTHER), Some(1.0), "65 bytes is counted as other");
+    }
+
+    #[test]
+    fn exactly_max_values_per_dimension_are_admitted_one_more_is_other() {
+        let config = MetricsConfig::from_raw(&RawMetricsConfig {
+            dimensions: vec!["cluster".into()],
+            max_values_per_dimension: Some(3),
+        })
+        .expect("valid");
+        let m = Metrics::new(config).expect("registry");
+        let k = kb(&[("nccl/x", "NCCL_TIMEOUT", "cascade")]);
+        m.set_kb(&k);
+        let mut b = m.batch();
+        for cluster in ["a", "b", "c", "d"] {
+            b.matched(&event(&k, 0, Some(cluster), None));
+        }
+        m.flush(&mut b);
+        let text = m.render();
+        let count = |cluster: &str| {
+            sample(
+                &text,
+                "faultline_matches_total",
+                &[("error_code", "NCCL_TIMEOUT"), ("cluster", cluster)],
+            )
+        };
+        for admitted in ["a", "b", "c"] {
+            assert_eq!(count(admitted), Some(1.0), "{admitted} is within the cap");
+        }
+        assert_eq!((count("d"), count(OTHER)), (None, Some(1.0)));
+        assert_eq!(
+            sample(
+                &text,
+                "faultline_label_dimension_values",
+                &[("dimension", "cluster")]
+            ),
+            Some(3.0)
+        );
+    }
+
+    #[test]
     fn dimensions_are_capped_and_overflow_is_counted() {
         let config = MetricsConfig::from_raw(&RawMetricsConfig {
             dimensions: vec!["cluster".into()],

@@ -1340,6 +1340,11 @@ mod tests {
             Disposition::Scan
         );
         assert_eq!(
+            classify(Some(&[b'x'; 64]), &auto, &mut s),
+            Disposition::Scan,
+            "exactly input.max_record_bytes"
+        );
+        assert_eq!(
             classify(Some(&[b'x'; 65]), &auto, &mut s),
             Disposition::Invalid(Invalid::TooLarge { bytes: 65, max: 64 })
         );
@@ -1361,5 +1366,39 @@ mod tests {
         );
         let d = classify(Some(b"{\"level\":1}"), &json, &mut s);
         assert!(matches!(&d, Disposition::Invalid(i) if i.code() == "not_an_envelope"));
+    }
+
+    #[test]
+    fn the_job_comes_from_the_key_or_the_first_header_of_its_name() {
+        let headers = [
+            ("trace", Some(&b"t"[..])),
+            ("job", Some(&b""[..])),
+            ("job", Some(&b"second"[..])),
+        ];
+        let header = JobIdFrom::Header("job".into());
+        assert_eq!(
+            record_job(Some(b"k"), headers, &JobIdFrom::Key),
+            Some(&b"k"[..])
+        );
+        assert_eq!(record_job(Some(b""), headers, &JobIdFrom::Envelope), None);
+        assert_eq!(
+            record_job(Some(b"k"), headers, &header),
+            None,
+            "the first is empty"
+        );
+        let mut s = Vec::new();
+        let mut input = input(EnvelopeMode::Text);
+        input.job_id = JobIdFrom::Header("trace".into());
+        let d = decode_record(None, headers, Some(b"a\nb"), &input, &mut s);
+        assert_eq!(
+            d,
+            Decoded {
+                disposition: Disposition::Scan,
+                job: Some(&b"t"[..]),
+                lines: 2
+            }
+        );
+        let d = decode_record(None, headers, Some(b"a\xff\n"), &input, &mut s);
+        assert_eq!((d.lines, d.job), (0, Some(&b"t"[..])));
     }
 }

@@ -941,6 +941,30 @@ mod tests {
         assert_eq!(c.stats().evicted_incidents, 1);
     }
 
+    #[test]
+    fn exactly_max_open_incidents_evict_nothing_one_more_evicts_one() {
+        let cfg = IncidentConfig {
+            max_open_incidents: 3,
+            max_jobs: 10,
+            ..IncidentConfig::default()
+        };
+        let mut c = corr(cfg);
+        let out = feed(
+            &mut c,
+            &[xid("a", "h", 0), xid("b", "h", 1), xid("c", "h", 2)],
+        );
+        assert!(out.iter().all(|e| e.resolution.is_none()), "{out:?}");
+        assert_eq!((c.open_incidents(), c.stats().evicted_incidents), (3, 0));
+        let out = feed(&mut c, &[xid("d", "h", 3)]);
+        let evicted: Vec<&str> = out
+            .iter()
+            .filter(|e| e.resolution == Some(Resolution::Evicted))
+            .map(|e| e.job_id.as_str())
+            .collect();
+        assert_eq!(evicted, ["a"]);
+        assert_eq!((c.open_incidents(), c.stats().evicted_incidents), (3, 1));
+    }
+
     /// A million single-match jobs through a correlator capped at 10,000: no map grows past
     /// its cap. (A smaller stream in debug builds keeps `cargo test` quick.)
     #[test]

@@ -457,6 +457,52 @@ mod tests {
     }
 
     #[test]
+    fn a_block_of_exactly_its_line_cap_is_whole_one_more_line_is_left_out() {
+        let mut b = ContextBuf::new(8, 1 << 20);
+        for i in 0..8 {
+            b.push(None, &format!("line {i}"));
+        }
+        let info = b.info();
+        assert_eq!(info.lines.len(), 8);
+        assert!(!info.truncated && info.omitted_lines == 0 && info.omitted_at.is_none());
+        b.push(None, "line 8");
+        let info = b.info();
+        assert_eq!(info.lines.len(), 8);
+        assert_eq!(info.omitted_lines, 1);
+        assert!(info.truncated);
+        assert_eq!(info.lines.last().map(|l| l.text.as_str()), Some("line 8"));
+    }
+
+    #[test]
+    fn a_block_of_exactly_its_byte_cap_is_whole_one_more_byte_is_left_out() {
+        let mut b = ContextBuf::new(64, 100);
+        b.push(None, &"a".repeat(60));
+        b.push(None, &"b".repeat(40));
+        assert_eq!(b.bytes(), 100);
+        assert!(!b.info().truncated, "exactly max_context_bytes");
+        b.push(None, "c");
+        let info = b.info();
+        assert!(b.bytes() <= 100);
+        assert_eq!(info.omitted_lines, 1);
+        assert!(info.truncated);
+    }
+
+    #[test]
+    fn a_context_line_of_exactly_its_cap_is_whole_one_more_byte_is_cut() {
+        let mut b = ContextBuf::new(64, 1 << 20);
+        b.push(None, &"x".repeat(MAX_CONTEXT_LINE_BYTES));
+        assert_eq!(b.bytes(), MAX_CONTEXT_LINE_BYTES);
+        assert!(!b.info().truncated);
+        b.push(None, &"y".repeat(MAX_CONTEXT_LINE_BYTES + 1));
+        assert_eq!(b.bytes(), 2 * MAX_CONTEXT_LINE_BYTES);
+        let info = b.info();
+        assert!(
+            info.truncated && info.omitted_lines == 0,
+            "cut, not left out"
+        );
+    }
+
+    #[test]
     fn chained_tracebacks_stay_one_block() {
         let mut s = Streams::new(4, 64, 1 << 16);
         let key: StreamKey = (Some(3), None);

@@ -47,6 +47,12 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Whether the batch is handed on without waiting for the linger: it holds
+    /// `max_records` records, or `max_bytes` payload bytes (so at most one record more).
+    fn full(&self, max_records: usize, max_bytes: usize) -> bool {
+        self.records.len() >= max_records || self.bytes >= max_bytes
+    }
+
     fn push(&mut self, r: SourceRecord) {
         self.bytes += r.payload.as_ref().map_or(0, Vec::len);
         self.started.get_or_insert_with(Instant::now);
@@ -404,8 +410,7 @@ impl KafkaSource {
                     Some(b) => Some(b),
                     None => {
                         let p = &queue.pending;
-                        let due = p.records.len() >= self.batch_max_records
-                            || p.bytes >= self.batch_max_bytes
+                        let due = p.full(self.batch_max_records, self.batch_max_bytes)
                             || p.started
                                 .is_some_and(|t| now.duration_since(t) >= self.linger);
                         due.then(|| std::mem::take(&mut queue.pending))
@@ -528,5 +533,45 @@ impl KafkaSource {
                 Err(e) => tracing::warn!(error = %e, "final offset commit"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(offset: i64, bytes: usize) -> SourceRecord {
+        SourceRecord {
+            id: RecordId {
+                tp: TopicPartition {
+                    topic: Arc::from("t"),
+                    partition: 0,
+                },
+                epoch: 0,
+                offset,
+            },
+            key: None,
+            payload: Some(vec![b'x'; bytes]),
+            headers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_batch_is_full_at_exactly_its_record_or_byte_limit() {
+        let mut b = Batch::default();
+        b.push(record(0, 10));
+        b.push(record(1, 10));
+        assert!(
+            !b.full(3, 21),
+            "one record and one byte short of either limit"
+        );
+        b.push(record(2, 0));
+        assert!(b.full(3, 1 << 20), "exactly pipeline.batch_max_records");
+        let mut b = Batch::default();
+        b.push(record(0, 20));
+        assert!(!b.full(1000, 21));
+        b.push(record(1, 1));
+        assert!(b.full(1000, 21), "exactly pipeline.batch_max_bytes");
+        assert_eq!(b.bytes, 21);
     }
 }
