@@ -3,6 +3,7 @@
 mod cli;
 mod compose;
 mod corpus;
+mod docs;
 mod fuzz_corpus;
 mod incidents;
 mod isolation;
