@@ -588,7 +588,7 @@ pub struct FaultInjection {
 impl FaultInjection {
     fn strike(&self, point: FaultPoint, payload: Option<&[u8]>) {
         if point != self.point
-            || !payload.is_some_and(|p| memchr::memmem::find(p, &self.marker).is_some())
+            || payload.is_none_or(|p| memchr::memmem::find(p, &self.marker).is_none())
         {
             return;
         }
