@@ -46,7 +46,7 @@ trap cleanup EXIT
 # The broker, driven through a fifo on its stdin (it exits when stdin closes).
 FIFO=$OUT/broker.in
 rm -f "$FIFO" && mkfifo "$FIFO"
-"$BIN/faultline-mock-broker" --brokers 1 --topic "bench.logs:$PARTS" \
+"$BIN/faultline-mock-broker" --brokers 1 --group-initial-rebalance-delay-ms 0 --topic "bench.logs:$PARTS" \
     --topic "bench.events:$PARTS" --topic "bench.dead:1" <"$FIFO" >"$OUT/broker.out" &
 BROKER_PID=$!
 exec 3>"$FIFO"
@@ -113,7 +113,12 @@ ARGS=(run --brokers "$BOOTSTRAP" --group-id "bench-$$" --topic bench.logs
       --admin-listen "127.0.0.1:$PORT")
 [[ -n $KB ]] && ARGS+=(--kb "$KB")
 T0=$(now)
-FAULTLINE_LOG=warn "$BIN/faultline" "${ARGS[@]}" 2>"$OUT/faultline.err" &
+# BENCH_PERF=1 records a profile of faultline (perf record -g) into $OUT/perf.data.
+if [[ ${BENCH_PERF:-0} == 1 ]]; then
+    FAULTLINE_LOG=warn perf record -g -o "$OUT/perf.data" "$BIN/faultline" "${ARGS[@]}" 2>"$OUT/faultline.err" &
+else
+    FAULTLINE_LOG=warn "$BIN/faultline" "${ARGS[@]}" 2>"$OUT/faultline.err" &
+fi
 FL_PID=$!
 PEAK_KB=0
 FIRST=

@@ -210,32 +210,65 @@ impl Tracker {
 
     /// Registers a record read from `tp`; the partition's state starts at its first record.
     pub fn register(&self, tp: &TopicPartition, offset: i64) -> Result<RecordId, OffsetError> {
+        let mut id = RecordId {
+            tp: tp.clone(),
+            epoch: 0,
+            offset,
+        };
+        let mut failed = self.register_many(std::iter::once(&mut id));
+        match failed.pop() {
+            Some((_, e)) => Err(e),
+            None => Ok(id),
+        }
+    }
+
+    /// Registers records in the order they were read, under one lock, setting each id's epoch
+    /// (see [`Tracker::register`]). Returns the position and error of every id that could not
+    /// be registered; the others are in flight.
+    pub fn register_many<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a mut RecordId>,
+    ) -> Vec<(usize, OffsetError)> {
+        let mut failed = Vec::new();
+        let mut ids: Vec<&mut RecordId> = ids.into_iter().collect();
         let mut inner = self.lock();
         let inner = &mut *inner;
-        let partition = match inner.partitions.get_mut(tp) {
-            Some(p) => p,
-            None => {
-                inner.next_epoch += 1;
-                inner.partitions.entry(tp.clone()).or_insert(Partition {
-                    epoch: inner.next_epoch,
+        // Records come in runs of one partition: look it up once per run.
+        let mut start = 0;
+        while start < ids.len() {
+            let tp = ids[start].tp.clone();
+            let end = start
+                + ids[start..]
+                    .iter()
+                    .take_while(|id| {
+                        id.tp.partition == tp.partition && Arc::ptr_eq(&id.tp.topic, &tp.topic)
+                    })
+                    .count();
+            let next_epoch = &mut inner.next_epoch;
+            let partition = inner.partitions.entry(tp).or_insert_with(|| {
+                *next_epoch += 1;
+                Partition {
+                    epoch: *next_epoch,
                     marks: PartitionWatermark::default(),
                     stored: None,
-                })
+                }
+            });
+            for (i, id) in ids[start..end].iter_mut().enumerate() {
+                let was_idle = partition.marks.in_flight() == 0;
+                if let Err(e) = partition.marks.register(id.offset) {
+                    failed.push((start + i, e));
+                    continue;
+                }
+                id.epoch = partition.epoch;
+                if was_idle {
+                    // Stall detection counts from the first record in flight, not from the
+                    // last progress before an idle spell.
+                    inner.progress += 1;
+                }
             }
-        };
-        let was_idle = partition.marks.in_flight() == 0;
-        partition.marks.register(offset)?;
-        let epoch = partition.epoch;
-        if was_idle {
-            // Stall detection counts from the first record in flight, not from the last
-            // progress before an idle spell.
-            inner.progress += 1;
+            start = end.max(start + 1);
         }
-        Ok(RecordId {
-            tp: tp.clone(),
-            epoch,
-            offset,
-        })
+        failed
     }
 
     fn with(

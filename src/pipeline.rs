@@ -32,7 +32,7 @@ use crate::record::Provenance;
 use crate::reload::{self, KbSource, Loaded, ReloadError, ReloadStatus};
 use crate::server;
 use crate::sink::kafka::{KafkaSink, SinkCounts, SinkError};
-use crate::source::kafka::{forget, Batch, KafkaSource, SourceError, SourceRecord};
+use crate::source::kafka::{forget, Batch, KafkaSource, RecordView, SourceError};
 
 pub mod queue;
 
@@ -431,9 +431,9 @@ pub fn classify(
 }
 
 /// The job a record names by its key or a header, per `input.job_id`.
-fn record_job<'a>(r: &'a SourceRecord, from: &JobIdFrom) -> Option<&'a [u8]> {
+fn record_job<'a>(r: RecordView<'a>, from: &JobIdFrom) -> Option<&'a [u8]> {
     match from {
-        JobIdFrom::Envelope | JobIdFrom::Key => r.key.as_deref(),
+        JobIdFrom::Envelope | JobIdFrom::Key => r.key,
         JobIdFrom::Header(name) => r
             .headers
             .iter()
@@ -497,7 +497,7 @@ impl MatchStage {
                 self.stop.fail(e.into());
                 continue;
             }
-            if let Err(e) = self.process(&batch.records) {
+            if let Err(e) = self.process(&batch) {
                 self.stop.fail(e);
             }
         }
@@ -518,7 +518,8 @@ impl MatchStage {
         Ok(())
     }
 
-    fn process(&mut self, records: &[SourceRecord]) -> Result<(), PipelineError> {
+    fn process(&mut self, batch: &Batch) -> Result<(), PipelineError> {
+        let records = &batch.records;
         let tracker = Arc::clone(&self.shared.tracker);
         self.buf.clear();
         self.spans.clear();
@@ -528,11 +529,7 @@ impl MatchStage {
         let mut line = 1u64;
         let mut bytes = 0u64;
         for (i, r) in records.iter().enumerate() {
-            let d = classify(
-                r.payload.as_deref(),
-                &self.config.input,
-                &mut self.envelopes,
-            );
+            let d = classify(batch.payload(r), &self.config.input, &mut self.envelopes);
             match &d {
                 Disposition::Invalid(why) => {
                     if let Err(trip) = self.counter.record(false) {
@@ -543,7 +540,7 @@ impl MatchStage {
                 }
                 Disposition::Scan => {
                     let _ = self.counter.record(true);
-                    let p = r.payload.as_deref().unwrap_or_default();
+                    let p = batch.payload(r).unwrap_or_default();
                     bytes += p.len() as u64;
                     self.spans.push(Span {
                         record: i,
@@ -595,7 +592,7 @@ impl MatchStage {
                     let Some(span) = k.checked_sub(1).map(|k| spans[k]) else {
                         return;
                     };
-                    let r = &records[span.record];
+                    let r = batch.view(&records[span.record]);
                     let source = Provenance::Kafka {
                         topic: r.id.tp.topic.to_string(),
                         partition: r.id.tp.partition,
@@ -633,7 +630,7 @@ impl MatchStage {
                     tracing::warn!(source = %r.id.tp, offset = r.id.offset, reason = why.code(),
                         error = %why, "dead-lettering an undecodable record");
                     let sent = self.sink.send_dead_letter(
-                        r,
+                        batch.view(r),
                         why.code(),
                         &why.to_string(),
                         &kb_version,

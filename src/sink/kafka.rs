@@ -23,7 +23,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use crate::config::KafkaSettings;
 use crate::offsets::{RecordId, Tracker};
 use crate::pipeline::Stop;
-use crate::source::kafka::{log_librdkafka, SourceRecord};
+use crate::source::kafka::{log_librdkafka, RecordView};
 
 /// Header names of a dead letter, beside the record's own headers.
 pub mod headers {
@@ -177,14 +177,14 @@ impl KafkaSink {
     /// plus why, where and under which KB it was rejected.
     pub fn send_dead_letter(
         &self,
-        record: &SourceRecord,
+        record: RecordView<'_>,
         reason: &str,
         error: &str,
         kb_version: &str,
         stop: &Stop,
     ) -> Result<(), SinkError> {
         let mut h = OwnedHeaders::new_with_capacity(record.headers.len() + 5);
-        for (key, value) in &record.headers {
+        for (key, value) in record.headers {
             h = h.insert(Header {
                 key,
                 value: value.as_deref(),
@@ -211,11 +211,11 @@ impl KafkaSink {
             }),
         )
         .headers(h);
-        if let Some(k) = &record.key {
-            r = r.key(k.as_slice());
+        if let Some(k) = record.key {
+            r = r.key(k);
         }
-        if let Some(p) = &record.payload {
-            r = r.payload(p.as_slice());
+        if let Some(p) = record.payload {
+            r = r.payload(p);
         }
         self.send(r, stop)
     }
