@@ -98,10 +98,20 @@ impl PartitionWatermark {
     }
 
     fn slot(&mut self, offset: i64) -> Result<&mut Slot, OffsetError> {
-        let i = self
+        // Offsets in flight are usually contiguous (gaps come from compaction and transaction
+        // markers): try the position that assumes so before searching.
+        let guess = self
             .slots
-            .binary_search_by_key(&offset, |s| s.offset)
-            .map_err(|_| OffsetError::Unknown(offset))?;
+            .front()
+            .and_then(|f| usize::try_from(offset - f.offset).ok())
+            .filter(|&i| self.slots.get(i).is_some_and(|s| s.offset == offset));
+        let i = match guess {
+            Some(i) => i,
+            None => self
+                .slots
+                .binary_search_by_key(&offset, |s| s.offset)
+                .map_err(|_| OffsetError::Unknown(offset))?,
+        };
         Ok(&mut self.slots[i])
     }
 
@@ -308,12 +318,18 @@ impl Tracker {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let mut errors = 0;
-        for (id, outputs) in items {
-            let Some(p) = inner.partitions.get_mut(&id.tp) else {
-                continue;
+        let items: Vec<_> = items.into_iter().collect();
+        // Records come in runs of one partition: look it up once per run.
+        for run in items.chunk_by(|(a, _), (b, _)| {
+            a.tp.partition == b.tp.partition && Arc::ptr_eq(&a.tp.topic, &b.tp.topic)
+        }) {
+            let Some(p) = inner.partitions.get_mut(&run[0].0.tp) else {
+                continue; // revoked: a late report of an old assignment
             };
-            if p.epoch == id.epoch && p.marks.resolve(id.offset, outputs).is_err() {
-                errors += 1;
+            for (id, outputs) in run {
+                if p.epoch == id.epoch && p.marks.resolve(id.offset, *outputs).is_err() {
+                    errors += 1;
+                }
             }
         }
         let mut moved = false;
