@@ -97,13 +97,14 @@ echo "bench-kafka: produced $(cat "$OUT/records") records" >&2
 
 now() { date +%s.%N; }
 
-# 1. Raw consumption of the whole topic by kcat.
-# It also counts what the topic holds (the records and payload bytes faultline must read).
+# 1. Raw consumption of the whole topic by kcat, payloads to /dev/null (timed), then once more
+# to count what the topic holds (the records and payload bytes faultline must read; untimed).
 T0=$(now)
-read -r RECORDS BYTES < <(kcat -C -e -q -b "$BOOTSTRAP" -t bench.logs -o beginning -f '%S\n' |
-    awk '{n++; b += $1} END {print n, b}')
+kcat -C -e -q -b "$BOOTSTRAP" -t bench.logs -o beginning >/dev/null
 T1=$(now)
 KCAT_S=$(python3 -c "print($T1 - $T0)")
+read -r RECORDS BYTES < <(kcat -C -e -q -b "$BOOTSTRAP" -t bench.logs -o beginning -f '%S\n' |
+    awk '{n++; b += $1} END {print n, b}')
 echo "bench-kafka: the topic holds $RECORDS records, $((BYTES >> 20)) MiB" >&2
 
 # 2. faultline run over the same topic: output to a topic; done when every record is terminal.
