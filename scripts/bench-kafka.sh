@@ -12,7 +12,8 @@
 # The mock broker keeps at most 5 MiB (or 100000 records) per partition and deletes older data,
 # so the backlog is spread over enough partitions (3 MiB each on average, keyed records).
 #
-# Settings (environment): BENCH_MB (backlog size, MiB; 1024), BENCH_PARTITIONS (BENCH_MB / 3),
+# Settings (environment): BENCH_TSV (append a result row to this file), BENCH_NAME (its name),
+# BENCH_MB (backlog size, MiB; 1024), BENCH_PARTITIONS (BENCH_MB / 3),
 # BENCH_LINES_PER_RECORD (1: one log line per record, as shippers send them),
 # BENCH_MATCH_EVERY (one matching line per N lines; 100), BENCH_KB (KB directory; the built-in
 # KB when empty), BENCH_OUT (bench-out/kafka), CARGO_TARGET_DIR (target).
@@ -156,4 +157,12 @@ print(f"faultline run  {f:8.2f} s  {b / 2**20 / f:8.1f} MiB/s  {r / f:10.0f} rec
 print(f"  steady state {ss:8.2f} s  {b * sr / r / 2**20 / ss:8.1f} MiB/s  {sr / ss:10.0f} records/s  "
       "(from the first record matched: without joining the group and checking the KB)")
 print(f"faultline peak RSS {peak / 1024:.0f} MiB; exit status after SIGTERM {status}")
+print(f"throughput ratio faultline / kcat: {k / f:.2f}x (steady state {k / (ss * r / max(sr, 1)):.2f}x)")
 EOF
+# BENCH_TSV: append one machine-readable row (scripts/bench.sh collects them for BENCHMARKS.md):
+# name, payload bytes, records, kcat s, faultline s, steady s, peak RSS KiB, lines per record,
+# records of the steady state.
+if [[ -n ${BENCH_TSV:-} ]]; then
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${BENCH_NAME:-kafka}" "$BYTES" "$RECORDS" \
+        "$KCAT_S" "$FL_S" "$STEADY_S" "$PEAK_KB" "$LPR" "$STEADY_RECORDS" >>"$BENCH_TSV"
+fi
