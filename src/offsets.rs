@@ -500,6 +500,58 @@ mod tests {
         m
     }
 
+    fn tp_of(topic: &Arc<str>, partition: i32) -> TopicPartition {
+        TopicPartition {
+            topic: Arc::clone(topic),
+            partition,
+        }
+    }
+
+    #[test]
+    fn register_many_sets_epochs_per_partition_and_reports_refusals() {
+        let tracker = Tracker::new();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        // Runs of one partition, a partition seen again later, another topic, and one offset
+        // going backwards (refused, the rest still registered).
+        let mut ids: Vec<RecordId> = [(&a, 0, 5), (&a, 0, 6), (&a, 1, 0), (&a, 0, 7), (&b, 0, 0)]
+            .into_iter()
+            .chain([(&a, 0, 3)])
+            .map(|(t, p, offset)| RecordId {
+                tp: tp_of(t, p),
+                epoch: 0,
+                offset,
+            })
+            .collect();
+        let failed = tracker.register_many(ids.iter_mut());
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].0, 5);
+        assert_eq!(
+            failed[0].1,
+            OffsetError::NotIncreasing { offset: 3, last: 7 }
+        );
+        assert!(ids[..5].iter().all(|id| id.epoch > 0));
+        assert_eq!(ids[0].epoch, ids[3].epoch, "one assignment of a/0");
+        assert_ne!(ids[0].epoch, ids[2].epoch, "a/1 has an epoch of its own");
+        assert_eq!(tracker.in_flight(None), 5);
+        // Resolving them in a batch moves each partition's watermark.
+        tracker.resolve_many(ids[..5].iter().map(|id| (id, 0)));
+        assert_eq!(
+            tracker.watermarks(),
+            vec![(tp_of(&a, 0), 8), (tp_of(&a, 1), 1), (tp_of(&b, 0), 1)]
+        );
+    }
+
+    #[test]
+    fn slots_are_found_past_gaps_in_the_offsets() {
+        // Compaction leaves gaps: the position guess misses and the search finds the slot.
+        let mut m = marks(&[10, 12, 13, 20]);
+        for o in [20, 13, 12, 10] {
+            m.resolve(o, 0).expect("known");
+        }
+        assert_eq!(m.resolve(11, 0), Err(OffsetError::Unknown(11)));
+        assert_eq!(m.advance(), Some(21));
+    }
+
     #[test]
     fn records_without_outputs_are_terminal_when_resolved() {
         let mut m = marks(&[0, 1, 2]);

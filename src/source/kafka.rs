@@ -649,3 +649,67 @@ impl KafkaSource {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(partition: i32, offset: i64) -> RecordId {
+        RecordId {
+            tp: TopicPartition {
+                topic: Arc::from("logs"),
+                partition,
+            },
+            epoch: 0,
+            offset,
+        }
+    }
+
+    #[test]
+    fn a_batch_keeps_each_records_key_and_payload_apart() {
+        let mut b = Batch::default();
+        b.push(id(0, 1), Some(b"job-1"), Some(b"line one\n"), Vec::new());
+        b.push(
+            id(0, 2),
+            None,
+            None,
+            vec![("h".into(), Some(b"v".to_vec()))],
+        );
+        b.push(id(1, 7), Some(b""), Some(b"two\nlines"), Vec::new());
+        assert_eq!(b.bytes, 9 + 9);
+        let views: Vec<_> = b.records.iter().map(|r| b.view(r)).collect();
+        assert_eq!(views[0].key, Some(&b"job-1"[..]));
+        assert_eq!(views[0].payload, Some(&b"line one\n"[..]));
+        assert_eq!(
+            (views[1].key, views[1].payload),
+            (None, None),
+            "a tombstone"
+        );
+        assert_eq!(views[1].headers.len(), 1);
+        assert_eq!(
+            views[2].key,
+            Some(&b""[..]),
+            "an empty key is not a missing one"
+        );
+        assert_eq!(views[2].payload, Some(&b"two\nlines"[..]));
+    }
+
+    #[test]
+    fn records_split_off_leave_the_others_readable() {
+        let mut b = Batch::default();
+        for (p, o, text) in [(0, 1, "a0"), (1, 1, "b1"), (0, 2, "a2"), (1, 2, "b22")] {
+            b.push(id(p, o), None, Some(text.as_bytes()), Vec::new());
+        }
+        let gone = b.split_off_where(|r| r.id.tp.partition == 1);
+        assert_eq!(gone.iter().map(|r| r.id.offset).collect::<Vec<_>>(), [1, 2]);
+        let kept: Vec<_> = b.records.iter().map(|r| b.payload(r)).collect();
+        assert_eq!(kept, [Some(&b"a0"[..]), Some(&b"a2"[..])]);
+        assert_eq!(b.bytes, 4, "the batch limit counts what is left");
+        let gone = b.split_off_where(|_| true);
+        assert_eq!(gone.len(), 2);
+        assert!(
+            b.is_empty() && b.started.is_none(),
+            "an empty batch does not linger"
+        );
+    }
+}
