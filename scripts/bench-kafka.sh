@@ -12,7 +12,8 @@
 # The mock broker keeps at most 5 MiB (or 100000 records) per partition and deletes older data,
 # so the backlog is spread over enough partitions (3 MiB each on average, keyed records).
 #
-# Settings (environment): BENCH_MB (backlog size, MiB; 1024), BENCH_PARTITIONS (BENCH_MB / 3),
+# Settings (environment): BENCH_TSV (append a result row to this file), BENCH_NAME (its name),
+# BENCH_MB (backlog size, MiB; 1024), BENCH_PARTITIONS (BENCH_MB / 3),
 # BENCH_LINES_PER_RECORD (1: one log line per record, as shippers send them),
 # BENCH_MATCH_EVERY (one matching line per N lines; 100), BENCH_KB (KB directory; the built-in
 # KB when empty), BENCH_OUT (bench-out/kafka), CARGO_TARGET_DIR (target).
@@ -46,7 +47,7 @@ trap cleanup EXIT
 # The broker, driven through a fifo on its stdin (it exits when stdin closes).
 FIFO=$OUT/broker.in
 rm -f "$FIFO" && mkfifo "$FIFO"
-"$BIN/faultline-mock-broker" --brokers 1 --topic "bench.logs:$PARTS" \
+"$BIN/faultline-mock-broker" --brokers 1 --group-initial-rebalance-delay-ms 0 --topic "bench.logs:$PARTS" \
     --topic "bench.events:$PARTS" --topic "bench.dead:1" <"$FIFO" >"$OUT/broker.out" &
 BROKER_PID=$!
 exec 3>"$FIFO"
@@ -97,13 +98,14 @@ echo "bench-kafka: produced $(cat "$OUT/records") records" >&2
 
 now() { date +%s.%N; }
 
-# 1. Raw consumption of the whole topic by kcat.
-# It also counts what the topic holds (the records and payload bytes faultline must read).
+# 1. Raw consumption of the whole topic by kcat, payloads to /dev/null (timed), then once more
+# to count what the topic holds (the records and payload bytes faultline must read; untimed).
 T0=$(now)
-read -r RECORDS BYTES < <(kcat -C -e -q -b "$BOOTSTRAP" -t bench.logs -o beginning -f '%S\n' |
-    awk '{n++; b += $1} END {print n, b}')
+kcat -C -e -q -b "$BOOTSTRAP" -t bench.logs -o beginning >/dev/null
 T1=$(now)
 KCAT_S=$(python3 -c "print($T1 - $T0)")
+read -r RECORDS BYTES < <(kcat -C -e -q -b "$BOOTSTRAP" -t bench.logs -o beginning -f '%S\n' |
+    awk '{n++; b += $1} END {print n, b}')
 echo "bench-kafka: the topic holds $RECORDS records, $((BYTES >> 20)) MiB" >&2
 
 # 2. faultline run over the same topic: output to a topic; done when every record is terminal.
@@ -113,7 +115,12 @@ ARGS=(run --brokers "$BOOTSTRAP" --group-id "bench-$$" --topic bench.logs
       --admin-listen "127.0.0.1:$PORT")
 [[ -n $KB ]] && ARGS+=(--kb "$KB")
 T0=$(now)
-FAULTLINE_LOG=warn "$BIN/faultline" "${ARGS[@]}" 2>"$OUT/faultline.err" &
+# BENCH_PERF=1 records a profile of faultline (perf record -g) into $OUT/perf.data.
+if [[ ${BENCH_PERF:-0} == 1 ]]; then
+    FAULTLINE_LOG=warn perf record -g -o "$OUT/perf.data" "$BIN/faultline" "${ARGS[@]}" 2>"$OUT/faultline.err" &
+else
+    FAULTLINE_LOG=warn "$BIN/faultline" "${ARGS[@]}" 2>"$OUT/faultline.err" &
+fi
 FL_PID=$!
 PEAK_KB=0
 FIRST=
@@ -150,4 +157,12 @@ print(f"faultline run  {f:8.2f} s  {b / 2**20 / f:8.1f} MiB/s  {r / f:10.0f} rec
 print(f"  steady state {ss:8.2f} s  {b * sr / r / 2**20 / ss:8.1f} MiB/s  {sr / ss:10.0f} records/s  "
       "(from the first record matched: without joining the group and checking the KB)")
 print(f"faultline peak RSS {peak / 1024:.0f} MiB; exit status after SIGTERM {status}")
+print(f"throughput ratio faultline / kcat: {k / f:.2f}x (steady state {k / (ss * r / max(sr, 1)):.2f}x)")
 EOF
+# BENCH_TSV: append one machine-readable row (scripts/bench.sh collects them for BENCHMARKS.md):
+# name, payload bytes, records, kcat s, faultline s, steady s, peak RSS KiB, lines per record,
+# records of the steady state.
+if [[ -n ${BENCH_TSV:-} ]]; then
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${BENCH_NAME:-kafka}" "$BYTES" "$RECORDS" \
+        "$KCAT_S" "$FL_S" "$STEADY_S" "$PEAK_KB" "$LPR" "$STEADY_RECORDS" >>"$BENCH_TSV"
+fi

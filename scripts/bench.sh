@@ -4,6 +4,11 @@
 #
 # Each tool is pinned to one core (taskset -c 0) unless stated, best of RUNS. Throughput is bytes
 # over CPU time (user + sys), which stays honest on a shared machine; wall times are kept too.
+#
+# Then the Kafka comparisons (scripts/bench-kafka.sh, BENCH_KAFKA=0 skips them): `faultline run`
+# against `kcat -C -e -q` over the same topic of librdkafka's mock broker, one line per record
+# and 20 lines per record (BENCH_KAFKA_MB each, default 1024), and faultline's peak RSS behind a
+# 100 MB and a 2 GB backlog.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size_mb=${1:-300}
@@ -62,4 +67,16 @@ $bin scan --no-summary --no-incidents --threads 1 "$corpus" > "$work/hyperscan.j
 oracle=identical
 if ! $bin bench oracle "$corpus" --expect "$work/hyperscan.jsonl" 2>> "$work/oracle.err"; then oracle=DIFFERENT; fi
 
-python3 scripts/bench_report.py "$results" "$bytes" "$lines" "$size_mb" "$runs" "$oracle" "$cores"
+kafka=$work/kafka.tsv
+: > "$kafka"
+if [[ ${BENCH_KAFKA:-1} != 0 ]]; then
+  cargo build --release --locked --quiet --bins
+  kmb=${BENCH_KAFKA_MB:-1024}
+  for spec in "run-1-line:$kmb:1" "run-20-lines:$kmb:20" "rss-100mb:100:1" "rss-2gb:2048:1"; do
+    IFS=: read -r name mb lpr <<<"$spec"
+    BENCH_NO_BUILD=1 BENCH_TSV=$kafka BENCH_NAME=$name BENCH_MB=$mb BENCH_LINES_PER_RECORD=$lpr \
+      BENCH_OUT=$work/kafka-$name scripts/bench-kafka.sh >&2
+  done
+fi
+
+python3 scripts/bench_report.py "$results" "$bytes" "$lines" "$size_mb" "$runs" "$oracle" "$cores" "$kafka"

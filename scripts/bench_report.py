@@ -12,6 +12,14 @@ from datetime import date
 
 def main() -> None:
     results_path, size, lines, size_mb, runs, oracle, cores = sys.argv[1:8]
+    kafka_path = sys.argv[8] if len(sys.argv) > 8 else ""
+    kafka = {}
+    if kafka_path and os.path.exists(kafka_path):
+        for line in open(kafka_path, encoding="utf-8"):
+            name, b, r, k, f, ss, peak, lpr, sr = line.rstrip("\n").split("\t")
+            kafka[name] = dict(bytes=int(b), records=int(r), kcat=float(k), fl=float(f),
+                               steady=float(ss), peak_kb=int(peak), lpr=int(lpr),
+                               steady_records=int(sr))
     size, lines = int(size), int(lines)
     rows = {}
     for line in open(results_path, encoding="utf-8"):
@@ -78,6 +86,17 @@ def main() -> None:
         "< 2 s", st < 2)
     row("throughput drop with the KB grown 10x", f"{fl:.0f} -> {fl10:.0f} MB/s", f"{fl / fl10:.2f}x slower",
         "< 2x", fl / fl10 < 2)
+    for name, what in (("run-1-line", "one line per record"), ("run-20-lines", "20 lines per record")):
+        if name in kafka:
+            k = kafka[name]
+            mib = k["bytes"] / 2**20
+            row(f"`faultline run` (Kafka to Kafka) vs `kcat -C -e -q`, {what}",
+                f"{mib / k['fl']:.0f} vs {mib / k['kcat']:.0f} MiB/s ({k['records']} records)",
+                f"{k['kcat'] / k['fl']:.2f}x", ">= 0.8x", k["kcat"] / k["fl"] >= 0.8)
+    if "rss-100mb" in kafka and "rss-2gb" in kafka:
+        small, big = kafka["rss-100mb"]["peak_kb"] / 1024, kafka["rss-2gb"]["peak_kb"] / 1024
+        row("`faultline run` peak RSS, 100 MB vs 2 GB backlog", f"{small:.0f} vs {big:.0f} MiB",
+            f"{big / small:.2f}x", "within 20%", big / small <= 1.2)
     out.append("")
     out.append("## All measurements\n")
     out.append("| run | CPU s | wall s | MB/s (CPU) |")
@@ -91,6 +110,24 @@ def main() -> None:
                "(reader, workers and writer threads; on a loaded machine the wall figure is what it is).\n")
     out.append("`faultline scan` runs with its compiled-database cache warm (`FAULTLINE_CACHE_DIR`), as it does "
                "from the second run on; the compile rows time `hs_compile_multi` itself, without the cache.\n")
+    if kafka:
+        out.append("## Kafka\n")
+        out.append("`scripts/bench-kafka.sh`: librdkafka's mock broker in a process of its own (initial "
+                   "rebalance delay 0, as a test broker is configured), one backlog topic; `kcat -C -e -q` "
+                   "reads it to /dev/null, then `faultline run` (consumer group, built-in KB, events to an "
+                   "output topic, offsets committed) works through the same backlog. Both unpinned: "
+                   "librdkafka's threads, the broker and faultline's stages share the cores. Wall time from "
+                   "start to every record done; steady state from the first record matched.\n")
+        out.append("| run | backlog | records | kcat s | faultline s | ratio | steady-state ratio | peak RSS |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        for name, k in kafka.items():
+            # faultline's steady-state rate, scaled to the whole backlog, against kcat's time.
+            whole = k["steady"] * k["records"] / max(k["steady_records"], 1)
+            steady = k["kcat"] / whole if whole > 0 else float("inf")
+            out.append(f"| {name} | {k['bytes'] / 2**20:.0f} MiB, {k['lpr']} line(s)/record | {k['records']} | "
+                       f"{k['kcat']:.2f} | {k['fl']:.2f} | {k['kcat'] / k['fl']:.2f}x | {steady:.2f}x | "
+                       f"{k['peak_kb'] / 1024:.0f} MiB |")
+        out.append("")
     out.append("## Throughput against KB size\n")
     out.append("![throughput against KB size](docs/bench-kb-scaling.svg)\n")
     out.append("The KB is grown by `faultline bench scale-kb`: each entry plus copies whose patterns start "

@@ -46,6 +46,8 @@ pub struct Worker<M: Matcher> {
     patterns: Vec<u32>,
     seen: Vec<usize>,
     json: Vec<LogRecord<'static>>,
+    /// Capture slots per pattern (each regex needs its own).
+    caps: Vec<regex_automata::util::captures::Captures>,
 }
 
 /// What the caller knows about a chunk.
@@ -109,6 +111,12 @@ impl<M: Matcher> Engine<M> {
             patterns: Vec::new(),
             seen: Vec::new(),
             json: Vec::new(),
+            caps: self
+                .kb
+                .patterns
+                .iter()
+                .map(|p| p.regex.create_captures())
+                .collect(),
         })
     }
 
@@ -206,19 +214,23 @@ impl<M: Matcher> Engine<M> {
             if w.seen.contains(&pattern.entry) {
                 continue;
             }
-            let Some(caps) = pattern.regex.captures(&record.message) else {
+            let Some(caps) = w.caps.get_mut(p as usize) else {
                 continue;
             };
+            pattern.regex.captures(&record.message[..], caps);
+            if !caps.is_match() {
+                continue;
+            }
             w.seen.push(pattern.entry);
-            let captures = pattern
-                .regex
-                .capture_names()
+            let captures = caps
+                .group_info()
+                .pattern_names(regex_automata::PatternID::ZERO)
                 .enumerate()
                 .filter_map(|(i, name)| {
-                    let m = caps.get(i)?;
+                    let span = caps.get_group(i)?;
                     Some((
                         name?.to_string(),
-                        String::from_utf8_lossy(m.as_bytes()).into_owned(),
+                        String::from_utf8_lossy(&record.message[span.range()]).into_owned(),
                     ))
                 })
                 .collect();

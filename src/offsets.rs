@@ -98,10 +98,20 @@ impl PartitionWatermark {
     }
 
     fn slot(&mut self, offset: i64) -> Result<&mut Slot, OffsetError> {
-        let i = self
+        // Offsets in flight are usually contiguous (gaps come from compaction and transaction
+        // markers): try the position that assumes so before searching.
+        let guess = self
             .slots
-            .binary_search_by_key(&offset, |s| s.offset)
-            .map_err(|_| OffsetError::Unknown(offset))?;
+            .front()
+            .and_then(|f| usize::try_from(offset - f.offset).ok())
+            .filter(|&i| self.slots.get(i).is_some_and(|s| s.offset == offset));
+        let i = match guess {
+            Some(i) => i,
+            None => self
+                .slots
+                .binary_search_by_key(&offset, |s| s.offset)
+                .map_err(|_| OffsetError::Unknown(offset))?,
+        };
         Ok(&mut self.slots[i])
     }
 
@@ -210,32 +220,65 @@ impl Tracker {
 
     /// Registers a record read from `tp`; the partition's state starts at its first record.
     pub fn register(&self, tp: &TopicPartition, offset: i64) -> Result<RecordId, OffsetError> {
+        let mut id = RecordId {
+            tp: tp.clone(),
+            epoch: 0,
+            offset,
+        };
+        let mut failed = self.register_many(std::iter::once(&mut id));
+        match failed.pop() {
+            Some((_, e)) => Err(e),
+            None => Ok(id),
+        }
+    }
+
+    /// Registers records in the order they were read, under one lock, setting each id's epoch
+    /// (see [`Tracker::register`]). Returns the position and error of every id that could not
+    /// be registered; the others are in flight.
+    pub fn register_many<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a mut RecordId>,
+    ) -> Vec<(usize, OffsetError)> {
+        let mut failed = Vec::new();
+        let mut ids: Vec<&mut RecordId> = ids.into_iter().collect();
         let mut inner = self.lock();
         let inner = &mut *inner;
-        let partition = match inner.partitions.get_mut(tp) {
-            Some(p) => p,
-            None => {
-                inner.next_epoch += 1;
-                inner.partitions.entry(tp.clone()).or_insert(Partition {
-                    epoch: inner.next_epoch,
+        // Records come in runs of one partition: look it up once per run.
+        let mut start = 0;
+        while start < ids.len() {
+            let tp = ids[start].tp.clone();
+            let end = start
+                + ids[start..]
+                    .iter()
+                    .take_while(|id| {
+                        id.tp.partition == tp.partition && Arc::ptr_eq(&id.tp.topic, &tp.topic)
+                    })
+                    .count();
+            let next_epoch = &mut inner.next_epoch;
+            let partition = inner.partitions.entry(tp).or_insert_with(|| {
+                *next_epoch += 1;
+                Partition {
+                    epoch: *next_epoch,
                     marks: PartitionWatermark::default(),
                     stored: None,
-                })
+                }
+            });
+            for (i, id) in ids[start..end].iter_mut().enumerate() {
+                let was_idle = partition.marks.in_flight() == 0;
+                if let Err(e) = partition.marks.register(id.offset) {
+                    failed.push((start + i, e));
+                    continue;
+                }
+                id.epoch = partition.epoch;
+                if was_idle {
+                    // Stall detection counts from the first record in flight, not from the
+                    // last progress before an idle spell.
+                    inner.progress += 1;
+                }
             }
-        };
-        let was_idle = partition.marks.in_flight() == 0;
-        partition.marks.register(offset)?;
-        let epoch = partition.epoch;
-        if was_idle {
-            // Stall detection counts from the first record in flight, not from the last
-            // progress before an idle spell.
-            inner.progress += 1;
+            start = end.max(start + 1);
         }
-        Ok(RecordId {
-            tp: tp.clone(),
-            epoch,
-            offset,
-        })
+        failed
     }
 
     fn with(
@@ -275,12 +318,18 @@ impl Tracker {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let mut errors = 0;
-        for (id, outputs) in items {
-            let Some(p) = inner.partitions.get_mut(&id.tp) else {
-                continue;
+        let items: Vec<_> = items.into_iter().collect();
+        // Records come in runs of one partition: look it up once per run.
+        for run in items.chunk_by(|(a, _), (b, _)| {
+            a.tp.partition == b.tp.partition && Arc::ptr_eq(&a.tp.topic, &b.tp.topic)
+        }) {
+            let Some(p) = inner.partitions.get_mut(&run[0].0.tp) else {
+                continue; // revoked: a late report of an old assignment
             };
-            if p.epoch == id.epoch && p.marks.resolve(id.offset, outputs).is_err() {
-                errors += 1;
+            for (id, outputs) in run {
+                if p.epoch == id.epoch && p.marks.resolve(id.offset, *outputs).is_err() {
+                    errors += 1;
+                }
             }
         }
         let mut moved = false;
@@ -449,6 +498,58 @@ mod tests {
             m.register(o).expect("increasing");
         }
         m
+    }
+
+    fn tp_of(topic: &Arc<str>, partition: i32) -> TopicPartition {
+        TopicPartition {
+            topic: Arc::clone(topic),
+            partition,
+        }
+    }
+
+    #[test]
+    fn register_many_sets_epochs_per_partition_and_reports_refusals() {
+        let tracker = Tracker::new();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        // Runs of one partition, a partition seen again later, another topic, and one offset
+        // going backwards (refused, the rest still registered).
+        let mut ids: Vec<RecordId> = [(&a, 0, 5), (&a, 0, 6), (&a, 1, 0), (&a, 0, 7), (&b, 0, 0)]
+            .into_iter()
+            .chain([(&a, 0, 3)])
+            .map(|(t, p, offset)| RecordId {
+                tp: tp_of(t, p),
+                epoch: 0,
+                offset,
+            })
+            .collect();
+        let failed = tracker.register_many(ids.iter_mut());
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].0, 5);
+        assert_eq!(
+            failed[0].1,
+            OffsetError::NotIncreasing { offset: 3, last: 7 }
+        );
+        assert!(ids[..5].iter().all(|id| id.epoch > 0));
+        assert_eq!(ids[0].epoch, ids[3].epoch, "one assignment of a/0");
+        assert_ne!(ids[0].epoch, ids[2].epoch, "a/1 has an epoch of its own");
+        assert_eq!(tracker.in_flight(None), 5);
+        // Resolving them in a batch moves each partition's watermark.
+        tracker.resolve_many(ids[..5].iter().map(|id| (id, 0)));
+        assert_eq!(
+            tracker.watermarks(),
+            vec![(tp_of(&a, 0), 8), (tp_of(&a, 1), 1), (tp_of(&b, 0), 1)]
+        );
+    }
+
+    #[test]
+    fn slots_are_found_past_gaps_in_the_offsets() {
+        // Compaction leaves gaps: the position guess misses and the search finds the slot.
+        let mut m = marks(&[10, 12, 13, 20]);
+        for o in [20, 13, 12, 10] {
+            m.resolve(o, 0).expect("known");
+        }
+        assert_eq!(m.resolve(11, 0), Err(OffsetError::Unknown(11)));
+        assert_eq!(m.advance(), Some(21));
     }
 
     #[test]

@@ -41,7 +41,7 @@ use crate::redact::Redactor;
 use crate::reload::{self, KbSource, Loaded, ReloadError, ReloadStatus};
 use crate::server;
 use crate::sink::kafka::{KafkaSink, SinkCounts, SinkError};
-use crate::source::kafka::{forget, Batch, KafkaSource, SourceError, SourceRecord};
+use crate::source::kafka::{forget, Batch, KafkaSource, RecordView, SourceError, SourceRecord};
 
 pub mod queue;
 
@@ -460,7 +460,7 @@ pub fn record_job<'a>(
 }
 
 /// A record's headers as [`record_job`] and [`decode_record`] take them.
-fn header_pairs(r: &SourceRecord) -> impl Iterator<Item = (&str, Option<&[u8]>)> {
+fn header_pairs(r: RecordView<'_>) -> impl Iterator<Item = (&str, Option<&[u8]>)> {
     r.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref()))
 }
 
@@ -626,7 +626,7 @@ impl MatchStage {
                 self.stop.fail(e.into());
                 continue;
             }
-            if let Err(e) = self.process_isolated(&batch.records) {
+            if let Err(e) = self.process_isolated(&batch) {
                 self.stop.fail(e);
             }
         }
@@ -656,17 +656,17 @@ impl MatchStage {
     /// processed again (their events would go out twice): the records before are resolved,
     /// the one being emitted is dead-lettered, the rest go on. Every panic is logged and
     /// counted (`faultline_panics_total{stage="match"}`).
-    fn process_isolated(&mut self, records: &[SourceRecord]) -> Result<(), PipelineError> {
-        let mut rest = records;
+    fn process_isolated(&mut self, batch: &Batch) -> Result<(), PipelineError> {
+        let mut rest = &batch.records[..];
         let mut panics = 0;
         while panics < 2 {
-            match self.attempt(rest) {
+            match self.attempt(batch, rest) {
                 Attempt::Done(result) => return result,
                 Attempt::Panicked(message) => {
                     panics += 1;
                     tracing::error!(records = rest.len(), attempt = panics, error = %message,
                         "processing a batch panicked (a bug: please report it)");
-                    let done = self.recover(rest, &message)?;
+                    let done = self.recover(batch, rest, &message)?;
                     rest = &rest[done..];
                     if rest.is_empty() {
                         return Ok(());
@@ -676,7 +676,7 @@ impl MatchStage {
         }
         for (i, r) in rest.iter().enumerate() {
             let one = std::slice::from_ref(r);
-            match self.attempt(one) {
+            match self.attempt(batch, one) {
                 Attempt::Done(Ok(())) => {}
                 Attempt::Done(Err(e)) => {
                     forget(&self.shared.tracker, &rest[i + 1..]);
@@ -687,9 +687,9 @@ impl MatchStage {
                         "processing a record panicked (a bug: please report it); dead-lettering it");
                     if !self.progress.emitting {
                         self.shared.records.fetch_add(1, Ordering::Relaxed);
-                        self.dead_letter_panic(r, 0, &message)?;
+                        self.dead_letter_panic(batch, r, 0, &message)?;
                     } else {
-                        self.recover(one, &message)?;
+                        self.recover(batch, one, &message)?;
                     }
                 }
             }
@@ -699,7 +699,7 @@ impl MatchStage {
 
     /// Runs [`MatchStage::process`] once, catching a panic; after one, the engine state that
     /// it may have left mid-update is rebuilt and what it counted for the batch is undone.
-    fn attempt(&mut self, records: &[SourceRecord]) -> Attempt {
+    fn attempt(&mut self, batch: &Batch, records: &[SourceRecord]) -> Attempt {
         self.progress = Progress::default();
         let counter = self.counter.clone();
         let consumed = (
@@ -709,10 +709,10 @@ impl MatchStage {
         let result = catch_unwind(AssertUnwindSafe(|| {
             if let Some(f) = &self.faults {
                 for r in records {
-                    f.strike(FaultPoint::Scan, r.payload.as_deref());
+                    f.strike(FaultPoint::Scan, batch.payload(r));
                 }
             }
-            self.process(records)
+            self.process(batch, records)
         }));
         let payload = match result {
             Ok(done) => return Attempt::Done(done),
@@ -747,7 +747,12 @@ impl MatchStage {
     /// many of `records` are done. Nothing went out: none (the caller retries them all).
     /// Outputs were going out: the records before are resolved and counted, the record being
     /// emitted is dead-lettered. All resolved (a panic after the tracker update): all.
-    fn recover(&mut self, records: &[SourceRecord], message: &str) -> Result<usize, PipelineError> {
+    fn recover(
+        &mut self,
+        batch: &Batch,
+        records: &[SourceRecord],
+        message: &str,
+    ) -> Result<usize, PipelineError> {
         let p = self.progress;
         if !p.emitting {
             return Ok(0);
@@ -770,7 +775,7 @@ impl MatchStage {
                 }
                 Disposition::Scan => {
                     let _ = self.counter.record(true);
-                    let bytes = r.payload.as_ref().map_or(0, Vec::len) as u64;
+                    let bytes = batch.payload(r).map_or(0, <[u8]>::len) as u64;
                     self.shared.bytes.fetch_add(bytes, Ordering::Relaxed);
                 }
                 Disposition::Skip => {}
@@ -782,7 +787,7 @@ impl MatchStage {
         tracing::error!(source = %records[k].id.tp, offset = records[k].id.offset,
             events_sent = p.partial, "a record's processing panicked after its first outputs \
             went out; dead-lettering it");
-        self.dead_letter_panic(&records[k], p.partial, message)?;
+        self.dead_letter_panic(batch, &records[k], p.partial, message)?;
         Ok(k + 1)
     }
 
@@ -790,6 +795,7 @@ impl MatchStage {
     /// its `sent` outputs plus the dead letter.
     fn dead_letter_panic(
         &mut self,
+        batch: &Batch,
         r: &SourceRecord,
         sent: u32,
         message: &str,
@@ -798,10 +804,14 @@ impl MatchStage {
         self.metrics.flush(&mut self.counts);
         let kb_version = self.loaded.version().to_string();
         let error = format!("processing the record panicked: {message}");
-        if let Err(e) =
-            self.sink
-                .send_dead_letter(r, "panic", "match", &error, &kb_version, &self.stop)
-        {
+        if let Err(e) = self.sink.send_dead_letter(
+            batch.view(r),
+            "panic",
+            "match",
+            &error,
+            &kb_version,
+            &self.stop,
+        ) {
             self.shared.tracker.resolve(&r.id, sent);
             forget(&self.shared.tracker, std::slice::from_ref(r));
             return Err(e.into());
@@ -810,7 +820,8 @@ impl MatchStage {
         Ok(())
     }
 
-    fn process(&mut self, records: &[SourceRecord]) -> Result<(), PipelineError> {
+    /// Processes `records`, records of `batch` (all of them, or a part when isolating a panic).
+    fn process(&mut self, batch: &Batch, records: &[SourceRecord]) -> Result<(), PipelineError> {
         let tracker = Arc::clone(&self.shared.tracker);
         self.buf.clear();
         self.spans.clear();
@@ -820,10 +831,11 @@ impl MatchStage {
         let mut line = 1u64;
         let mut bytes = 0u64;
         for (i, r) in records.iter().enumerate() {
+            let view = batch.view(r);
             let decoded = decode_record(
-                r.key.as_deref(),
-                header_pairs(r),
-                r.payload.as_deref(),
+                view.key,
+                header_pairs(view),
+                view.payload,
                 &self.config.input,
                 &mut self.envelopes,
             );
@@ -838,7 +850,7 @@ impl MatchStage {
                 }
                 Disposition::Scan => {
                     let _ = self.counter.record(true);
-                    let p = r.payload.as_deref().unwrap_or_default();
+                    let p = batch.payload(r).unwrap_or_default();
                     bytes += p.len() as u64;
                     self.spans.push(Span {
                         record: i,
@@ -889,15 +901,15 @@ impl MatchStage {
                     let Some(span) = k.checked_sub(1).map(|k| spans[k]) else {
                         return;
                     };
-                    let r = &records[span.record];
+                    let r = batch.view(&records[span.record]);
                     let source = Provenance::Kafka {
                         topic: r.id.tp.topic.to_string(),
                         partition: r.id.tp.partition,
                         offset: r.id.offset,
                         line: hit.line - span.first_line + 1,
                     };
-                    let job = record_job(r.key.as_deref(), header_pairs(r), job_from)
-                        .map(String::from_utf8_lossy);
+                    let job =
+                        record_job(r.key, header_pairs(r), job_from).map(String::from_utf8_lossy);
                     let mut event =
                         enricher.event(&hit, job.as_deref().unwrap_or(default_job), source);
                     if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
@@ -929,7 +941,7 @@ impl MatchStage {
                     tracing::warn!(source = %r.id.tp, offset = r.id.offset, reason = why.code(),
                         error = %why, "dead-lettering an undecodable record");
                     let sent = self.sink.send_dead_letter(
-                        r,
+                        batch.view(r),
                         why.code(),
                         "decode",
                         &why.to_string(),
@@ -962,7 +974,7 @@ impl MatchStage {
                         self.shared.events_sent.fetch_add(1, Ordering::Relaxed);
                         self.progress.partial += 1;
                         if let Some(f) = &self.faults {
-                            f.strike(FaultPoint::AfterSend, r.payload.as_deref());
+                            f.strike(FaultPoint::AfterSend, batch.payload(r));
                         }
                     }
                     ((e - start) as u32, result)

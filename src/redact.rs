@@ -393,7 +393,11 @@ fn compile_rule(name: &str, pattern: &str) -> Result<Rule, RedactError> {
             "the name must be lowercase letters, digits and `_`".to_string(),
         ));
     }
-    let regex = crate::kb::compile_pattern(pattern).map_err(error)?;
+    crate::kb::validate_pattern(pattern).map_err(error)?;
+    let regex = regex::bytes::RegexBuilder::new(pattern)
+        .unicode(false)
+        .build()
+        .map_err(|e| error(format!("the regex crate rejects it: {e}")))?;
     let secret = regex.capture_names().position(|n| n == Some(SECRET_GROUP));
     Ok(Rule {
         name: name.to_string(),

