@@ -267,7 +267,128 @@ pub struct Metrics {
     kb_reloads: IntCounterVec,
     spans_dropped: IntCounterVec,
     panics: IntCounterVec,
+    incidents: IncidentFamilies,
     state: Mutex<State>,
+}
+
+/// The incident and ticket families of `faultline run` (labels are closed sets: resolutions,
+/// delivery results; never fingerprints, jobs or hosts).
+#[derive(Debug, Clone)]
+pub struct IncidentFamilies {
+    pub open: IntGauge,
+    pub opened: IntCounter,
+    pub resolved: IntCounterVec,
+    pub evictions: IntCounterVec,
+    pub restart_loops: IntCounter,
+    pub tickets_raised: IntCounter,
+    pub webhook: IntCounterVec,
+    pub webhook_retries: IntCounter,
+    pub bad_node_score_max: prometheus::Gauge,
+    pub holds: IntGauge,
+    pub holds_expired: IntCounter,
+}
+
+/// Resolutions, as `faultline_incidents_resolved_total` labels them.
+pub const RESOLUTIONS: &[&str] = &["quiet", "next_incident", "restart", "evicted", "shutdown"];
+
+/// Outcomes of a webhook change: a closed set.
+pub const WEBHOOK_RESULTS: &[&str] = &["delivered", "dead_lettered", "dropped", "abandoned"];
+
+impl IncidentFamilies {
+    fn register(r: &Registry) -> Result<Self, MetricsError> {
+        let f = IncidentFamilies {
+            open: register(
+                r,
+                IntGauge::new(
+                    "faultline_incidents_open",
+                    "Incidents open in the correlator.",
+                )?,
+            )?,
+            opened: register(
+                r,
+                IntCounter::new("faultline_incidents_opened_total", "Incidents opened.")?,
+            )?,
+            resolved: counter_vec(
+                r,
+                "faultline_incidents_resolved_total",
+                "Incidents resolved, by resolution (quiet, next_incident, restart, evicted, \
+                 shutdown).",
+                &["resolution"],
+            )?,
+            evictions: counter_vec(
+                r,
+                "faultline_incident_evictions_total",
+                "State dropped to respect the correlator's caps: open incidents resolved as \
+                 evicted (state=incident), jobs forgotten (state=job).",
+                &["state"],
+            )?,
+            restart_loops: register(
+                r,
+                IntCounter::new(
+                    "faultline_incident_restart_loops_total",
+                    "Incidents whose fingerprint recurred in their job often enough to be a \
+                     restart loop.",
+                )?,
+            )?,
+            tickets_raised: register(
+                r,
+                IntCounter::new(
+                    "faultline_tickets_raised_total",
+                    "Incidents whose ticket was raised (a root-role initiator, or the match \
+                     threshold).",
+                )?,
+            )?,
+            webhook: counter_vec(
+                r,
+                "faultline_webhook_changes_total",
+                "Ticketed incident changes handed to the webhook, by result: delivered, \
+                 dead_lettered (retries exhausted or refused), dropped (the webhook queue was \
+                 full), abandoned (still queued at shutdown; replayed after the restart).",
+                &["result"],
+            )?,
+            webhook_retries: register(
+                r,
+                IntCounter::new(
+                    "faultline_webhook_retries_total",
+                    "Webhook attempts retried after a transport error, 408, 429 or 5xx.",
+                )?,
+            )?,
+            bad_node_score_max: register(
+                r,
+                prometheus::Gauge::new(
+                    "faultline_bad_node_score_max",
+                    "The highest bad-node score of any host: distinct jobs whose incidents the \
+                     host initiated, halving every half-life.",
+                )?,
+            )?,
+            holds: register(
+                r,
+                IntGauge::new(
+                    "faultline_incident_commit_holds",
+                    "Partitions whose committed offset waits at the first record of an open \
+                     incident.",
+                )?,
+            )?,
+            holds_expired: register(
+                r,
+                IntCounter::new(
+                    "faultline_incident_commit_holds_expired_total",
+                    "Incidents whose commit holds were lifted after incidents.max_hold_ms \
+                     while still open.",
+                )?,
+            )?,
+        };
+        for res in RESOLUTIONS {
+            f.resolved.with_label_values(&[*res]);
+        }
+        for state in ["incident", "job"] {
+            f.evictions.with_label_values(&[state]);
+        }
+        for res in WEBHOOK_RESULTS {
+            f.webhook.with_label_values(&[*res]);
+        }
+        Ok(f)
+    }
 }
 
 fn register<C: Collector + Clone + 'static>(registry: &Registry, c: C) -> Result<C, MetricsError> {
@@ -431,6 +552,7 @@ impl Metrics {
         for stage in PANIC_STAGES {
             panics.with_label_values(&[*stage]);
         }
+        let incidents = IncidentFamilies::register(&r)?;
         for reason in DEAD_LETTER_REASONS.iter().chain([&OTHER]) {
             dead_letters.with_label_values(&[*reason]);
         }
@@ -486,6 +608,7 @@ impl Metrics {
             kb_reloads,
             spans_dropped,
             panics,
+            incidents,
             state: Mutex::new(state),
         })
     }
@@ -698,6 +821,11 @@ impl Metrics {
     /// The counter of spans lost for `reason`, for the telemetry exporter to increment.
     pub fn spans_dropped(&self, reason: SpanDrop) -> IntCounter {
         self.spans_dropped.with_label_values(&[reason.as_str()])
+    }
+
+    /// The incident and ticket families.
+    pub fn incidents(&self) -> &IncidentFamilies {
+        &self.incidents
     }
 
     /// The KB version being counted.

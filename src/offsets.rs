@@ -10,6 +10,12 @@
 //!
 //! Each assignment of a partition gets a fresh epoch; acks of a previous epoch (late deliveries
 //! after a revoke) are ignored, so they can never move the watermark of a new assignment.
+//!
+//! Holds: an open incident [`Tracker::hold`]s the first record it read from each partition, and
+//! what is stored or committed never passes a held offset ([`Tracker::release`] lifts it once
+//! the incident's resolution is delivered). A restart therefore reads every open incident again
+//! from its start and correlates it into the same incident. A hold does not keep records in
+//! flight: terminal records still leave the window, only the committed offset waits.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -182,6 +188,19 @@ struct Partition {
     marks: PartitionWatermark,
     /// The watermark last handed out by `take_stores`.
     stored: Option<i64>,
+    /// Held offsets (with how many holds each): the committable offset stops at the first.
+    holds: std::collections::BTreeMap<i64, u32>,
+}
+
+impl Partition {
+    /// The next offset to commit: the watermark, unless a held record comes first.
+    fn committable(&self) -> Option<i64> {
+        let w = self.marks.watermark()?;
+        Some(match self.holds.keys().next() {
+            Some(&held) => w.min(held),
+            None => w,
+        })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -261,6 +280,7 @@ impl Tracker {
                     epoch: *next_epoch,
                     marks: PartitionWatermark::default(),
                     stored: None,
+                    holds: std::collections::BTreeMap::new(),
                 }
             });
             for (i, id) in ids[start..end].iter_mut().enumerate() {
@@ -367,7 +387,7 @@ impl Tracker {
         let mut inner = self.lock();
         let mut out = Vec::new();
         for (tp, p) in &mut inner.partitions {
-            if let Some(w) = p.marks.watermark() {
+            if let Some(w) = p.committable() {
                 if p.stored != Some(w) {
                     p.stored = Some(w);
                     out.push((tp.clone(), w));
@@ -385,7 +405,7 @@ impl Tracker {
         let mut out = Vec::new();
         for tp in tps {
             if let Some(p) = inner.partitions.remove(tp) {
-                if let Some(w) = p.marks.watermark() {
+                if let Some(w) = p.committable() {
                     out.push((tp.clone(), w));
                 }
             }
@@ -399,7 +419,7 @@ impl Tracker {
         let mut out: Vec<_> = inner
             .partitions
             .iter()
-            .filter_map(|(tp, p)| Some((tp.clone(), p.marks.watermark()?)))
+            .filter_map(|(tp, p)| Some((tp.clone(), p.committable()?)))
             .collect();
         out.sort();
         out
@@ -482,9 +502,86 @@ impl Tracker {
         }
     }
 
+    /// Holds the commit of `id`'s partition at `id`'s offset until [`Tracker::release`]d: call
+    /// it before the record is resolved, so that nothing past it was stored yet. Ignored for a
+    /// revoked assignment (the next owner reads from what was committed, which the hold capped).
+    pub fn hold(&self, id: &RecordId) {
+        let mut inner = self.lock();
+        if let Some(p) = inner.partitions.get_mut(&id.tp) {
+            if p.epoch == id.epoch {
+                *p.holds.entry(id.offset).or_insert(0) += 1;
+            }
+        }
+    }
+
+    /// Lifts one [`Tracker::hold`] of `id`.
+    pub fn release(&self, id: &RecordId) {
+        let mut inner = self.lock();
+        if let Some(p) = inner.partitions.get_mut(&id.tp) {
+            if p.epoch == id.epoch {
+                if let Some(n) = p.holds.get_mut(&id.offset) {
+                    *n -= 1;
+                    if *n == 0 {
+                        p.holds.remove(&id.offset);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Holds in place, over every partition.
+    pub fn holds(&self) -> usize {
+        let inner = self.lock();
+        inner
+            .partitions
+            .values()
+            .map(|p| p.holds.values().map(|&n| n as usize).sum::<usize>())
+            .sum()
+    }
+
     /// Misuses seen (acks of unknown offsets and the like); 0 unless there is a bug.
     pub fn errors(&self) -> u64 {
         self.lock().errors
+    }
+}
+
+/// Lifts a set of holds once every party that must see an incident's resolution saw it (the
+/// broker's ack of the incidents topic; the webhook, when one is configured).
+#[derive(Debug)]
+pub struct Release {
+    tracker: Arc<Tracker>,
+    ids: Vec<RecordId>,
+    parties: std::sync::atomic::AtomicU32,
+}
+
+impl Release {
+    pub fn new(tracker: Arc<Tracker>, ids: Vec<RecordId>, parties: u32) -> Arc<Self> {
+        let r = Arc::new(Release {
+            tracker,
+            ids,
+            parties: std::sync::atomic::AtomicU32::new(parties),
+        });
+        if parties == 0 {
+            r.release();
+        }
+        r
+    }
+
+    /// One party is done; the last one lifts the holds.
+    pub fn done(&self) {
+        use std::sync::atomic::Ordering;
+        let left = self
+            .parties
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if left == Ok(1) {
+            self.release();
+        }
+    }
+
+    fn release(&self) {
+        for id in &self.ids {
+            self.tracker.release(id);
+        }
     }
 }
 
@@ -730,6 +827,51 @@ mod tests {
         );
         t.ack(&a);
         assert_eq!(t.take_stores(), vec![(tp(0), 1)]);
+    }
+
+    #[test]
+    fn a_hold_caps_what_is_stored_until_released() {
+        let t = Tracker::new();
+        let ids: Vec<_> = (0..5)
+            .map(|o| t.register(&tp(0), o).expect("registers"))
+            .collect();
+        // The incident's first record is held before it is resolved; so is a later one twice.
+        t.hold(&ids[2]);
+        t.hold(&ids[3]);
+        t.hold(&ids[3]);
+        t.resolve_many(ids.iter().map(|id| (id, 0)));
+        assert_eq!(t.in_flight(None), 0, "holds keep no record in flight");
+        assert_eq!(t.take_stores(), vec![(tp(0), 2)], "stops at the held record");
+        assert_eq!(t.holds(), 3);
+        t.release(&ids[2]);
+        assert_eq!(t.take_stores(), vec![(tp(0), 3)]);
+        t.release(&ids[3]);
+        assert!(t.take_stores().is_empty(), "still held once");
+        t.release(&ids[3]);
+        assert_eq!(t.watermarks(), vec![(tp(0), 5)]);
+        assert_eq!(t.take_stores(), vec![(tp(0), 5)]);
+        // A revoke commits the capped offset; holds of the old epoch are then ignored.
+        let next = t.register(&tp(0), 5).expect("registers");
+        t.hold(&next);
+        t.resolve(&next, 0);
+        assert_eq!(t.remove(&[tp(0)]), vec![(tp(0), 5)]);
+        t.release(&next);
+        assert_eq!(t.holds(), 0);
+    }
+
+    #[test]
+    fn a_release_lifts_its_holds_when_the_last_party_is_done() {
+        let t = Tracker::new();
+        let id = t.register(&tp(0), 0).expect("registers");
+        t.hold(&id);
+        t.resolve(&id, 0);
+        let r = Release::new(Arc::clone(&t), vec![id], 2);
+        r.done();
+        assert_eq!(t.holds(), 1, "one party left");
+        r.done();
+        assert_eq!(t.holds(), 0);
+        r.done();
+        assert_eq!(t.watermarks(), vec![(tp(0), 1)], "extra calls change nothing");
     }
 
     #[test]

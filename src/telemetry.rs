@@ -12,6 +12,12 @@
 //! what still does not fit is dropped and counted in `faultline_spans_dropped_total`, never
 //! blocking the pipeline.
 //!
+//! Incidents (`faultline run` with `[incidents]`): [`IncidentTracer::record`] makes one span
+//! when an incident opens and one when it resolves (intermediate updates are left out: a
+//! 16,384-rank cascade would add ~15 spans to an incident that two describe), named
+//! `faultline.incident`, with the fingerprint, root code, culprit ranks and hosts and cascade
+//! count as attributes.
+//!
 //! Settings come from the `[telemetry]` table ([`RawTelemetryConfig`]) and the standard
 //! `OTEL_*` environment variables, which win ([`TelemetryConfig::resolve`]). Resolving has no
 //! side effects; [`Telemetry::start`] builds the exporter (the gRPC one needs a Tokio runtime).
@@ -32,6 +38,7 @@ use opentelemetry_sdk::Resource;
 use prometheus::IntCounter;
 
 use crate::enrich::MatchEvent;
+use crate::incident::{IncidentEvent, Status as IncidentStatus};
 use crate::kb::Severity;
 use crate::metrics::{Metrics, SpanDrop};
 use crate::record::Provenance;
@@ -388,6 +395,13 @@ impl Telemetry {
         }
     }
 
+    /// The tracer that turns incident changes into spans.
+    pub fn incident_tracer(&self) -> IncidentTracer {
+        IncidentTracer {
+            tracer: self.provider.tracer("faultline"),
+        }
+    }
+
     /// Exports what is queued (waiting at most the export timeout) and stops the exporter.
     pub fn shutdown(self) -> Result<(), TelemetryError> {
         self.provider
@@ -553,6 +567,98 @@ impl MatchTracer {
         }
         span.end();
     }
+}
+
+/// Turns incident changes into spans: one when an incident opens, one when it resolves.
+#[derive(Debug, Clone)]
+pub struct IncidentTracer {
+    tracer: SdkTracer,
+}
+
+impl IncidentTracer {
+    /// One span for an `open` or `resolved` change (others are skipped; returns whether a
+    /// span was started).
+    pub fn record(&self, incident: &IncidentEvent) -> bool {
+        if incident.status == IncidentStatus::Updated {
+            return false;
+        }
+        let mut span = self
+            .tracer
+            .span_builder("faultline.incident")
+            .with_kind(SpanKind::Internal)
+            .start(&self.tracer);
+        if !span.is_recording() {
+            return true;
+        }
+        span.set_attributes(incident_attributes(incident));
+        if incident.status == IncidentStatus::Open
+            && matches!(incident.root.severity, Severity::Critical | Severity::Error)
+        {
+            span.set_status(Status::error(incident.diagnosis.title.clone()));
+        }
+        span.end();
+        true
+    }
+}
+
+/// The span attributes of an incident change.
+pub fn incident_attributes(incident: &IncidentEvent) -> Vec<KeyValue> {
+    let status = match incident.status {
+        IncidentStatus::Open => "open",
+        IncidentStatus::Updated => "updated",
+        IncidentStatus::Resolved => "resolved",
+    };
+    let c = &incident.culprit;
+    let mut a = vec![
+        KeyValue::new("faultline.incident.fingerprint", incident.fingerprint.clone()),
+        KeyValue::new("faultline.incident.status", status),
+        KeyValue::new("faultline.incident.revision", incident.revision as i64),
+        KeyValue::new("faultline.job_id", incident.job_id.clone()),
+        KeyValue::new("exception.type", incident.root.error_code.clone()),
+        KeyValue::new("faultline.root.error_code", incident.root.error_code.clone()),
+        KeyValue::new("faultline.root.kb_id", incident.root.kb_id.clone()),
+        KeyValue::new("faultline.root_known", incident.root_known),
+        KeyValue::new(
+            "faultline.culprit.ranks",
+            opentelemetry::Value::Array(
+                c.ranks
+                    .iter()
+                    .map(|&r| i64::from(r))
+                    .collect::<Vec<i64>>()
+                    .into(),
+            ),
+        ),
+        KeyValue::new(
+            "faultline.culprit.hosts",
+            opentelemetry::Value::Array(
+                c.hosts
+                    .iter()
+                    .map(|h| opentelemetry::StringValue::from(h.clone()))
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
+        ),
+        KeyValue::new(
+            "faultline.incident.cascades",
+            incident.cascades.matches as i64,
+        ),
+        KeyValue::new("faultline.incident.matches", incident.counts.matches as i64),
+        KeyValue::new("faultline.ticket.raised", incident.ticket.raised),
+    ];
+    if let Some(&rank) = c.ranks.first() {
+        a.push(KeyValue::new("faultline.culprit.rank", i64::from(rank)));
+    }
+    if let Some(host) = c.hosts.first() {
+        a.push(KeyValue::new("faultline.culprit.host", host.clone()));
+    }
+    if let Some(r) = incident.resolution {
+        let r = serde_json::to_value(r)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        a.push(KeyValue::new("faultline.incident.resolution", r));
+    }
+    a
 }
 
 fn message(event: &MatchEvent) -> String {

@@ -196,6 +196,12 @@ impl Correlator {
         }
     }
 
+    /// The serial of job `job_id`'s open incident (the `serial` of its events), if one is open:
+    /// the service asks after each match which incident the match's record feeds.
+    pub fn open_serial(&self, job_id: &str) -> Option<u64> {
+        self.jobs.get(job_id)?.incident.as_ref().map(|i| i.serial)
+    }
+
     /// The current state of job `job_id`'s open incident, without emitting it.
     pub fn current(&mut self, job_id: &str) -> Option<IncidentEvent> {
         let job = self.jobs.get_mut(job_id)?;

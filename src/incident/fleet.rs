@@ -97,6 +97,15 @@ impl Fleet {
     }
 
     /// Hosts with a score.
+    /// The highest score of any host at `t` (a walk over the hosts: call it per scrape, not
+    /// per match).
+    pub fn max_score(&self, t: Millis) -> Option<f64> {
+        self.hosts
+            .values()
+            .map(|h| round(decayed(h.score, h.at_ms, t, self.half_life_ms)))
+            .reduce(f64::max)
+    }
+
     pub fn hosts(&self) -> usize {
         self.hosts.len()
     }

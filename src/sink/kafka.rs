@@ -1,5 +1,6 @@
 //! The Kafka sink: match events to the output topic, undecodable records to the dead-letter
-//! topic, and every delivery report back to the offset [`Tracker`].
+//! topic, incident changes to the incidents topic, and every delivery report back to the offset
+//! [`Tracker`] (an incident's resolution lifts the holds of its records: [`Release`]).
 //!
 //! A [`ThreadedProducer`] delivers in the background; each record carries the [`RecordId`] of
 //! the input record it came from, and the delivery callback acknowledges that record's output
@@ -22,7 +23,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::config::KafkaSettings;
-use crate::offsets::{RecordId, Tracker};
+use crate::offsets::{RecordId, Release, Tracker};
 use crate::pipeline::Stop;
 use crate::redact::Redactor;
 use crate::source::kafka::{log_librdkafka, RecordView};
@@ -60,9 +61,14 @@ pub enum SinkError {
 
 /// What a delivery report acknowledges.
 #[derive(Debug)]
-pub struct Delivery {
-    pub record: RecordId,
-    pub dead_letter: bool,
+pub enum Delivery {
+    /// A match event or a dead letter: one output of `record`.
+    Output { record: RecordId, dead_letter: bool },
+    /// An incident change; a resolution carries the holds its ack helps lift.
+    Incident {
+        fingerprint: String,
+        release: Option<Arc<Release>>,
+    },
 }
 
 /// Counts of acknowledged deliveries.
@@ -70,6 +76,7 @@ pub struct Delivery {
 pub struct SinkCounts {
     pub events: AtomicU64,
     pub dead_letters: AtomicU64,
+    pub incidents: AtomicU64,
 }
 
 /// Delivery callbacks: acknowledge, count, wake a waiting `send`.
@@ -94,23 +101,37 @@ impl ProducerContext for SinkContext {
     type DeliveryOpaque = Box<Delivery>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
-        match result {
-            Ok(_) => {
-                self.tracker.ack(&delivery.record);
-                let counter = if delivery.dead_letter {
+        match (result, *delivery) {
+            (Ok(_), Delivery::Output { record, dead_letter }) => {
+                self.tracker.ack(&record);
+                let counter = if dead_letter {
                     &self.counts.dead_letters
                 } else {
                     &self.counts.events
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
             }
-            Err((error, message)) => {
+            (Ok(_), Delivery::Incident { release, .. }) => {
+                if let Some(r) = release {
+                    r.done();
+                }
+                self.counts.incidents.fetch_add(1, Ordering::Relaxed);
+            }
+            (Err((error, message)), delivery) => {
                 let e = SinkError::Delivery {
                     topic: message.topic().to_string(),
                     error: error.to_string(),
                 };
-                tracing::error!(error = %e, source = %delivery.record.tp, offset = delivery.record.offset,
-                    "output lost; stopping so that the record is processed again after a restart");
+                match delivery {
+                    Delivery::Output { record, .. } => {
+                        tracing::error!(error = %e, source = %record.tp, offset = record.offset,
+                            "output lost; stopping so that the record is processed again after a restart");
+                    }
+                    Delivery::Incident { fingerprint, .. } => {
+                        tracing::error!(error = %e, fingerprint = %fingerprint,
+                            "incident change lost; stopping so that its records are read again after a restart");
+                    }
+                }
                 let _ = self.failure.set(e);
             }
         }
@@ -178,12 +199,34 @@ impl KafkaSink {
     ) -> Result<(), SinkError> {
         let r = BaseRecord::with_opaque_to(
             &self.output_topic,
-            Box::new(Delivery {
+            Box::new(Delivery::Output {
                 record: record.clone(),
                 dead_letter: false,
             }),
         )
         .key(key)
+        .payload(payload);
+        self.send(r, stop)
+    }
+
+    /// Sends one incident change to `topic`, keyed by its fingerprint; `release` (a resolution)
+    /// is told when the broker acknowledged it.
+    pub fn send_incident(
+        &self,
+        topic: &str,
+        fingerprint: &str,
+        payload: &[u8],
+        release: Option<Arc<Release>>,
+        stop: &Stop,
+    ) -> Result<(), SinkError> {
+        let r = BaseRecord::with_opaque_to(
+            topic,
+            Box::new(Delivery::Incident {
+                fingerprint: fingerprint.to_string(),
+                release,
+            }),
+        )
+        .key(fingerprint)
         .payload(payload);
         self.send(r, stop)
     }
@@ -235,7 +278,7 @@ impl KafkaSink {
         }
         let mut r = BaseRecord::with_opaque_to(
             &self.dead_letter_topic,
-            Box::new(Delivery {
+            Box::new(Delivery::Output {
                 record: record.id.clone(),
                 dead_letter: true,
             }),
