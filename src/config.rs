@@ -41,6 +41,12 @@ pub struct RawConfig {
     /// `[redact]`: secret redaction of events (and of dead letters with `dead_letter.redact`).
     #[serde(default)]
     pub redact: RawRedact,
+    /// `[incidents]`: correlation and the incidents topic (on when `topic` is set).
+    #[serde(default)]
+    pub incidents: crate::pipeline::incidents::RawIncidentsConfig,
+    /// `[webhook]`: tickets for incidents (on when `url` is set; needs `[incidents]`).
+    #[serde(default)]
+    pub webhook: crate::pipeline::incidents::RawWebhookConfig,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -473,6 +479,8 @@ pub struct Config {
     pub metrics: crate::metrics::MetricsConfig,
     pub telemetry: crate::telemetry::TelemetryConfig,
     pub redact: RedactConfig,
+    /// `None`: incidents off.
+    pub incidents: Option<crate::pipeline::incidents::IncidentsConfig>,
 }
 
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9477";
@@ -817,12 +825,32 @@ impl Config {
                 None
             }
         };
+        let incidents = crate::pipeline::incidents::IncidentsConfig::from_raw(
+            &raw.incidents,
+            &raw.webhook,
+            &mut err,
+        );
+        if let Some(inc) = &incidents {
+            if topics
+                .iter()
+                .any(|t| t == &TopicSpec::Name(inc.topic.clone()))
+            {
+                err(
+                    "incidents.topic",
+                    format!(
+                        "{:?} is also an input topic; faultline would read its own output",
+                        inc.topic
+                    ),
+                );
+            }
+        }
         let Some(telemetry) = telemetry.filter(|_| errors.is_empty()) else {
             return Err(ConfigError::Invalid(errors));
         };
         Ok(Config {
             metrics,
             telemetry,
+            incidents,
             kafka: KafkaConfig {
                 brokers,
                 group_id,
@@ -978,6 +1006,9 @@ impl Config {
             })
             .collect();
         line(format!("extra = [{}]", extra.join(", ")));
+        if let Some(inc) = &self.incidents {
+            inc.redacted(&mut line);
+        }
         s
     }
 }

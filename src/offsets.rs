@@ -841,7 +841,11 @@ mod tests {
         t.hold(&ids[3]);
         t.resolve_many(ids.iter().map(|id| (id, 0)));
         assert_eq!(t.in_flight(None), 0, "holds keep no record in flight");
-        assert_eq!(t.take_stores(), vec![(tp(0), 2)], "stops at the held record");
+        assert_eq!(
+            t.take_stores(),
+            vec![(tp(0), 2)],
+            "stops at the held record"
+        );
         assert_eq!(t.holds(), 3);
         t.release(&ids[2]);
         assert_eq!(t.take_stores(), vec![(tp(0), 3)]);
@@ -871,7 +875,11 @@ mod tests {
         r.done();
         assert_eq!(t.holds(), 0);
         r.done();
-        assert_eq!(t.watermarks(), vec![(tp(0), 1)], "extra calls change nothing");
+        assert_eq!(
+            t.watermarks(),
+            vec![(tp(0), 1)],
+            "extra calls change nothing"
+        );
     }
 
     #[test]

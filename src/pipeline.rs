@@ -43,6 +43,7 @@ use crate::server;
 use crate::sink::kafka::{KafkaSink, SinkCounts, SinkError};
 use crate::source::kafka::{forget, Batch, KafkaSource, RecordView, SourceError, SourceRecord};
 
+pub mod incidents;
 pub mod queue;
 
 /// Why the pipeline stopped with an error.
@@ -73,6 +74,7 @@ pub enum PipelineError {
     Telemetry(#[from] crate::telemetry::TelemetryError),
     #[error(transparent)]
     Redact(#[from] crate::redact::RedactError),
+    Incidents(#[from] incidents::StartError),
 }
 
 /// The stop signal shared by every stage.
@@ -540,6 +542,8 @@ struct MatchStage {
     progress: Progress,
     /// Test-only panics ([`start_with_faults`]); `None` in `faultline run`.
     faults: Option<FaultInjection>,
+    /// Correlation, the incidents topic and the webhook, when `[incidents]` is configured.
+    incidents: Option<incidents::IncidentStage>,
 }
 
 /// How far [`MatchStage::process`] got in handing outputs to the sink: what the panic wrapper
@@ -613,6 +617,9 @@ impl MatchStage {
                     if let Some(e) = self.sink.failure() {
                         self.stop.fail(e.into());
                     }
+                    if let Some(incidents) = self.incidents.as_mut() {
+                        incidents.tick();
+                    }
                     continue;
                 }
                 Err(queue::RecvError::Closed) => break,
@@ -628,6 +635,9 @@ impl MatchStage {
             }
             if let Err(e) = self.process_isolated(&batch) {
                 self.stop.fail(e);
+            }
+            if let Some(incidents) = self.incidents.as_mut() {
+                incidents.tick();
             }
         }
         if let Err(e) = self.sink.flush(self.config.kafka.drain_timeout) {
@@ -925,6 +935,11 @@ impl MatchStage {
             counts.scan_time(scan_started.elapsed());
         }
 
+        // Incidents before any record is resolved: their holds must precede the watermark.
+        if let Some(incidents) = self.incidents.as_mut() {
+            incidents.observe(records, &self.events);
+        }
+
         // Outputs are sent first and the records resolved together after (acks arriving before
         // their record is resolved are counted): one tracker lock per batch, not per record.
         let mut e = 0;
@@ -1008,6 +1023,8 @@ pub struct Running {
     reload: tokio::sync::mpsc::Sender<()>,
     admin: Option<std::net::SocketAddr>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// The webhook thread: joined after the matcher, within the drain timeout.
+    webhook: Option<(std::thread::JoinHandle<()>, Duration)>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Flushed after the stages stop, so the last spans are exported.
     telemetry: Option<crate::telemetry::Telemetry>,
@@ -1114,6 +1131,22 @@ pub async fn start_with_faults(
     )?;
     let worker = loaded.engine.worker()?;
     let loaded_enricher = loaded.enricher.clone().with_redactor(redactor.clone());
+    let (incidents, webhook) = match &config.incidents {
+        Some(c) => {
+            let (stage, thread) = incidents::IncidentStage::start(
+                c,
+                Arc::clone(&sink),
+                Arc::clone(&shared.tracker),
+                Arc::clone(&stop),
+                &metrics,
+                telemetry
+                    .as_ref()
+                    .map(crate::telemetry::Telemetry::incident_tracer),
+            )?;
+            (Some(stage), thread.map(|t| (t, config.kafka.drain_timeout)))
+        }
+        None => (None, None),
+    };
     let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);
     let stage = MatchStage {
         counter: InvalidCounter::new(config.dead_letter.limits),
@@ -1138,6 +1171,7 @@ pub async fn start_with_faults(
         redactor,
         progress: Progress::default(),
         faults,
+        incidents,
     };
     let mut threads = Vec::new();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
@@ -1164,6 +1198,7 @@ pub async fn start_with_faults(
         reload: reload_tx,
         admin,
         threads,
+        webhook,
         tasks,
         telemetry,
     })
@@ -1209,6 +1244,7 @@ impl Running {
             shared,
             stop,
             threads,
+            webhook,
             tasks,
             telemetry,
             ..
@@ -1218,6 +1254,13 @@ impl Running {
                 .await
                 .unwrap_or(false);
         stop.request();
+        if let Some((thread, limit)) = webhook {
+            // Its queue is closed with the matcher; an attempt in progress may take its timeout.
+            let joining = tokio::task::spawn_blocking(move || thread.join().is_ok());
+            if tokio::time::timeout(limit, joining).await.is_err() {
+                tracing::warn!("the webhook thread is still sending; not waiting for it");
+            }
+        }
         for t in tasks {
             let _ = t.await;
         }

@@ -610,12 +610,18 @@ pub fn incident_attributes(incident: &IncidentEvent) -> Vec<KeyValue> {
     };
     let c = &incident.culprit;
     let mut a = vec![
-        KeyValue::new("faultline.incident.fingerprint", incident.fingerprint.clone()),
+        KeyValue::new(
+            "faultline.incident.fingerprint",
+            incident.fingerprint.clone(),
+        ),
         KeyValue::new("faultline.incident.status", status),
         KeyValue::new("faultline.incident.revision", incident.revision as i64),
         KeyValue::new("faultline.job_id", incident.job_id.clone()),
         KeyValue::new("exception.type", incident.root.error_code.clone()),
-        KeyValue::new("faultline.root.error_code", incident.root.error_code.clone()),
+        KeyValue::new(
+            "faultline.root.error_code",
+            incident.root.error_code.clone(),
+        ),
         KeyValue::new("faultline.root.kb_id", incident.root.kb_id.clone()),
         KeyValue::new("faultline.root_known", incident.root_known),
         KeyValue::new(

@@ -102,7 +102,13 @@ impl ProducerContext for SinkContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
         match (result, *delivery) {
-            (Ok(_), Delivery::Output { record, dead_letter }) => {
+            (
+                Ok(_),
+                Delivery::Output {
+                    record,
+                    dead_letter,
+                },
+            ) => {
                 self.tracker.ack(&record);
                 let counter = if dead_letter {
                     &self.counts.dead_letters

@@ -1,0 +1,745 @@
+//! Incidents from `faultline run`: the matcher's events through the [`Correlator`], incident
+//! changes to the incidents topic and, for ticketed incidents, to a webhook.
+//!
+//! ```text
+//!  MatchStage::process ── events ──▶ IncidentStage::observe ──▶ Correlator
+//!        │ (before the records are resolved)   │ hold the incident's first record per partition
+//!        ▼                                     ▼
+//!  tick (idle, per batch) ──▶ expire ──▶ changes ──▶ incidents topic (key: fingerprint)
+//!                                               └──▶ webhook thread (bounded queue) ──▶ HTTP
+//! ```
+//!
+//! # What is guaranteed
+//!
+//! The correlator's state lives in memory and is lost on a restart; the log is its durable
+//! copy. While an incident is open, the offset committed for each partition it read from stays
+//! at the first record it read there ([`Tracker::hold`]); the holds are lifted once the
+//! incident's `resolved` change is acknowledged by the broker and, when a webhook is
+//! configured and the incident is ticketed, handled by the webhook (delivered or
+//! dead-lettered). So after a crash, a SIGKILL or a graceful stop, the restarted service reads
+//! every open incident again from its first record and correlates it into the same incident:
+//! same root, same fingerprint, same ticket. Every change is produced at least once (a replay
+//! produces the changes again: consumers key on `fingerprint`, webhooks receive the same
+//! `Idempotency-Key`s for the same changes). Match events are unaffected: they are replayed too
+//! and are at-least-once as before.
+//!
+//! Bounds: a hold never keeps records in flight (only the committed offset waits), but a
+//! restart re-reads everything after the oldest held record. An incident held longer than
+//! `incidents.max_hold_ms` has its holds lifted (counted, logged): past that, a crash loses
+//! its state like any in-memory state, and the rest of the incident after a restart is a new
+//! incident (with the fingerprint of what the restarted service sees first).
+//!
+//! Time: the correlator runs on the logs' clock. When no match arrives, [`LogClock`] lets that
+//! clock run on at wall-clock speed from the last log time seen, so incidents resolve after
+//! their quiet period even when the logs are replayed from the past.
+//!
+//! Webhook: its own thread and a bounded queue (`webhook.queue`). The matcher never waits for
+//! HTTP: when the queue is full, the change is dropped, counted
+//! (`faultline_webhook_changes_total{result="dropped"}`) and logged (ERROR for a resolution:
+//! the ticket stays open until the incident's next occurrence; WARN otherwise: the incident's
+//! next change carries its full state).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use super::Stop;
+use crate::enrich::MatchEvent;
+use crate::incident::time::Millis;
+use crate::incident::{Correlator, CorrelatorStats, IncidentConfig, IncidentEvent, Status};
+use crate::metrics::{IncidentFamilies, Metrics};
+use crate::offsets::{RecordId, Release, Tracker};
+use crate::sink::kafka::KafkaSink;
+use crate::sink::webhook::{
+    DeadLetter, Delivery, Pause, PayloadFormat, WebhookConfig, WebhookError, WebhookSink,
+};
+use crate::source::kafka::SourceRecord;
+use crate::telemetry::IncidentTracer;
+
+pub const DEFAULT_INCIDENTS_TOPIC: &str = "faultline.incidents";
+/// Incidents held longer than this stop holding the commit.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(3_600);
+pub const DEFAULT_WEBHOOK_QUEUE: usize = 1_024;
+
+/// `[incidents]` as written. Setting `topic` turns incidents on.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIncidentsConfig {
+    pub topic: Option<String>,
+    pub window_ms: Option<i64>,
+    pub quiet_ms: Option<i64>,
+    pub max_open_incidents: Option<usize>,
+    pub max_jobs: Option<usize>,
+    pub ticket_min_matches: Option<u64>,
+    pub ticket_window_ms: Option<i64>,
+    pub restart_loop_after: Option<u32>,
+    pub max_hold_ms: Option<u64>,
+}
+
+/// `[webhook]` as written. Setting `url` turns it on (it needs `[incidents]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWebhookConfig {
+    pub url: Option<String>,
+    /// `generic` or `alertmanager`.
+    pub format: Option<String>,
+    pub max_attempts: Option<u32>,
+    pub initial_backoff_ms: Option<u64>,
+    pub max_backoff_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    /// A JSONL file for changes that could not be delivered; none: counted and logged only.
+    pub dead_letter: Option<PathBuf>,
+    /// Changes waiting for the webhook thread.
+    pub queue: Option<usize>,
+    /// Extra request headers (`Authorization = "Bearer ..."`); values are never logged.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub receiver: Option<String>,
+    pub external_url: Option<String>,
+}
+
+/// Validated `[incidents]`.
+#[derive(Debug, Clone)]
+pub struct IncidentsConfig {
+    pub topic: String,
+    pub correlator: IncidentConfig,
+    pub max_hold: Duration,
+    pub webhook: Option<RunWebhookConfig>,
+}
+
+/// Validated `[webhook]`.
+#[derive(Debug, Clone)]
+pub struct RunWebhookConfig {
+    pub sink: WebhookConfig,
+    pub dead_letter: Option<PathBuf>,
+    pub queue: usize,
+}
+
+impl IncidentsConfig {
+    /// Validates both tables, reporting each problem by field; `None` when incidents are off
+    /// (or a field is wrong).
+    pub fn from_raw(
+        inc: &RawIncidentsConfig,
+        wh: &RawWebhookConfig,
+        err: &mut dyn FnMut(&str, String),
+    ) -> Option<Self> {
+        let Some(topic) = inc.topic.clone() else {
+            if wh.url.is_some() {
+                err(
+                    "webhook.url",
+                    "needs incidents.topic: tickets follow the incidents the service produces"
+                        .into(),
+                );
+            }
+            return None;
+        };
+        let mut ok = true;
+        if topic.trim().is_empty() {
+            err("incidents.topic", "must not be empty".into());
+            ok = false;
+        }
+        let d = IncidentConfig::default();
+        let correlator = IncidentConfig {
+            window_ms: inc.window_ms.unwrap_or(d.window_ms),
+            quiet_ms: inc.quiet_ms.unwrap_or(d.quiet_ms),
+            max_open_incidents: inc.max_open_incidents.unwrap_or(d.max_open_incidents),
+            max_jobs: inc.max_jobs.unwrap_or(d.max_jobs),
+            ticket_min_matches: inc.ticket_min_matches.unwrap_or(d.ticket_min_matches),
+            ticket_window_ms: inc.ticket_window_ms.unwrap_or(d.ticket_window_ms),
+            restart_loop_after: inc.restart_loop_after.unwrap_or(d.restart_loop_after),
+            ..d
+        };
+        if let Err(e) = correlator.validate() {
+            err("incidents", e.to_string());
+            ok = false;
+        }
+        let max_hold = inc
+            .max_hold_ms
+            .map_or(DEFAULT_MAX_HOLD, Duration::from_millis);
+        if max_hold.is_zero() {
+            err("incidents.max_hold_ms", "must be positive".into());
+            ok = false;
+        }
+        let webhook = match &wh.url {
+            None => None,
+            Some(url) => {
+                let format = match wh.format.as_deref().unwrap_or("generic") {
+                    "generic" => PayloadFormat::Generic,
+                    "alertmanager" => PayloadFormat::Alertmanager,
+                    other => {
+                        err(
+                            "webhook.format",
+                            format!("{other:?}: expected generic or alertmanager"),
+                        );
+                        ok = false;
+                        PayloadFormat::Generic
+                    }
+                };
+                let mut sink = WebhookConfig::new(url.clone(), format);
+                if let Some(n) = wh.max_attempts {
+                    sink.max_attempts = n;
+                }
+                if let Some(ms) = wh.initial_backoff_ms {
+                    sink.initial_backoff = Duration::from_millis(ms);
+                }
+                if let Some(ms) = wh.max_backoff_ms {
+                    sink.max_backoff = Duration::from_millis(ms);
+                }
+                if let Some(ms) = wh.timeout_ms {
+                    sink.timeout = Duration::from_millis(ms);
+                }
+                sink.headers = wh
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                if let Some(r) = &wh.receiver {
+                    sink.receiver = r.clone();
+                }
+                if let Some(u) = &wh.external_url {
+                    sink.external_url = u.clone();
+                }
+                for (field, zero) in [
+                    ("webhook.max_attempts", sink.max_attempts == 0),
+                    ("webhook.timeout_ms", sink.timeout.is_zero()),
+                    ("webhook.queue", wh.queue == Some(0)),
+                ] {
+                    if zero {
+                        err(field, "must be positive".into());
+                        ok = false;
+                    }
+                }
+                if sink.max_backoff < sink.initial_backoff {
+                    err(
+                        "webhook.max_backoff_ms",
+                        "must be at least webhook.initial_backoff_ms".into(),
+                    );
+                    ok = false;
+                }
+                // The URL scheme is checked here, not when the thread starts.
+                if let Err(WebhookError::UnsupportedUrl(u)) =
+                    WebhookSink::new(sink.clone(), DeadLetter::Drop)
+                {
+                    err(
+                        "webhook.url",
+                        format!(
+                            "{u:?}: expected http://... (https:// needs the webhook-tls feature)"
+                        ),
+                    );
+                    ok = false;
+                }
+                Some(RunWebhookConfig {
+                    sink,
+                    dead_letter: wh.dead_letter.clone(),
+                    queue: wh.queue.unwrap_or(DEFAULT_WEBHOOK_QUEUE),
+                })
+            }
+        };
+        ok.then_some(IncidentsConfig {
+            topic,
+            correlator,
+            max_hold,
+            webhook,
+        })
+    }
+
+    /// The effective settings, header values left out, for `--check-config`.
+    pub fn redacted(&self, line: &mut dyn FnMut(String)) {
+        let c = &self.correlator;
+        line("[incidents]".into());
+        line(format!("topic = {:?}", self.topic));
+        line(format!("window_ms = {}", c.window_ms));
+        line(format!("quiet_ms = {}", c.quiet_ms));
+        line(format!("max_open_incidents = {}", c.max_open_incidents));
+        line(format!("max_jobs = {}", c.max_jobs));
+        line(format!("ticket_min_matches = {}", c.ticket_min_matches));
+        line(format!("ticket_window_ms = {}", c.ticket_window_ms));
+        line(format!("restart_loop_after = {}", c.restart_loop_after));
+        line(format!("max_hold_ms = {}", self.max_hold.as_millis()));
+        if let Some(w) = &self.webhook {
+            let s = &w.sink;
+            line("[webhook]".into());
+            line(format!("url = {:?}", s.url));
+            let format = match s.format {
+                PayloadFormat::Generic => "generic",
+                PayloadFormat::Alertmanager => "alertmanager",
+            };
+            line(format!("format = {format:?}"));
+            line(format!("max_attempts = {}", s.max_attempts));
+            line(format!(
+                "initial_backoff_ms = {}",
+                s.initial_backoff.as_millis()
+            ));
+            line(format!("max_backoff_ms = {}", s.max_backoff.as_millis()));
+            line(format!("timeout_ms = {}", s.timeout.as_millis()));
+            line(format!("queue = {}", w.queue));
+            if let Some(p) = &w.dead_letter {
+                line(format!("dead_letter = {:?}", p.display().to_string()));
+            }
+            for (name, _) in &s.headers {
+                line(format!("# header {name}: [REDACTED]"));
+            }
+        }
+    }
+}
+
+/// The correlator's clock when no match tells the time: the last log time seen plus the wall
+/// time since. Log times only move it forward.
+#[derive(Debug, Default)]
+pub struct LogClock {
+    base: Option<(Millis, Instant)>,
+}
+
+impl LogClock {
+    /// The correlator's clock after some matches: re-anchors when the logs are ahead.
+    pub fn observed(&mut self, log_now: Option<Millis>, at: Instant) {
+        let Some(t) = log_now else {
+            return;
+        };
+        if self.now(at).is_none_or(|extrapolated| t > extrapolated) {
+            self.base = Some((t, at));
+        }
+    }
+
+    /// The clock at wall time `at`; `None` before any log time was seen.
+    pub fn now(&self, at: Instant) -> Option<Millis> {
+        self.base.map(|(t, since)| {
+            t.saturating_add(at.saturating_duration_since(since).as_millis() as Millis)
+        })
+    }
+}
+
+/// An incident's holds on the commit.
+#[derive(Debug)]
+struct Held {
+    /// The first record read from each partition (and assignment).
+    ids: Vec<RecordId>,
+    since: Instant,
+    /// Lifted after `max_hold`: no new holds for this incident.
+    expired: bool,
+}
+
+/// A change for the webhook thread, with the release its handling helps.
+type Job = (IncidentEvent, Option<Arc<Release>>);
+
+/// The incident part of the matcher thread.
+pub struct IncidentStage {
+    topic: String,
+    correlator: Correlator,
+    sink: Arc<KafkaSink>,
+    tracker: Arc<Tracker>,
+    stop: Arc<Stop>,
+    families: IncidentFamilies,
+    tracer: Option<IncidentTracer>,
+    webhook: Option<SyncSender<Job>>,
+    holds: HashMap<u64, Held>,
+    changes: Vec<IncidentEvent>,
+    json: Vec<u8>,
+    clock: LogClock,
+    max_hold: Duration,
+    published: CorrelatorStats,
+    last_publish: Option<Instant>,
+    last_drop_log: Option<Instant>,
+}
+
+impl std::fmt::Debug for IncidentStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IncidentStage")
+            .field("topic", &self.topic)
+            .field("open", &self.correlator.open_incidents())
+            .field("holds", &self.holds.len())
+            .finish()
+    }
+}
+
+/// Waits between webhook attempts, but not past a stop request.
+struct StopPause(Arc<Stop>);
+
+impl Pause for StopPause {
+    fn pause(&mut self, duration: Duration) {
+        let deadline = Instant::now() + duration;
+        while !self.0.requested() {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            // A short slice: a stop request ends the wait within it.
+            std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+        }
+    }
+}
+
+impl IncidentStage {
+    /// The stage and, when a webhook is configured, its thread (join it after the matcher).
+    pub fn start(
+        config: &IncidentsConfig,
+        sink: Arc<KafkaSink>,
+        tracker: Arc<Tracker>,
+        stop: Arc<Stop>,
+        metrics: &Metrics,
+        tracer: Option<IncidentTracer>,
+    ) -> Result<(Self, Option<std::thread::JoinHandle<()>>), StartError> {
+        let correlator = Correlator::new(config.correlator.clone())?;
+        let families = metrics.incidents().clone();
+        let (webhook, thread) = match &config.webhook {
+            None => (None, None),
+            Some(w) => {
+                let dead_letter = match &w.dead_letter {
+                    Some(p) => DeadLetter::File(p.clone()),
+                    None => DeadLetter::Drop,
+                };
+                let hook = WebhookSink::new(w.sink.clone(), dead_letter)?
+                    .with_pause(Box::new(StopPause(Arc::clone(&stop))));
+                let (tx, rx) = sync_channel::<Job>(w.queue);
+                let (f, s) = (families.clone(), Arc::clone(&stop));
+                let thread = std::thread::Builder::new()
+                    .name("faultline-webhook".into())
+                    .spawn(move || deliver(rx, hook, &f, &s))
+                    .map_err(StartError::Thread)?;
+                (Some(tx), Some(thread))
+            }
+        };
+        Ok((
+            IncidentStage {
+                topic: config.topic.clone(),
+                correlator,
+                sink,
+                tracker,
+                stop,
+                families,
+                tracer,
+                webhook,
+                holds: HashMap::new(),
+                changes: Vec::new(),
+                json: Vec::new(),
+                clock: LogClock::default(),
+                max_hold: config.max_hold,
+                published: CorrelatorStats::default(),
+                last_publish: None,
+                last_drop_log: None,
+            },
+            thread,
+        ))
+    }
+
+    /// Feeds a batch's events (with the index of their record) to the correlator and holds
+    /// the commit at each incident's first record per partition. Call it before the records
+    /// are resolved in the tracker, so no watermark passed them yet.
+    pub fn observe(&mut self, records: &[SourceRecord], events: &[(usize, MatchEvent)]) {
+        if events.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for (i, event) in events {
+            self.correlator.observe(event, &mut self.changes);
+            let (Some(serial), Some(record)) =
+                (self.correlator.open_serial(&event.job_id), records.get(*i))
+            else {
+                continue;
+            };
+            let held = self.holds.entry(serial).or_insert_with(|| Held {
+                ids: Vec::new(),
+                since: now,
+                expired: false,
+            });
+            let id = &record.id;
+            if !held.expired
+                && !held
+                    .ids
+                    .iter()
+                    .any(|h| h.tp == id.tp && h.epoch == id.epoch)
+            {
+                self.tracker.hold(id);
+                held.ids.push(id.clone());
+            }
+        }
+        self.clock.observed(self.correlator.now(), now);
+        self.emit();
+    }
+
+    /// Lets log time run on at wall speed, resolves quiet incidents, lifts holds past
+    /// `max_hold`, publishes metrics. Call it when idle and after each batch.
+    pub fn tick(&mut self) {
+        let now = Instant::now();
+        if let Some(t) = self.clock.now(now) {
+            self.correlator.advance(t, &mut self.changes);
+        }
+        for (serial, held) in &mut self.holds {
+            if !held.expired && now.duration_since(held.since) >= self.max_hold {
+                for id in held.ids.drain(..) {
+                    self.tracker.release(&id);
+                }
+                held.expired = true;
+                self.families.holds_expired.inc();
+                tracing::warn!(
+                    serial,
+                    max_hold_ms = self.max_hold.as_millis() as u64,
+                    "incident open longer than incidents.max_hold_ms: its records are committed; \
+                     a restart now loses its state"
+                );
+            }
+        }
+        self.emit();
+        if self
+            .last_publish
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+        {
+            self.last_publish = Some(now);
+            self.publish();
+        }
+    }
+
+    /// Produces the pending changes; a resolution lifts its incident's holds once delivered.
+    fn emit(&mut self) {
+        let changes = std::mem::take(&mut self.changes);
+        for change in &changes {
+            match change.status {
+                Status::Open => self.families.opened.inc(),
+                Status::Updated => {}
+                Status::Resolved => {
+                    let label = change.resolution.map_or("quiet", |r| match r {
+                        crate::incident::Resolution::Quiet => "quiet",
+                        crate::incident::Resolution::NextIncident => "next_incident",
+                        crate::incident::Resolution::Restart => "restart",
+                        crate::incident::Resolution::Evicted => "evicted",
+                        crate::incident::Resolution::Shutdown => "shutdown",
+                    });
+                    self.families.resolved.with_label_values(&[label]).inc();
+                }
+            }
+            if let Some(t) = &self.tracer {
+                t.record(change);
+            }
+            let to_webhook = self.webhook.is_some() && change.ticket.raised;
+            let release = (change.status == Status::Resolved).then(|| {
+                let ids = self
+                    .holds
+                    .remove(&change.serial)
+                    .map(|h| h.ids)
+                    .unwrap_or_default();
+                Release::new(Arc::clone(&self.tracker), ids, 1 + u32::from(to_webhook))
+            });
+            self.json.clear();
+            if let Err(e) = serde_json::to_writer(&mut self.json, change) {
+                tracing::error!(error = %e, "serialising an incident");
+            }
+            if let Err(e) = self.sink.send_incident(
+                &self.topic,
+                &change.fingerprint,
+                &self.json,
+                release.clone(),
+                &self.stop,
+            ) {
+                // Holds stay: after the restart the incident is read and produced again.
+                self.stop.fail(e.into());
+                break;
+            }
+            if to_webhook {
+                self.enqueue_webhook(change, release);
+            }
+        }
+        self.changes = changes;
+        self.changes.clear();
+    }
+
+    fn enqueue_webhook(&mut self, change: &IncidentEvent, release: Option<Arc<Release>>) {
+        let Some(tx) = &self.webhook else {
+            return;
+        };
+        match tx.try_send((change.clone(), release)) {
+            Ok(()) => {}
+            Err(
+                TrySendError::Full((change, release))
+                | TrySendError::Disconnected((change, release)),
+            ) => {
+                self.families.webhook.with_label_values(&["dropped"]).inc();
+                let now = Instant::now();
+                let resolved = change.status == Status::Resolved;
+                // At most one line a second (a stuck receiver and an incident storm).
+                if resolved
+                    || self
+                        .last_drop_log
+                        .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+                {
+                    self.last_drop_log = Some(now);
+                    if resolved {
+                        tracing::error!(fingerprint = %change.fingerprint,
+                            "webhook queue full: resolution not sent; the ticket stays open");
+                    } else {
+                        tracing::warn!(fingerprint = %change.fingerprint,
+                            "webhook queue full: change not sent; the next one carries its state");
+                    }
+                }
+                if let Some(r) = release {
+                    r.done();
+                }
+            }
+        }
+    }
+
+    fn publish(&mut self) {
+        let f = &self.families;
+        let s = self.correlator.stats().clone();
+        let p = &self.published;
+        f.evictions
+            .with_label_values(&["incident"])
+            .inc_by(s.evicted_incidents - p.evicted_incidents);
+        f.evictions
+            .with_label_values(&["job"])
+            .inc_by(s.evicted_jobs - p.evicted_jobs);
+        f.restart_loops.inc_by(s.restart_loops - p.restart_loops);
+        f.tickets_raised.inc_by(s.tickets - p.tickets);
+        f.open.set(self.correlator.open_incidents() as i64);
+        f.holds
+            .set(self.holds.values().map(|h| h.ids.len()).sum::<usize>() as i64);
+        if let Some(t) = self.correlator.now() {
+            f.bad_node_score_max
+                .set(self.correlator.fleet().max_score(t).unwrap_or(0.0));
+        }
+        self.published = s;
+    }
+}
+
+/// The webhook thread: one change at a time, retried per the sink's settings. After a stop
+/// request the queued changes are abandoned (counted): their incidents are still held, so the
+/// restarted service sends them again.
+fn deliver(rx: Receiver<Job>, mut hook: WebhookSink, f: &IncidentFamilies, stop: &Stop) {
+    while let Ok((change, release)) = rx.recv() {
+        if stop.requested() {
+            f.webhook.with_label_values(&["abandoned"]).inc();
+            continue;
+        }
+        let retries = hook.stats().retries;
+        match hook.send(&change) {
+            Ok(Delivery::Delivered { .. }) => {
+                f.webhook.with_label_values(&["delivered"]).inc();
+            }
+            Ok(Delivery::DeadLettered { attempts, error }) => {
+                f.webhook.with_label_values(&["dead_lettered"]).inc();
+                tracing::error!(fingerprint = %change.fingerprint, attempts, error = %error,
+                    "webhook change dead-lettered");
+            }
+            Ok(Delivery::Skipped) => {}
+            Err(e) => {
+                f.webhook.with_label_values(&["dead_lettered"]).inc();
+                tracing::error!(fingerprint = %change.fingerprint, error = %e,
+                    "webhook change lost: the dead letter could not be written");
+            }
+        }
+        f.webhook_retries.inc_by(hook.stats().retries - retries);
+        if let Some(r) = release {
+            r.done();
+        }
+    }
+}
+
+/// Why the incident stage could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] crate::incident::ConfigError),
+    #[error(transparent)]
+    Webhook(#[from] WebhookError),
+    #[error("starting the webhook thread: {0}")]
+    Thread(std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml_text: &str) -> (Option<IncidentsConfig>, Vec<String>) {
+        #[derive(Deserialize)]
+        struct Both {
+            #[serde(default)]
+            incidents: RawIncidentsConfig,
+            #[serde(default)]
+            webhook: RawWebhookConfig,
+        }
+        let both: Both = toml::from_str(toml_text).expect("toml");
+        let mut errors = Vec::new();
+        let c = IncidentsConfig::from_raw(&both.incidents, &both.webhook, &mut |f, m| {
+            errors.push(format!("{f}: {m}"))
+        });
+        (c, errors)
+    }
+
+    #[test]
+    fn incidents_are_off_without_a_topic_and_the_webhook_needs_them() {
+        let (c, errors) = parse("");
+        assert!(c.is_none() && errors.is_empty());
+        let (c, errors) = parse("[webhook]\nurl = \"http://127.0.0.1:1/\"\n");
+        assert!(c.is_none());
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].starts_with("webhook.url: needs incidents.topic"));
+    }
+
+    #[test]
+    fn settings_and_their_errors_name_the_field() {
+        let (c, errors) = parse(
+            "[incidents]\ntopic = \"inc\"\nquiet_ms = 2000\nwindow_ms = 1000\nticket_min_matches = 3\n\
+             [webhook]\nurl = \"http://127.0.0.1:1/t\"\nformat = \"alertmanager\"\nqueue = 8\n\
+             headers = { Authorization = \"Bearer s3cret\" }\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let c = c.expect("valid");
+        assert_eq!(c.correlator.quiet_ms, 2000);
+        assert_eq!(c.correlator.ticket_min_matches, 3);
+        let w = c.webhook.as_ref().expect("webhook");
+        assert_eq!(w.queue, 8);
+        assert_eq!(w.sink.format, PayloadFormat::Alertmanager);
+        let mut text = String::new();
+        c.redacted(&mut |l| {
+            text.push_str(&l);
+            text.push('\n')
+        });
+        assert!(text.contains("quiet_ms = 2000"), "{text}");
+        assert!(
+            text.contains("# header Authorization: [REDACTED]"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"), "{text}");
+
+        let (c, errors) = parse(
+            "[incidents]\ntopic = \"inc\"\nquiet_ms = 10\nwindow_ms = 1000\n\
+             [webhook]\nurl = \"ftp://x\"\nformat = \"jira\"\nqueue = 0\n",
+        );
+        assert!(c.is_none());
+        let fields: Vec<&str> = errors
+            .iter()
+            .map(|e| e.split(':').next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                "incidents",
+                "webhook.format",
+                "webhook.queue",
+                "webhook.url"
+            ],
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn the_log_clock_runs_at_wall_speed_from_the_last_log_time() {
+        let mut c = LogClock::default();
+        let t0 = Instant::now();
+        assert_eq!(c.now(t0), None);
+        c.observed(None, t0);
+        assert_eq!(c.now(t0), None);
+        c.observed(Some(1_000), t0);
+        let later = t0 + Duration::from_millis(250);
+        assert_eq!(c.now(later), Some(1_250));
+        // A log time behind the extrapolated clock does not pull it back.
+        c.observed(Some(1_100), later);
+        assert_eq!(c.now(later), Some(1_250));
+        // Logs ahead of it re-anchor it.
+        c.observed(Some(9_000), later);
+        assert_eq!(c.now(later + Duration::from_millis(5)), Some(9_005));
+    }
+}
