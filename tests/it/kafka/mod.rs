@@ -7,6 +7,7 @@
 
 mod dead_letters;
 mod in_process;
+mod incidents;
 mod out_of_process;
 
 use std::collections::HashMap;

@@ -1,0 +1,298 @@
+//! Incidents from the running pipeline: the 64-rank Xid 79 scenario through the mock cluster
+//! to the incidents topic, spans, metrics and tickets.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use faultline::pipeline;
+use serde_json::Value;
+
+use super::*;
+
+/// One request the ticket receiver got.
+#[derive(Debug, Clone)]
+pub struct TicketRequest {
+    pub fingerprint: String,
+    pub idempotency_key: String,
+    pub status: String,
+    pub body: Value,
+}
+
+/// A ticket system on 127.0.0.1:0 that answers 200 and records every request.
+pub struct TicketReceiver {
+    pub url: String,
+    addr: std::net::SocketAddr,
+    pub requests: Arc<Mutex<Vec<TicketRequest>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TicketReceiver {
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s) = (Arc::clone(&requests), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Ok(conn) = conn {
+                    if let Some(req) = serve_one(conn) {
+                        r.lock().expect("lock").push(req);
+                    }
+                }
+            }
+        });
+        TicketReceiver {
+            url: format!("http://{addr}/tickets"),
+            addr,
+            requests,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn requests(&self) -> Vec<TicketRequest> {
+        self.requests.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for TicketReceiver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_one(conn: TcpStream) -> Option<TicketRequest> {
+    let mut reader = BufReader::new(conn);
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut headers = std::collections::HashMap::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    let len: usize = headers
+        .get("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).ok()?;
+    let mut conn = reader.into_inner();
+    let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let header = |k: &str| headers.get(k).cloned().unwrap_or_default();
+    Some(TicketRequest {
+        fingerprint: header("x-faultline-fingerprint"),
+        idempotency_key: header("idempotency-key"),
+        status: header("x-faultline-status"),
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    })
+}
+
+/// The scenario's records, keyed by job, on partition 0.
+pub fn records(lines: &[String], job: &str) -> Vec<Out> {
+    lines.iter().map(|l| Out::new(0, job, l.as_str())).collect()
+}
+
+/// The incident objects on the incidents topic.
+pub fn incidents(records: &[In]) -> Vec<Value> {
+    records.iter().map(In::json).collect()
+}
+
+pub fn distinct(values: impl IntoIterator<Item = String>) -> BTreeSet<String> {
+    values.into_iter().collect()
+}
+
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// The 64-rank Xid 79 scenario through the running pipeline: one incident on the incidents
+/// topic with the Xid as root, rank 17 on node-05 as culprit and 63 cascades; the committed
+/// offset waits at the Xid's record while the incident is open; after the (tiny) quiet period
+/// it resolves, the commit moves on, and an OTLP receiver got one span when it opened and one
+/// when it resolved; /metrics counts both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
+    use crate::telemetry::{attr, string, GrpcReceiver};
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Otlp;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let otlp = listener.local_addr().expect("addr");
+    let receiver = GrpcReceiver::default();
+    let server = tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(
+        TraceServiceServer::new(receiver.clone()),
+        tonic::transport::server::TcpIncoming::from(listener),
+    ));
+
+    let cluster = Cluster::start(1);
+    let input = cluster.topic("logs", 1).await;
+    let output = cluster.topic("events", 1).await;
+    let dlq = cluster.topic("dead", 1).await;
+    let topic = cluster.topic("incidents", 1).await;
+    let group = unique("group");
+    let job = "llm-pretrain-7";
+    // The timeouts one second after the Xid (not ten minutes): the quiet period is 3 s.
+    let lines = crate::incidents::xid_job_hanging(job, 0, 1);
+    let xid_offset = lines
+        .iter()
+        .position(|l| l.contains("Xid"))
+        .expect("the Xid line") as i64;
+    produce(&cluster.bootstrap, &input, &records(&lines, job)).await;
+
+    let kb = tempfile::tempdir().expect("tmp");
+    let mut raw = test_config(&cluster.bootstrap, &group, &input, &output, &dlq, kb.path());
+    raw.kb.dir = Some(crate::support::repo().join("kb"));
+    raw.admin.listen = Some("127.0.0.1:0".into());
+    raw.incidents.topic = Some(topic.clone());
+    raw.incidents.window_ms = Some(3_000);
+    raw.incidents.quiet_ms = Some(3_000);
+    raw.telemetry.endpoint = Some(format!("http://{otlp}"));
+    raw.telemetry.protocol = Some("grpc".into());
+    raw.telemetry.scheduled_delay_ms = Some(100);
+    let cfg = config(raw);
+    let loaded = pipeline::load_kb(&cfg).expect("KB loads");
+    let running = pipeline::start(cfg, loaded).await.expect("starts");
+
+    // Open: the commit waits at the incident's first record.
+    let opened = consume_until(&cluster.bootstrap, &topic, 1, |r| !r.is_empty());
+    assert_eq!(opened[0].json()["status"], "open");
+    wait_for("the commit held at the Xid's record", || {
+        committed(&cluster.bootstrap, &group, &input, 1) == vec![xid_offset]
+    })
+    .await;
+
+    // Resolved after the quiet period, by the clock running on from the last log time.
+    let read = consume_until(&cluster.bootstrap, &topic, 1, |r| {
+        r.iter().any(|m| m.json()["status"] == "resolved")
+    });
+    let all = incidents(&read);
+    let fingerprints = distinct(all.iter().map(|i| i["fingerprint"].to_string()));
+    assert_eq!(fingerprints.len(), 1, "one incident: {fingerprints:?}");
+    let keys = distinct(
+        read.iter()
+            .map(|m| String::from_utf8(m.key.clone().expect("keyed")).expect("utf8")),
+    );
+    assert_eq!(
+        keys.iter().collect::<Vec<_>>(),
+        vec![all[0]["fingerprint"].as_str().expect("string")],
+        "keyed by the fingerprint"
+    );
+    let last = all.last().expect("resolved");
+    assert_eq!(last["status"], "resolved");
+    assert_eq!(last["resolution"], "quiet");
+    assert_eq!(last["job_id"], job);
+    assert_eq!(last["root"]["error_code"], "XID_79");
+    assert_eq!(last["root"]["host"], "node-05");
+    assert_eq!(last["culprit"]["ranks"], serde_json::json!([17]));
+    assert_eq!(last["culprit"]["hosts"], serde_json::json!(["node-05"]));
+    assert_eq!(last["cascades"]["matches"], 63);
+    assert_eq!(last["cascades"]["ranks"], 63);
+    assert_eq!(last["ticket"]["raised"], true);
+    let revisions: Vec<u64> = all
+        .iter()
+        .map(|i| i["revision"].as_u64().expect("revision"))
+        .collect();
+    assert_eq!(
+        revisions,
+        (1..=all.len() as u64).collect::<Vec<_>>(),
+        "each change once, in order"
+    );
+    // The resolution lifted the hold: everything is committed.
+    wait_for("everything committed after the resolution", || {
+        committed(&cluster.bootstrap, &group, &input, 1) == vec![lines.len() as i64]
+    })
+    .await;
+
+    let admin = running.admin_addr().expect("admin listens");
+    let text = tokio::task::spawn_blocking(move || {
+        crate::observability::http_get(admin, "/metrics").map(|(_, body)| body)
+    })
+    .await
+    .expect("joins")
+    .expect("/metrics answers");
+    running.shutdown();
+    running.wait().await.expect("clean stop, spans flushed");
+    // Changes are counted as they are produced, so the scrape saw both.
+    assert_eq!(
+        metric(&text, "faultline_incidents_opened_total"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "faultline_incidents_resolved_total{resolution=\"quiet\"}"
+        ),
+        Some(1.0)
+    );
+
+    let received = receiver.0.clone();
+    let got = tokio::task::spawn_blocking(move || crate::telemetry::spans_arrive(&received, 66))
+        .await
+        .expect("joins");
+    let incident_spans: Vec<_> = got
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .filter(|s| s.name == "faultline.incident")
+        .collect();
+    let statuses: Vec<String> = incident_spans
+        .iter()
+        .filter_map(|s| string(&s.attributes, "faultline.incident.status"))
+        .collect();
+    assert_eq!(
+        statuses,
+        vec!["open", "resolved"],
+        "one span per open and resolution"
+    );
+    let done = incident_spans[1];
+    assert_eq!(
+        string(&done.attributes, "faultline.incident.fingerprint").as_deref(),
+        last["fingerprint"].as_str()
+    );
+    assert_eq!(
+        string(&done.attributes, "faultline.root.error_code").as_deref(),
+        Some("XID_79")
+    );
+    assert_eq!(
+        string(&done.attributes, "faultline.culprit.host").as_deref(),
+        Some("node-05")
+    );
+    assert!(matches!(
+        attr(&done.attributes, "faultline.culprit.rank"),
+        Some(Otlp::IntValue(17))
+    ));
+    assert!(matches!(
+        attr(&done.attributes, "faultline.incident.cascades"),
+        Some(Otlp::IntValue(63))
+    ));
+    server.abort();
+}
