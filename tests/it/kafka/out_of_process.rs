@@ -396,3 +396,121 @@ async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
         "everything read was committed on the way out"
     );
 }
+
+/// Tickets survive a crash: the first half of the 64-rank Xid 79 scenario, SIGKILL while its
+/// incident is open, a restart, the second half. The commit waited at the Xid's record, so the
+/// restarted service correlates the same incident again: one fingerprint on the incidents topic,
+/// one ticket at the receiver, and the replayed changes carry the idempotency keys the receiver
+/// already saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_incident_and_restart_keep_one_ticket() {
+    use super::incidents::{distinct, incidents, records, TicketReceiver};
+
+    let (mut broker, bootstrap) = broker();
+    let t = Topics {
+        input: unique("logs"),
+        output: unique("events"),
+        dlq: unique("dead"),
+        group: unique("group"),
+    };
+    let topic = unique("incidents");
+    for name in [&t.input, &t.output, &t.dlq, &topic] {
+        match &mut broker {
+            Some(b) => b.command(&format!("topic {name} 1")),
+            None => create_topic(None, &bootstrap, name, 1).await,
+        }
+    }
+    let tickets = TicketReceiver::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("faultline.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[incidents]\ntopic = \"{topic}\"\n[webhook]\nurl = \"{}\"\ninitial_backoff_ms = 50\n",
+            tickets.url
+        ),
+    )
+    .expect("write");
+    let kb = crate::support::repo().join("kb");
+    let start = || {
+        run_command(&bootstrap, &t, &kb)
+            .arg("--config")
+            .arg(&file)
+            .spawn()
+            .expect("faultline starts")
+    };
+
+    let job = "llm-pretrain-7";
+    let lines = crate::incidents::xid_job(job, 0);
+    let xid = lines
+        .iter()
+        .position(|l| l.contains("Xid"))
+        .expect("the Xid line");
+    let half = xid + 1 + 31;
+    produce(&bootstrap, &t.input, &records(&lines[..half], job)).await;
+    let mut child = start();
+    wait_for("a ticket, and the commit held at the Xid's record", || {
+        !tickets.requests().is_empty()
+            && committed(&bootstrap, &t.group, &t.input, 1) == vec![xid as i64]
+    })
+    .await;
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let before = tickets.requests();
+    assert_eq!(before[0].status, "open", "the first change opens the ticket");
+
+    let mut child = start();
+    produce(&bootstrap, &t.input, &records(&lines[half..], job)).await;
+    let full = |i: &serde_json::Value| i["cascades"]["matches"] == 63;
+    wait_for("the ticket carries all 63 cascades", || {
+        tickets.requests().iter().any(|r| full(&r.body["incident"]))
+    })
+    .await;
+    let on_topic = consume_until(&bootstrap, &topic, 1, |r| r.iter().any(|m| full(&m.json())));
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(status.success());
+    assert!(wait_exit(&mut child).success(), "SIGTERM exits 0");
+    assert_eq!(
+        committed(&bootstrap, &t.group, &t.input, 1),
+        vec![xid as i64],
+        "the open incident still holds the commit after a graceful stop"
+    );
+
+    let requests = tickets.requests();
+    let ticket_keys = distinct(requests.iter().map(|r| r.fingerprint.clone()));
+    assert_eq!(ticket_keys.len(), 1, "one ticket: {ticket_keys:?}");
+    let all = incidents(&on_topic);
+    let fingerprints = distinct(all.iter().map(|i| i["fingerprint"].to_string()));
+    assert_eq!(fingerprints.len(), 1, "one incident: {fingerprints:?}");
+    let fingerprint = all[0]["fingerprint"].as_str().expect("string");
+    assert_eq!(
+        ticket_keys.iter().next().map(String::as_str),
+        Some(fingerprint)
+    );
+    let record_keys = distinct(
+        on_topic
+            .iter()
+            .map(|m| String::from_utf8(m.key.clone().expect("keyed")).expect("utf8")),
+    );
+    assert_eq!(record_keys.len(), 1);
+    let last = all.iter().rfind(|i| full(i)).expect("the full incident");
+    assert_eq!(last["root"]["error_code"], "XID_79");
+    assert_eq!(last["root"]["host"], "node-05");
+    assert_eq!(last["culprit"]["ranks"], serde_json::json!([17]));
+    // The restart replayed the incident from its first record: its first change came again,
+    // with the key the receiver had applied before the crash.
+    let first_key = &before[0].idempotency_key;
+    assert!(
+        requests[before.len()..]
+            .iter()
+            .any(|r| &r.idempotency_key == first_key),
+        "{first_key} not sent again after the restart"
+    );
+    assert!(
+        all.iter().filter(|i| i["revision"] == 1).count() >= 2,
+        "the open change was produced before the crash and again after it"
+    );
+}
