@@ -224,6 +224,163 @@ pub fn scale_kb(
     Ok(out)
 }
 
+/// What `faultline bench incidents` measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct IncidentBench {
+    pub jobs: u64,
+    pub events: u64,
+    pub changes: u64,
+    pub open_incidents: usize,
+    pub jobs_tracked: usize,
+    pub opened: u64,
+    pub resolved: u64,
+    pub evicted_incidents: u64,
+    pub evicted_jobs: u64,
+    pub seconds: f64,
+    /// Peak resident set size of the process (`VmHWM`), in MiB; `None` off Linux.
+    pub peak_rss_mib: Option<f64>,
+    pub rss_mib: Option<f64>,
+}
+
+/// Streams `jobs` distinct jobs through a [`crate::incident::Correlator`] with the service's
+/// default caps: each job an Xid 79 root on one of 4,096 hosts and `cascades` NCCL timeouts of
+/// distinct ranks, jobs `step_ms` of log time apart. Measures the process's peak RSS: the
+/// correlator's state is all it holds.
+pub fn incidents(
+    jobs: u64,
+    cascades: u32,
+    step_ms: i64,
+) -> Result<IncidentBench, crate::incident::ConfigError> {
+    use crate::enrich::{Diagnosis, MatchEvent, SCHEMA_VERSION};
+    use crate::incident::{Correlator, IncidentConfig};
+    use crate::kb::{Role, Severity};
+    use crate::record::Provenance;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    let diagnosis = |title: &str| {
+        Arc::new(Diagnosis {
+            title: title.into(),
+            root_cause: "A benchmark diagnosis of typical length: the GPU fell off the bus and \
+                         the collective it was part of timed out on every other rank."
+                .into(),
+            fix_rate: None,
+            verification: "ai_generated".into(),
+            versions: Vec::new(),
+            workarounds: Vec::new(),
+            dead_ends: Vec::new(),
+            references: Vec::new(),
+        })
+    };
+    let template = |code: &str, role: Role, category: &str, line: &str| MatchEvent {
+        kind: "match",
+        schema_version: SCHEMA_VERSION,
+        kb_id: format!("bench/{}", code.to_ascii_lowercase()),
+        error_code: code.into(),
+        domain: "bench".into(),
+        category: category.into(),
+        role,
+        severity: Severity::Critical,
+        job_id: String::new(),
+        rank: None,
+        host: None,
+        pod: None,
+        timestamp: None,
+        source: Provenance::Kafka {
+            topic: "fleet.logs".into(),
+            partition: 0,
+            offset: 0,
+            line: 1,
+        },
+        line: line.into(),
+        truncated: false,
+        captures: BTreeMap::new(),
+        kb_version: "bench".into(),
+        diagnosis: diagnosis(code),
+        cluster: None,
+    };
+    let mut xid = template(
+        "XID_79",
+        Role::Root,
+        "gpu_hardware",
+        "kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python, GPU has fallen off the bus.",
+    );
+    xid.captures.insert("gpu".into(), "0000:3b:00".into());
+    let mut timeout = template(
+        "NCCL_TIMEOUT",
+        Role::Cascade,
+        "collective_timeout",
+        "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4711, \
+         OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 \
+         milliseconds before timing out.",
+    );
+    timeout
+        .captures
+        .insert("elapsed_ms".into(), "600081".into());
+
+    let started = std::time::Instant::now();
+    let mut c = Correlator::new(IncidentConfig::default())?;
+    let mut out = Vec::new();
+    let (mut events, mut changes) = (0u64, 0u64);
+    let t0: i64 = 1_733_000_000_000;
+    for j in 0..jobs {
+        let job = format!("bench-job-{j:08}");
+        let t = t0 + j as i64 * step_ms;
+        let mut e = xid.clone();
+        e.job_id.clone_from(&job);
+        e.host = Some(format!("node-{:04}", j % 4096));
+        e.timestamp = Some(crate::envelope::rfc3339_from_unix_nanos(
+            t as u128 * 1_000_000,
+        ));
+        c.observe(&e, &mut out);
+        events += 1;
+        for r in 0..cascades {
+            let mut e = timeout.clone();
+            e.job_id.clone_from(&job);
+            e.rank = Some(r);
+            e.host = Some(format!("node-{:04}", (j + u64::from(r) / 8) % 4096));
+            e.timestamp = Some(crate::envelope::rfc3339_from_unix_nanos(
+                (t + 1_000) as u128 * 1_000_000,
+            ));
+            c.observe(&e, &mut out);
+            events += 1;
+        }
+        changes += out.len() as u64;
+        out.clear();
+    }
+    let s = c.stats().clone();
+    Ok(IncidentBench {
+        jobs,
+        events,
+        changes,
+        open_incidents: c.open_incidents(),
+        jobs_tracked: c.jobs_tracked(),
+        opened: s.opened,
+        resolved: s.resolved,
+        evicted_incidents: s.evicted_incidents,
+        evicted_jobs: s.evicted_jobs,
+        seconds: started.elapsed().as_secs_f64(),
+        peak_rss_mib: proc_status_mib("VmHWM"),
+        rss_mib: proc_status_mib("VmRSS"),
+    })
+}
+
+/// A `kB` field of `/proc/self/status`, in MiB.
+pub fn proc_status_mib(field: &str) -> Option<f64> {
+    let text = fs::read_to_string("/proc/self/status").ok()?;
+    text.lines().find_map(|l| {
+        let kb: f64 = l
+            .strip_prefix(field)?
+            .strip_prefix(':')?
+            .trim()
+            .strip_suffix("kB")?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kb / 1024.0)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,5 +404,19 @@ mod tests {
         assert_eq!(scaled.len(), 15);
         let kb = KnowledgeBase::from_files(scaled, "scaled").expect("valid");
         assert_eq!(kb.entries.len(), 15);
+    }
+
+    #[test]
+    fn the_incident_bench_keeps_the_correlator_at_its_caps() {
+        let r = incidents(25_000, 2, 100).expect("default config");
+        assert_eq!(r.events, 75_000);
+        assert_eq!(r.opened, 25_000, "one incident per job");
+        assert_eq!(r.open_incidents, 10_000, "max_open_incidents");
+        assert_eq!(r.jobs_tracked, 20_000, "max_jobs");
+        assert_eq!(r.resolved, r.opened - r.open_incidents as u64);
+        assert!(r.evicted_incidents > 0 && r.evicted_jobs == 5_000);
+        if cfg!(target_os = "linux") {
+            assert!(r.peak_rss_mib.is_some_and(|m| m > 0.0));
+        }
     }
 }

@@ -150,6 +150,23 @@ Examples:
         #[command(flatten)]
         kb: KbArg,
     },
+    /// Stream distinct jobs through the incident correlator (default caps) and print its
+    /// counts and the process's peak resident memory (VmHWM) as JSON.
+    #[command(after_help = "\
+Examples:
+  faultline bench incidents --jobs 1000000
+  faultline bench incidents --jobs 100000 --cascades 63 --step-ms 10")]
+    Incidents {
+        /// Distinct jobs, each one incident.
+        #[arg(long, default_value_t = 1_000_000)]
+        jobs: u64,
+        /// Cascade matches (distinct ranks) per job after its root.
+        #[arg(long, default_value_t = 3)]
+        cascades: u32,
+        /// Log time between two jobs' roots, in milliseconds.
+        #[arg(long, default_value_t = 100)]
+        step_ms: i64,
+    },
     /// Print every KB pattern, one per line (for `rg -f`).
     #[command(after_help = "\
 Examples:
@@ -427,6 +444,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 "{bytes} bytes, {hits} raw hits, {secs:.3} s, {:.1} MB/s",
                 bytes as f64 / secs / 1e6
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Incidents {
+            jobs,
+            cascades,
+            step_ms,
+        }) => {
+            let report = crate::bench::incidents(jobs, cascades, step_ms)?;
+            println!("{}", serde_json::to_string(&report)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Patterns { kb, unnamed }) => {

@@ -457,7 +457,10 @@ async fn sigkill_mid_incident_and_restart_keep_one_ticket() {
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
     let before = tickets.requests();
-    assert_eq!(before[0].status, "open", "the first change opens the ticket");
+    assert_eq!(
+        before[0].status, "open",
+        "the first change opens the ticket"
+    );
 
     let mut child = start();
     produce(&bootstrap, &t.input, &records(&lines[half..], job)).await;
