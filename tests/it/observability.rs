@@ -80,6 +80,18 @@ pub fn busy_metrics() -> Metrics {
     m.kb_reload(ReloadResult::Success);
     m.kb_reload(ReloadResult::Failure);
     m.spans_dropped(SpanDrop::QueueFull).inc_by(3);
+    let inc = m.incidents();
+    inc.open.set(2);
+    inc.opened.inc_by(3);
+    inc.resolved.with_label_values(&["quiet"]).inc();
+    inc.evictions.with_label_values(&["incident"]).inc();
+    inc.restart_loops.inc();
+    inc.tickets_raised.inc_by(2);
+    inc.webhook.with_label_values(&["delivered"]).inc_by(5);
+    inc.webhook_retries.inc();
+    inc.bad_node_score_max.set(1.5);
+    inc.holds.set(2);
+    inc.holds_expired.inc();
     m
 }
 
@@ -107,6 +119,17 @@ fn rendered_metrics_pass_promtool_check_metrics() {
         "faultline_knowledge_base_reloads_total",
         "faultline_build_info",
         "faultline_spans_dropped_total",
+        "faultline_incidents_open",
+        "faultline_incidents_opened_total",
+        "faultline_incidents_resolved_total",
+        "faultline_incident_evictions_total",
+        "faultline_incident_restart_loops_total",
+        "faultline_tickets_raised_total",
+        "faultline_webhook_changes_total",
+        "faultline_webhook_retries_total",
+        "faultline_bad_node_score_max",
+        "faultline_incident_commit_holds",
+        "faultline_incident_commit_holds_expired_total",
     ] {
         assert!(
             text.contains(&format!("# HELP {family} ")),

@@ -296,3 +296,19 @@ async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
     ));
     server.abort();
 }
+
+/// The example configuration in `deploy/` is valid and turns incidents and tickets on.
+#[test]
+fn the_example_configuration_enables_incidents_and_the_webhook() {
+    let path = crate::support::repo().join("deploy/faultline.toml");
+    let cfg = faultline::config::Config::load(Some(&path), &Default::default())
+        .expect("deploy/faultline.toml is valid");
+    assert!(cfg.redacted().contains("[webhook]"));
+    let inc = cfg.incidents.expect("incidents on");
+    assert_eq!(inc.topic, "faultline.incidents");
+    let hook = inc.webhook.expect("webhook on");
+    assert_eq!(
+        hook.sink.format,
+        faultline::sink::webhook::PayloadFormat::Alertmanager
+    );
+}
