@@ -67,6 +67,11 @@ and variables win). See docs/kafka.md for the delivery guarantees. SIGTERM or SI
 in-flight records, commit and exit 0; SIGHUP reloads the knowledge base. Exit code 2 on errors,
 including an input so broken that the dead-letter limits tripped.
 
+Incidents and tickets: an [incidents] table with a topic (file only) correlates the matches
+into incidents and produces every change to that topic, keyed by fingerprint; a [webhook]
+table sends ticketed incidents to a ticket system. See docs/incidents.md ("Incidents from
+`faultline run`") and deploy/faultline.toml.
+
 Examples:
   faultline run --config faultline.toml
   faultline run --check-config --config faultline.toml
