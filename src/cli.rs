@@ -69,8 +69,8 @@ including an input so broken that the dead-letter limits tripped.
 
 Incidents and tickets: an [incidents] table with a topic (file only) correlates the matches
 into incidents and produces every change to that topic, keyed by fingerprint; a [webhook]
-table sends ticketed incidents to a ticket system. See docs/incidents.md ("Incidents from
-`faultline run`") and deploy/faultline.toml.
+table sends ticketed incidents to a ticket system. See docs/incidents.md (Incidents from
+faultline run) and deploy/faultline.toml.
 
 Examples:
   faultline run --config faultline.toml
