@@ -208,6 +208,8 @@ fn every_command_has_help_with_an_example() {
         vec!["kb", "list", "--help"],
         vec!["kb", "import", "--help"],
         vec!["kb", "explain", "--help"],
+        vec!["run", "--help"],
+        vec!["bench", "incidents", "--help"],
     ] {
         let out = faultline().args(&args).output().expect("runs");
         let text = String::from_utf8_lossy(&out.stdout);
