@@ -35,13 +35,16 @@
 //!
 //! ```text
 //!  source::kafka ──Batch──▶ pipeline (engine + enrich) ──events──▶ sink::kafka
-//!        ▲  store watermark        │ resolve                          │ delivery acks
-//!        └───────────────── offsets::Tracker ◀────────────────────────┘
+//!        ▲  store watermark        │ resolve      │ incidents          │ delivery acks
+//!        └───────────────── offsets::Tracker ◀──┼─────(holds)────────┘
+//!                                                 └─▶ correlator ──▶ incidents topic, webhook
 //! ```
 //!
 //! - [`config`]: `faultline.toml`, flags and environment -> validated [`config::Config`].
-//! - [`offsets`]: the contiguous per-partition watermark of terminal records.
-//! - [`pipeline`]: the stages wired with bounded queues; [`reload`]: KB hot reload;
+//! - [`offsets`]: the contiguous per-partition watermark of terminal records, capped by the
+//!   holds of open incidents.
+//! - [`pipeline`]: the stages wired with bounded queues ([`pipeline::incidents`]: the
+//!   correlator, the incidents topic and the webhook thread); [`reload`]: KB hot reload;
 //!   [`server`]: `/healthz`, `/readyz`; [`demo`]: the whole pipeline on an embedded broker.
 
 pub mod bench;
