@@ -74,6 +74,7 @@ pub enum PipelineError {
     Telemetry(#[from] crate::telemetry::TelemetryError),
     #[error(transparent)]
     Redact(#[from] crate::redact::RedactError),
+    #[error(transparent)]
     Incidents(#[from] incidents::StartError),
 }
 

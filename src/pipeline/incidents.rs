@@ -337,6 +337,9 @@ pub struct IncidentStage {
     tracer: Option<IncidentTracer>,
     webhook: Option<SyncSender<Job>>,
     holds: HashMap<u64, Held>,
+    /// The last record observed per partition, with its assignment: records processed again
+    /// (the matcher's panic fallback retries what had not gone out) are not counted twice.
+    observed: HashMap<crate::offsets::TopicPartition, (u64, i64)>,
     changes: Vec<IncidentEvent>,
     json: Vec<u8>,
     clock: LogClock,
@@ -414,6 +417,7 @@ impl IncidentStage {
                 tracer,
                 webhook,
                 holds: HashMap::new(),
+                observed: HashMap::new(),
                 changes: Vec::new(),
                 json: Vec::new(),
                 clock: LogClock::default(),
@@ -434,11 +438,26 @@ impl IncidentStage {
             return;
         }
         let now = Instant::now();
+        // The last record of each partition in this batch, recorded once the batch is done.
+        let mut last: Vec<&RecordId> = Vec::new();
         for (i, event) in events {
+            let Some(record) = records.get(*i) else {
+                continue;
+            };
+            let id = &record.id;
+            let seen = self
+                .observed
+                .get(&id.tp)
+                .is_some_and(|&(epoch, offset)| epoch == id.epoch && id.offset <= offset);
+            if seen {
+                continue;
+            }
+            match last.iter_mut().find(|l| l.tp == id.tp) {
+                Some(l) => *l = id,
+                None => last.push(id),
+            }
             self.correlator.observe(event, &mut self.changes);
-            let (Some(serial), Some(record)) =
-                (self.correlator.open_serial(&event.job_id), records.get(*i))
-            else {
+            let Some(serial) = self.correlator.open_serial(&event.job_id) else {
                 continue;
             };
             let held = self.holds.entry(serial).or_insert_with(|| Held {
@@ -446,7 +465,6 @@ impl IncidentStage {
                 since: now,
                 expired: false,
             });
-            let id = &record.id;
             if !held.expired
                 && !held
                     .ids
@@ -456,6 +474,9 @@ impl IncidentStage {
                 self.tracker.hold(id);
                 held.ids.push(id.clone());
             }
+        }
+        for id in last {
+            self.observed.insert(id.tp.clone(), (id.epoch, id.offset));
         }
         self.clock.observed(self.correlator.now(), now);
         self.emit();
