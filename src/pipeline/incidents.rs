@@ -763,4 +763,80 @@ mod tests {
         c.observed(Some(9_000), later);
         assert_eq!(c.now(later + Duration::from_millis(5)), Some(9_005));
     }
+
+    /// A batch processed again (the panic fallback) is not counted twice, and the incident
+    /// holds the commit at its first record.
+    #[test]
+    fn records_seen_before_are_not_observed_again() {
+        use crate::incident::testutil::event;
+        use crate::kb::Role;
+        use crate::offsets::TopicPartition;
+        use crate::source::kafka::Batch;
+
+        let tracker = Tracker::new();
+        let settings = crate::config::KafkaSettings {
+            consumer: Vec::new(),
+            producer: vec![("bootstrap.servers".into(), "127.0.0.1:1".into())],
+        };
+        let sink = Arc::new(
+            KafkaSink::new(
+                &settings,
+                "events",
+                "dead",
+                Arc::clone(&tracker),
+                Arc::default(),
+            )
+            .expect("a producer needs no broker to start"),
+        );
+        let metrics = Metrics::new(crate::metrics::MetricsConfig::default()).expect("registry");
+        let (raw, wh) = (
+            RawIncidentsConfig {
+                topic: Some("incidents".into()),
+                ..Default::default()
+            },
+            RawWebhookConfig::default(),
+        );
+        let config =
+            IncidentsConfig::from_raw(&raw, &wh, &mut |f, m| panic!("{f}: {m}")).expect("valid");
+        let stop = Stop::new();
+        let (mut stage, thread) =
+            IncidentStage::start(&config, sink, Arc::clone(&tracker), stop, &metrics, None)
+                .expect("starts");
+        assert!(thread.is_none(), "no webhook");
+
+        let tp = TopicPartition {
+            topic: Arc::from("logs"),
+            partition: 0,
+        };
+        let mut batch = Batch::default();
+        for offset in 0..3 {
+            let id = tracker.register(&tp, offset).expect("registers");
+            batch.push(id, Some(b"job"), Some(b"line"), Vec::new());
+        }
+        let events: Vec<(usize, MatchEvent)> = (1..3)
+            .map(|i| {
+                let role = if i == 1 { Role::Root } else { Role::Cascade };
+                (
+                    i,
+                    event("XID_79", role, "gpu_hardware")
+                        .ts("2024-05-01T12:00:00Z")
+                        .build(),
+                )
+            })
+            .collect();
+        stage.observe(&batch.records, &events);
+        stage.observe(&batch.records[1..], &events[1..]);
+        assert_eq!(
+            stage.correlator.stats().events,
+            2,
+            "the retry is not counted"
+        );
+        assert_eq!(stage.correlator.open_incidents(), 1);
+        tracker.resolve_many(batch.records.iter().map(|r| (&r.id, 0)));
+        assert_eq!(
+            tracker.take_stores(),
+            vec![(tp, 1)],
+            "committed up to the incident's first record"
+        );
+    }
 }
