@@ -67,6 +67,9 @@ $bin scan --no-summary --no-incidents --threads 1 "$corpus" > "$work/hyperscan.j
 oracle=identical
 if ! $bin bench oracle "$corpus" --expect "$work/hyperscan.jsonl" 2>> "$work/oracle.err"; then oracle=DIFFERENT; fi
 
+# Incident state: a million distinct jobs through the correlator, peak RSS (JSON line).
+$bin bench incidents --jobs 1000000 > "$work/incidents.json"
+
 kafka=$work/kafka.tsv
 : > "$kafka"
 if [[ ${BENCH_KAFKA:-1} != 0 ]]; then
@@ -79,4 +82,4 @@ if [[ ${BENCH_KAFKA:-1} != 0 ]]; then
   done
 fi
 
-python3 scripts/bench_report.py "$results" "$bytes" "$lines" "$size_mb" "$runs" "$oracle" "$cores" "$kafka"
+python3 scripts/bench_report.py "$results" "$bytes" "$lines" "$size_mb" "$runs" "$oracle" "$cores" "$kafka" "$work/incidents.json"

@@ -13,6 +13,11 @@ from datetime import date
 def main() -> None:
     results_path, size, lines, size_mb, runs, oracle, cores = sys.argv[1:8]
     kafka_path = sys.argv[8] if len(sys.argv) > 8 else ""
+    incidents_path = sys.argv[9] if len(sys.argv) > 9 else ""
+    incidents = None
+    if incidents_path and os.path.exists(incidents_path):
+        import json
+        incidents = json.loads(open(incidents_path, encoding="utf-8").read())
     kafka = {}
     if kafka_path and os.path.exists(kafka_path):
         for line in open(kafka_path, encoding="utf-8"):
@@ -97,6 +102,11 @@ def main() -> None:
         small, big = kafka["rss-100mb"]["peak_kb"] / 1024, kafka["rss-2gb"]["peak_kb"] / 1024
         row("`faultline run` peak RSS, 100 MB vs 2 GB backlog", f"{small:.0f} vs {big:.0f} MiB",
             f"{big / small:.2f}x", "within 20%", big / small <= 1.2)
+    if incidents is not None:
+        peak = incidents.get("peak_rss_mib", 0.0)
+        jobs = incidents.get("jobs", 0)
+        row(f"incident state, {jobs} distinct jobs through the correlator (`faultline bench incidents`)",
+            f"peak RSS {peak:.0f} MiB", "", "< 300 MB", peak * 2**20 < 300e6)
     out.append("")
     out.append("## All measurements\n")
     out.append("| run | CPU s | wall s | MB/s (CPU) |")
