@@ -8,7 +8,7 @@
 # Then the Kafka comparisons (scripts/bench-kafka.sh, BENCH_KAFKA=0 skips them): `faultline run`
 # against `kcat -C -e -q` over the same topic of librdkafka's mock broker, one line per record
 # and 20 lines per record (BENCH_KAFKA_MB each, default 1024), and faultline's peak RSS behind a
-# 100 MB and a 2 GB backlog.
+# 100 MB and a 2 GB backlog (BENCH_RSS_SMALL_MB, BENCH_RSS_BIG_MB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size_mb=${1:-300}
@@ -75,7 +75,8 @@ kafka=$work/kafka.tsv
 if [[ ${BENCH_KAFKA:-1} != 0 ]]; then
   cargo build --release --locked --quiet --bins
   kmb=${BENCH_KAFKA_MB:-1024}
-  for spec in "run-1-line:$kmb:1" "run-20-lines:$kmb:20" "rss-100mb:100:1" "rss-2gb:2048:1"; do
+  small=${BENCH_RSS_SMALL_MB:-100} big=${BENCH_RSS_BIG_MB:-2048}
+  for spec in "run-1-line:$kmb:1" "run-20-lines:$kmb:20" "rss-small:$small:1" "rss-big:$big:1"; do
     IFS=: read -r name mb lpr <<<"$spec"
     BENCH_NO_BUILD=1 BENCH_TSV=$kafka BENCH_NAME=$name BENCH_MB=$mb BENCH_LINES_PER_RECORD=$lpr \
       BENCH_OUT=$work/kafka-$name scripts/bench-kafka.sh >&2
