@@ -61,6 +61,7 @@ pub mod kb;
 pub mod matcher;
 pub mod metrics;
 pub mod offsets;
+pub mod panic_hook;
 pub mod pipeline;
 pub mod record;
 pub mod redact;

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    faultline::panic_hook::install();
     let cli = <faultline::cli::Cli as clap::Parser>::parse();
     match faultline::cli::run(cli) {
         Ok(code) => code,
