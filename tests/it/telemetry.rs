@@ -193,8 +193,13 @@ impl TraceService for GrpcReceiver {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spans_reach_an_otlp_grpc_receiver() {
+/// A real OTLP gRPC trace receiver on a free local port: its address, what it received, and
+/// its server task (abort it when done).
+pub async fn start_grpc_receiver() -> (
+    std::net::SocketAddr,
+    GrpcReceiver,
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("binds");
@@ -204,6 +209,12 @@ async fn spans_reach_an_otlp_grpc_receiver() {
         TraceServiceServer::new(receiver.clone()),
         tonic::transport::server::TcpIncoming::from(listener),
     ));
+    (addr, receiver, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_an_otlp_grpc_receiver() {
+    let (addr, receiver, server) = start_grpc_receiver().await;
     let drops = SpanDropCounters::detached();
     let telemetry = Telemetry::start(&config(format!("http://{addr}"), "grpc"), drops.clone())
         .expect("starts")

@@ -605,18 +605,9 @@ async fn a_real_prometheus_scrapes_the_running_pipeline() {
 /// protocol definitions), with the Kafka coordinates of the record it came from.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_pipeline_exports_a_span_per_match_over_otlp() {
-    use crate::telemetry::{string, GrpcReceiver};
-    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    use crate::telemetry::string;
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
-    let otlp = listener.local_addr().expect("addr");
-    let receiver = GrpcReceiver::default();
-    let server = tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(
-        TraceServiceServer::new(receiver.clone()),
-        tonic::transport::server::TcpIncoming::from(listener),
-    ));
+    let (otlp, receiver, server) = crate::telemetry::start_grpc_receiver().await;
     let cluster = Cluster::start(1);
     let s = setup(&cluster, 1).await;
     let records: Vec<Out> = (0..5)

@@ -137,19 +137,10 @@ fn metric(text: &str, series: &str) -> Option<f64> {
 /// when it resolved; /metrics counts both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
-    use crate::telemetry::{attr, string, GrpcReceiver};
-    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    use crate::telemetry::{attr, string};
     use opentelemetry_proto::tonic::common::v1::any_value::Value as Otlp;
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
-    let otlp = listener.local_addr().expect("addr");
-    let receiver = GrpcReceiver::default();
-    let server = tokio::spawn(tonic::transport::Server::builder().serve_with_incoming(
-        TraceServiceServer::new(receiver.clone()),
-        tonic::transport::server::TcpIncoming::from(listener),
-    ));
+    let (otlp, receiver, server) = crate::telemetry::start_grpc_receiver().await;
 
     let cluster = Cluster::start(1);
     let input = cluster.topic("logs", 1).await;
