@@ -494,7 +494,9 @@ impl Metrics {
         let lag = gauge_vec(
             &r,
             "faultline_consumer_lag_records",
-            "Records between the consumer's position and the end of each assigned partition.",
+            "Records between the consumer's position (what faultline has read) and the end of \
+             each assigned partition; not from the committed offset, which open incidents may \
+             hold back.",
             &["topic", "partition"],
         )?;
         let committed = gauge_vec(

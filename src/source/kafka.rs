@@ -269,12 +269,11 @@ impl ClientContext for SourceContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
         for (topic, t) in &statistics.topics {
             for (&partition, p) in &t.partitions {
-                if partition < 0 || p.consumer_lag < 0 {
+                let Some(lag) = read_lag(p).filter(|_| partition >= 0) else {
                     continue;
-                }
+                };
                 let committed = (p.committed_offset >= 0).then_some(p.committed_offset);
-                self.metrics
-                    .set_partition(topic, partition, p.consumer_lag, committed);
+                self.metrics.set_partition(topic, partition, lag, committed);
             }
         }
     }
@@ -311,6 +310,25 @@ impl ConsumerContext for SourceContext {
             Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
             Err(e) => tracing::warn!(error = %e, "offset commit failed; retried next interval"),
         }
+    }
+}
+
+/// Records of a partition that faultline has not read yet: from its position (the next offset
+/// handed to it) to the end of the partition (the last stable offset, which is the high
+/// watermark without transactions). Not librdkafka's `consumer_lag`, which counts from the
+/// committed offset: an open incident holds the commit back on purpose
+/// ([`crate::pipeline::incidents`]), and lag is about diagnoses arriving late. `None` for a
+/// partition this member does not consume.
+pub fn read_lag(p: &rdkafka::statistics::Partition) -> Option<i64> {
+    let end = if p.ls_offset >= 0 {
+        p.ls_offset
+    } else {
+        p.hi_offset
+    };
+    if p.app_offset >= 0 && end >= 0 {
+        Some(end - p.app_offset)
+    } else {
+        (p.consumer_lag >= 0).then_some(p.consumer_lag)
     }
 }
 
@@ -693,6 +711,37 @@ mod tests {
         );
         assert!(b.full(1000, 21), "exactly pipeline.batch_max_bytes");
         assert_eq!(b.bytes, 21);
+    }
+
+    fn partition(app: i64, ls: i64, hi: i64, committed_lag: i64) -> rdkafka::statistics::Partition {
+        // librdkafka's statistics JSON for one partition, only the fields that matter here.
+        let mut v = serde_json::json!({
+            "partition": 0, "broker": 1, "leader": 1, "desired": true, "unknown": false,
+            "msgq_cnt": 0, "msgq_bytes": 0, "xmit_msgq_cnt": 0, "xmit_msgq_bytes": 0,
+            "fetchq_cnt": 0, "fetchq_size": 0, "fetch_state": "active", "query_offset": 0,
+            "next_offset": 0, "app_offset": app, "stored_offset": -1, "committed_offset": -1,
+            "committed_leader_epoch": -1, "eof_offset": -1, "lo_offset": 0, "hi_offset": hi,
+            "ls_offset": ls, "consumer_lag": committed_lag, "consumer_lag_stored": -1,
+            "txmsgs": 0, "txbytes": 0, "rxmsgs": 0, "rxbytes": 0, "msgs": 0,
+            "rx_ver_drops": 0, "msgs_inflight": 0, "next_ack_seq": 0, "next_err_seq": 0,
+            "acked_msgid": 0
+        });
+        if let Some(m) = v.as_object_mut() {
+            m.insert("leader_epoch".into(), serde_json::json!(-1));
+        }
+        serde_json::from_value(v).expect("a statistics partition")
+    }
+
+    #[test]
+    fn lag_counts_from_what_was_read_not_from_the_held_commit() {
+        // Read up to 900 of 1000; the commit is held back at 100 by an open incident.
+        assert_eq!(read_lag(&partition(900, 1000, 1000, 900)), Some(100));
+        // Transactions: the last stable offset is the end, not the high watermark.
+        assert_eq!(read_lag(&partition(900, 950, 1000, 850)), Some(50));
+        // Nothing read yet: librdkafka's own figure, when it has one.
+        assert_eq!(read_lag(&partition(-1, 1000, 1000, 1000)), Some(1000));
+        // A partition this member does not consume.
+        assert_eq!(read_lag(&partition(-1, -1, -1, -1)), None);
     }
 
     #[test]
