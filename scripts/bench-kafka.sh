@@ -114,6 +114,9 @@ ARGS=(run --brokers "$BOOTSTRAP" --group-id "bench-$$" --topic bench.logs
       --output-topic bench.events --dead-letter-topic bench.dead
       --admin-listen "127.0.0.1:$PORT")
 [[ -n $KB ]] && ARGS+=(--kb "$KB")
+# BENCH_FAULTLINE_ARGS: more flags for faultline run (e.g. --consumer-option KEY=VALUE).
+read -r -a EXTRA <<<"${BENCH_FAULTLINE_ARGS:-}"
+ARGS+=("${EXTRA[@]}")
 T0=$(now)
 # BENCH_PERF=1 records a profile of faultline (perf record -g) into $OUT/perf.data.
 if [[ ${BENCH_PERF:-0} == 1 ]]; then

@@ -288,10 +288,9 @@ fn line_end(chunk: &[u8], from: usize) -> usize {
 
 /// Offsets of the lines whose first byte is `{`: the JSON envelope candidates.
 fn json_line_starts(chunk: &[u8]) -> impl Iterator<Item = usize> + '_ {
-    let first = (chunk.first() == Some(&b'{')).then_some(0);
-    first
-        .into_iter()
-        .chain(memchr::memmem::find_iter(chunk, b"\n{").map(|i| i + 1))
+    // Every `{` that starts a line. Looking for the rare `{` and checking the byte before beat
+    // searching for "\n{" (whose prefilter stops at every newline) on plain-text logs.
+    memchr::memchr_iter(b'{', chunk).filter(move |&i| i == 0 || chunk[i - 1] == b'\n')
 }
 
 #[cfg(test)]
