@@ -270,6 +270,7 @@ pub fn incidents(
             workarounds: Vec::new(),
             dead_ends: Vec::new(),
             references: Vec::new(),
+            rendered: Default::default(),
         })
     };
     let template = |code: &str, role: Role, category: &str, line: &str| MatchEvent {

@@ -41,6 +41,47 @@ pub struct Diagnosis {
     pub workarounds: Vec<Workaround>,
     pub dead_ends: Vec<DeadEndSpec>,
     pub references: Vec<String>,
+    /// This diagnosis as JSON, rendered once: every event of the entry carries the same text.
+    #[serde(skip)]
+    pub rendered: Rendered,
+}
+
+/// A diagnosis's JSON, rendered on first use ([`serialize_diagnosis`]). Equal to any other:
+/// it is a cache of the fields beside it.
+#[derive(Clone, Default)]
+pub struct Rendered(std::sync::OnceLock<Box<serde_json::value::RawValue>>);
+
+impl PartialEq for Rendered {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rendered")
+    }
+}
+
+/// Serialises a shared diagnosis from its JSON rendered once (events carry their entry's
+/// diagnosis verbatim; rendering it per event was the largest cost of writing events). For
+/// JSON output only: the rendered text is spliced in as is.
+pub fn serialize_diagnosis<S: serde::Serializer>(
+    d: &Arc<Diagnosis>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    if d.rendered.0.get().is_none() {
+        match serde_json::value::to_raw_value(&**d) {
+            Ok(raw) => {
+                let _ = d.rendered.0.set(raw);
+            }
+            Err(_) => return d.serialize(s),
+        }
+    }
+    match d.rendered.0.get() {
+        Some(raw) => raw.serialize(s),
+        None => d.serialize(s),
+    }
 }
 
 /// A workaround as events carry it.
@@ -71,6 +112,7 @@ impl Diagnosis {
                 .collect(),
             dead_ends: entry.dead_ends.clone(),
             references: entry.references.clone(),
+            rendered: Rendered::default(),
         }
     }
 }
@@ -101,6 +143,7 @@ pub struct MatchEvent {
     pub truncated: bool,
     pub captures: BTreeMap<String, String>,
     pub kb_version: String,
+    #[serde(serialize_with = "serialize_diagnosis")]
     pub diagnosis: Arc<Diagnosis>,
     /// Envelope `cluster`, for metrics dimensions; not part of the JSON contract.
     #[serde(skip)]
@@ -214,4 +257,28 @@ fn cut_utf8(bytes: &[u8], max: usize) -> (String, bool) {
         end -= 1;
     }
     (text[..end].to_string(), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::incident::testutil::event;
+
+    #[test]
+    fn the_diagnosis_is_rendered_once_and_serialises_as_its_fields() {
+        let e = event("XID_79", crate::kb::Role::Root, "gpu_hardware").build();
+        assert!(e.diagnosis.rendered.0.get().is_none());
+        let first: serde_json::Value = serde_json::to_value(&e).expect("serialises");
+        assert!(
+            e.diagnosis.rendered.0.get().is_some(),
+            "rendered on first use"
+        );
+        // Cached or not, the event carries exactly the diagnosis's own fields.
+        let direct = serde_json::to_value(&*e.diagnosis).expect("serialises");
+        assert_eq!(first["diagnosis"], direct);
+        assert_eq!(first["diagnosis"]["title"], "XID_79 title");
+        let text = serde_json::to_string(&e).expect("serialises");
+        let again: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(again, first);
+    }
 }

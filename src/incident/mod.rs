@@ -249,6 +249,7 @@ pub struct IncidentEvent {
     pub first_seen: Option<String>,
     pub last_seen: Option<String>,
     pub context: ContextInfo,
+    #[serde(serialize_with = "crate::enrich::serialize_diagnosis")]
     pub diagnosis: Arc<Diagnosis>,
     /// The same fingerprint recurred in this job `restart_loop_after` times within the horizon.
     pub restart_loop: bool,

@@ -43,6 +43,7 @@ pub fn event(error_code: &str, role: Role, category: &str) -> EventBuilder {
             workarounds: Vec::new(),
             dead_ends: Vec::new(),
             references: Vec::new(),
+            rendered: Default::default(),
         }),
         cluster: None,
     })
