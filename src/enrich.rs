@@ -261,7 +261,6 @@ fn cut_utf8(bytes: &[u8], max: usize) -> (String, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::incident::testutil::event;
 
     #[test]
