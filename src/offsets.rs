@@ -439,41 +439,35 @@ impl Tracker {
     /// Waits until nothing of `tps` (all when `None`) is in flight, or `timeout` passes.
     /// Returns what is still in flight (0: drained).
     pub fn wait_drained(&self, tps: Option<&[TopicPartition]>, timeout: Duration) -> usize {
-        let deadline = Instant::now() + timeout;
-        let mut inner = self.lock();
-        loop {
+        self.wait_until(timeout, |inner| {
             let left: usize = inner
                 .partitions
                 .iter()
                 .filter(|(tp, _)| tps.is_none_or(|t| t.contains(tp)))
                 .map(|(_, p)| p.marks.in_flight())
                 .sum();
-            let now = Instant::now();
-            if left == 0 || now >= deadline {
-                return left;
-            }
-            inner.waiters += 1;
-            inner = self
-                .progressed
-                .wait_timeout(inner, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-            inner.waiters -= 1;
-        }
+            (left == 0, left)
+        })
     }
 
     /// Waits up to `timeout` until fewer than `max` records are in flight; returns whether so.
     pub fn wait_in_flight_below(&self, max: usize, timeout: Duration) -> bool {
+        self.wait_until(timeout, |inner| {
+            let n: usize = inner.partitions.values().map(|p| p.marks.in_flight()).sum();
+            (n < max, n < max)
+        })
+    }
+
+    /// Re-checks `check` whenever a record becomes terminal, until it says done or `timeout`
+    /// passes; returns its last value.
+    fn wait_until<T>(&self, timeout: Duration, mut check: impl FnMut(&Inner) -> (bool, T)) -> T {
         let deadline = Instant::now() + timeout;
         let mut inner = self.lock();
         loop {
-            let n: usize = inner.partitions.values().map(|p| p.marks.in_flight()).sum();
+            let (done, value) = check(&inner);
             let now = Instant::now();
-            if n < max {
-                return true;
-            }
-            if now >= deadline {
-                return false;
+            if done || now >= deadline {
+                return value;
             }
             inner.waiters += 1;
             inner = self
