@@ -84,6 +84,26 @@ struct Topics {
     group: String,
 }
 
+impl Topics {
+    /// Fresh names: no test sees another's topics or group.
+    fn unique() -> Self {
+        Topics {
+            input: unique("logs"),
+            output: unique("events"),
+            dlq: unique("dead"),
+            group: unique("group"),
+        }
+    }
+}
+
+/// Creates a topic on the mock broker process, or on the real broker when one is configured.
+async fn make_topic(broker: &mut Option<BrokerProcess>, bootstrap: &str, name: &str, parts: i32) {
+    match broker {
+        Some(b) => b.command(&format!("topic {name} {parts}")),
+        None => create_topic(None, bootstrap, name, parts).await,
+    }
+}
+
 fn run_command(bootstrap: &str, t: &Topics, kb: &Path) -> Command {
     let mut c = faultline();
     c.args(["run", "--brokers", bootstrap, "--group-id", &t.group])
@@ -138,17 +158,9 @@ fn produced_through(events: &[In]) -> HashMap<i64, i64> {
 async fn sigkill_mid_stream_and_restart_lose_nothing() {
     const PARTS: i32 = 3;
     let (mut broker, bootstrap) = broker();
-    let t = Topics {
-        input: unique("logs"),
-        output: unique("events"),
-        dlq: unique("dead"),
-        group: unique("group"),
-    };
+    let t = Topics::unique();
     for (name, parts) in [(&t.input, PARTS), (&t.output, PARTS), (&t.dlq, 1)] {
-        match &mut broker {
-            Some(b) => b.command(&format!("topic {name} {parts}")),
-            None => create_topic(None, &bootstrap, name, parts).await,
-        }
+        make_topic(&mut broker, &bootstrap, name, parts).await;
     }
     let kb = test_kb();
     let wave = |from: usize, to: usize| -> Vec<Out> {
@@ -341,17 +353,9 @@ fn demo_processes_the_samples_and_exits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
     let (mut broker, bootstrap) = broker();
-    let t = Topics {
-        input: unique("logs"),
-        output: unique("events"),
-        dlq: unique("dead"),
-        group: unique("group"),
-    };
+    let t = Topics::unique();
     for name in [&t.input, &t.output, &t.dlq] {
-        match &mut broker {
-            Some(b) => b.command(&format!("topic {name} 1")),
-            None => create_topic(None, &bootstrap, name, 1).await,
-        }
+        make_topic(&mut broker, &bootstrap, name, 1).await;
     }
     let kb = test_kb();
     let mut child = run_command(&bootstrap, &t, kb.path())
@@ -407,18 +411,10 @@ async fn sigkill_mid_incident_and_restart_keep_one_ticket() {
     use super::incidents::{distinct, incidents, records, TicketReceiver};
 
     let (mut broker, bootstrap) = broker();
-    let t = Topics {
-        input: unique("logs"),
-        output: unique("events"),
-        dlq: unique("dead"),
-        group: unique("group"),
-    };
+    let t = Topics::unique();
     let topic = unique("incidents");
     for name in [&t.input, &t.output, &t.dlq, &topic] {
-        match &mut broker {
-            Some(b) => b.command(&format!("topic {name} 1")),
-            None => create_topic(None, &bootstrap, name, 1).await,
-        }
+        make_topic(&mut broker, &bootstrap, name, 1).await;
     }
     let tickets = TicketReceiver::start();
     let dir = tempfile::tempdir().expect("tempdir");
