@@ -129,6 +129,31 @@ impl<M: Matcher> Engine<M> {
         info: ChunkInfo,
         on_hit: &mut dyn FnMut(Hit<'_>),
     ) -> Result<u64, MatchError> {
+        let mut counter = self.scan_lines(w, chunk, info, on_hit)?;
+        Ok(counter.total(chunk))
+    }
+
+    /// [`Engine::scan_chunk`] for a caller that counts the chunk's lines itself (the Kafka
+    /// pipeline counts each record's, to map hits back to records): lines are counted only up
+    /// to the last hit, not to the end of the chunk.
+    pub fn scan_chunk_hits(
+        &self,
+        w: &mut Worker<M>,
+        chunk: &[u8],
+        info: ChunkInfo,
+        on_hit: &mut dyn FnMut(Hit<'_>),
+    ) -> Result<(), MatchError> {
+        self.scan_lines(w, chunk, info, on_hit).map(|_| ())
+    }
+
+    /// The scan; returns the line counter where the last hit left it.
+    fn scan_lines(
+        &self,
+        w: &mut Worker<M>,
+        chunk: &[u8],
+        info: ChunkInfo,
+        on_hit: &mut dyn FnMut(Hit<'_>),
+    ) -> Result<LineCounter, MatchError> {
         w.hits.clear();
         self.matcher.find(&mut w.scratch, chunk, &mut w.hits)?;
         w.hits.sort_unstable();
@@ -136,6 +161,7 @@ impl<M: Matcher> Engine<M> {
         let mut json_lines = json_line_starts(chunk).peekable();
         let mut counter = LineCounter {
             pos: 0,
+            first: info.first_line,
             line: info.first_line,
         };
         let mut i = 0;
@@ -187,7 +213,7 @@ impl<M: Matcher> Engine<M> {
                 w.hits = hits;
             }
         }
-        Ok(counter.total(chunk))
+        Ok(counter)
     }
 
     /// Confirms the raw `hits` of one line on its decoded message: one match per entry, from
@@ -256,6 +282,8 @@ impl<M: Matcher> Engine<M> {
 /// Counts lines incrementally as the scan moves forward through a chunk.
 struct LineCounter {
     pos: usize,
+    /// The chunk's first line number.
+    first: u64,
     line: u64,
 }
 
@@ -268,9 +296,10 @@ impl LineCounter {
         self.line
     }
 
-    /// Lines in the whole chunk: its newlines, plus a last line without one.
+    /// Lines in the whole chunk: its newlines, plus a last line without one. Counts on from
+    /// where the hits left off, so no byte is counted twice.
     fn total(&mut self, chunk: &[u8]) -> u64 {
-        let newlines = memchr::memchr_iter(b'\n', chunk).count() as u64;
+        let newlines = self.line_at(chunk, chunk.len()) - self.first;
         newlines + u64::from(chunk.last().is_some_and(|&b| b != b'\n'))
     }
 }

@@ -900,7 +900,7 @@ impl MatchStage {
             } = self;
             let job_from = &config.input.job_id;
             let default_job = &config.input.default_job_id;
-            loaded.engine.scan_chunk(
+            loaded.engine.scan_chunk_hits(
                 worker,
                 buf,
                 ChunkInfo {
