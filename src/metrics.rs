@@ -1329,14 +1329,19 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_label_value_of_exactly_the_byte_cap_is_kept_one_more_byte_is_other() {
+    /// Metrics with the envelope's `cluster` as an extra dimension, capped at `max` values.
+    fn by_cluster(max: Option<usize>) -> Metrics {
         let config = MetricsConfig::from_raw(&RawMetricsConfig {
             dimensions: vec!["cluster".into()],
-            max_values_per_dimension: None,
+            max_values_per_dimension: max,
         })
         .expect("valid");
-        let m = Metrics::new(config).expect("registry");
+        Metrics::new(config).expect("registry")
+    }
+
+    #[test]
+    fn a_label_value_of_exactly_the_byte_cap_is_kept_one_more_byte_is_other() {
+        let m = by_cluster(None);
         let k = kb(&[("nccl/x", "NCCL_TIMEOUT", "cascade")]);
         m.set_kb(&k);
         let at = "c".repeat(MAX_VALUE_BYTES);
@@ -1360,12 +1365,7 @@ mod tests {
 
     #[test]
     fn exactly_max_values_per_dimension_are_admitted_one_more_is_other() {
-        let config = MetricsConfig::from_raw(&RawMetricsConfig {
-            dimensions: vec!["cluster".into()],
-            max_values_per_dimension: Some(3),
-        })
-        .expect("valid");
-        let m = Metrics::new(config).expect("registry");
+        let m = by_cluster(Some(3));
         let k = kb(&[("nccl/x", "NCCL_TIMEOUT", "cascade")]);
         m.set_kb(&k);
         let mut b = m.batch();
@@ -1397,12 +1397,7 @@ mod tests {
 
     #[test]
     fn dimensions_are_capped_and_overflow_is_counted() {
-        let config = MetricsConfig::from_raw(&RawMetricsConfig {
-            dimensions: vec!["cluster".into()],
-            max_values_per_dimension: Some(2),
-        })
-        .expect("valid");
-        let m = Metrics::new(config).expect("registry");
+        let m = by_cluster(Some(2));
         let k = kb(&[
             ("nccl/x", "NCCL_TIMEOUT", "cascade"),
             ("nccl/y", "XID_79", "root"),
