@@ -227,8 +227,7 @@ impl Matcher for HyperscanMatcher {
             // engine needs, so later ends on the same line are dropped here.
             let to = to as u32;
             if let Some(last) = last_end.get_mut(id as usize) {
-                let same_line = *last != u32::MAX
-                    && memchr::memchr(b'\n', &haystack[*last as usize..to as usize]).is_none();
+                let same_line = *last != u32::MAX && same_line(haystack, *last, to);
                 *last = to;
                 if same_line {
                     return Matching::Continue;
@@ -249,6 +248,16 @@ impl Matcher for HyperscanMatcher {
     }
 }
 
+/// Whether the match ends `a` and `b` fall on the same line of `haystack`. Hyperscan reports a
+/// pattern's matches in the order of their ends as far as anyone has seen here, but does not
+/// promise it: either order is taken, since a panic in this callback would abort the process.
+fn same_line(haystack: &[u8], a: u32, b: u32) -> bool {
+    let (lo, hi) = (a.min(b) as usize, a.max(b) as usize);
+    haystack
+        .get(lo..hi)
+        .is_some_and(|between| memchr::memchr(b'\n', between).is_none())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +267,17 @@ mod tests {
         let mut hits = Vec::new();
         m.find(&mut scratch, text, &mut hits).expect("scan");
         hits
+    }
+
+    #[test]
+    fn match_ends_on_one_line_in_either_order() {
+        let text = b"ab\ncd";
+        assert!(same_line(text, 0, 2));
+        assert!(same_line(text, 2, 0), "an earlier end after a later one");
+        assert!(!same_line(text, 1, 4));
+        assert!(!same_line(text, 4, 1));
+        assert!(same_line(text, 3, 3));
+        assert!(!same_line(text, 3, 9), "past the haystack: not known to be one line");
     }
 
     #[test]
