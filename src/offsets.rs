@@ -159,8 +159,21 @@ impl PartitionWatermark {
         }
         if moved.is_some() {
             self.watermark = moved;
+            self.release_idle_capacity();
         }
         moved
+    }
+
+    /// Gives back the slots' memory once the partition has nothing in flight. A partition's
+    /// records arrive a fetch at a time (thousands of small records) and drain between fetches;
+    /// kept, every partition's deque would stay at the size of its largest fetch ever, and
+    /// with hundreds of partitions assigned that sum, not the records in flight, set the
+    /// memory.
+    fn release_idle_capacity(&mut self) {
+        const KEEP_SLOTS: usize = 1024;
+        if self.slots.is_empty() && self.slots.capacity() > KEEP_SLOTS {
+            self.slots = VecDeque::with_capacity(KEEP_SLOTS);
+        }
     }
 
     /// Forgets the records at and after `offset` (read but never handed to the pipeline): the
@@ -169,6 +182,7 @@ impl PartitionWatermark {
         while self.slots.back().is_some_and(|s| s.offset >= offset) {
             self.slots.pop_back();
         }
+        self.release_idle_capacity();
     }
 
     /// The next offset to commit, once any record is terminal.
@@ -596,6 +610,28 @@ mod tests {
             topic: Arc::clone(topic),
             partition,
         }
+    }
+
+    #[test]
+    fn a_drained_partition_gives_its_slots_back() {
+        let offsets: Vec<i64> = (0..50_000).collect();
+        let mut m = marks(&offsets);
+        assert!(m.slots.capacity() >= 50_000);
+        for &o in &offsets[..49_999] {
+            m.resolve(o, 0).expect("in flight");
+        }
+        assert_eq!(m.advance(), Some(49_999));
+        assert!(m.slots.capacity() >= 50_000, "kept while a record is in flight");
+        m.resolve(49_999, 0).expect("in flight");
+        assert_eq!((m.advance(), m.in_flight()), (Some(50_000), 0));
+        assert!(m.slots.capacity() <= 1024, "capacity {}", m.slots.capacity());
+        // Records read but forgotten (a revoked partition) give theirs back too.
+        let mut m = marks(&offsets);
+        m.forget_from(0);
+        assert!(m.slots.capacity() <= 1024, "capacity {}", m.slots.capacity());
+        m.register(0).expect("read again");
+        m.resolve(0, 0).expect("in flight");
+        assert_eq!(m.advance(), Some(1));
     }
 
     #[test]

@@ -389,7 +389,7 @@ const PAUSE_AFTER: Duration = Duration::from_secs(1);
 
 /// The most records in flight (read, not yet below the watermark): each costs a few bytes in
 /// the tracker, and a partition stuck on one unacknowledged record must not grow it forever.
-const MAX_IN_FLIGHT: usize = 1_000_000;
+const MAX_IN_FLIGHT: usize = 250_000;
 
 /// The most records read in a row before the loop's bookkeeping (stores, hand-over, stop).
 const READ_BURST: usize = 256;
