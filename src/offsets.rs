@@ -170,9 +170,9 @@ impl PartitionWatermark {
     /// with hundreds of partitions assigned that sum, not the records in flight, set the
     /// memory.
     fn release_idle_capacity(&mut self) {
-        const KEEP_SLOTS: usize = 1024;
+        const KEEP_SLOTS: usize = 64;
         if self.slots.is_empty() && self.slots.capacity() > KEEP_SLOTS {
-            self.slots = VecDeque::with_capacity(KEEP_SLOTS);
+            self.slots = VecDeque::new();
         }
     }
 
@@ -624,11 +624,11 @@ mod tests {
         assert!(m.slots.capacity() >= 50_000, "kept while a record is in flight");
         m.resolve(49_999, 0).expect("in flight");
         assert_eq!((m.advance(), m.in_flight()), (Some(50_000), 0));
-        assert!(m.slots.capacity() <= 1024, "capacity {}", m.slots.capacity());
+        assert!(m.slots.capacity() <= 64, "capacity {}", m.slots.capacity());
         // Records read but forgotten (a revoked partition) give theirs back too.
         let mut m = marks(&offsets);
         m.forget_from(0);
-        assert!(m.slots.capacity() <= 1024, "capacity {}", m.slots.capacity());
+        assert!(m.slots.capacity() <= 64, "capacity {}", m.slots.capacity());
         m.register(0).expect("read again");
         m.resolve(0, 0).expect("in flight");
         assert_eq!(m.advance(), Some(1));
