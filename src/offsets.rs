@@ -613,6 +613,24 @@ mod tests {
     }
 
     #[test]
+    fn in_flight_limit_holds_exactly_at_the_limit() {
+        let tracker = Tracker::new();
+        let topic: Arc<str> = Arc::from("t");
+        let ids: Vec<RecordId> = (0..4)
+            .map(|o| tracker.register(&tp_of(&topic, 0), o).expect("registered"))
+            .collect();
+        // Four in flight: a limit of 4 is reached (the reader waits), a limit of 5 is not.
+        assert!(!tracker.wait_in_flight_below(4, Duration::ZERO));
+        assert!(tracker.wait_in_flight_below(5, Duration::ZERO));
+        // A record behind an unfinished one still counts: only the terminal prefix leaves.
+        tracker.resolve(&ids[1], 0);
+        assert!(!tracker.wait_in_flight_below(4, Duration::ZERO));
+        tracker.resolve(&ids[0], 0);
+        assert!(tracker.wait_in_flight_below(3, Duration::ZERO));
+        assert!(!tracker.wait_in_flight_below(2, Duration::ZERO));
+    }
+
+    #[test]
     fn a_drained_partition_gives_its_slots_back() {
         let offsets: Vec<i64> = (0..50_000).collect();
         let mut m = marks(&offsets);
