@@ -639,7 +639,10 @@ mod tests {
             m.resolve(o, 0).expect("in flight");
         }
         assert_eq!(m.advance(), Some(49_999));
-        assert!(m.slots.capacity() >= 50_000, "kept while a record is in flight");
+        assert!(
+            m.slots.capacity() >= 50_000,
+            "kept while a record is in flight"
+        );
         m.resolve(49_999, 0).expect("in flight");
         assert_eq!((m.advance(), m.in_flight()), (Some(50_000), 0));
         assert!(m.slots.capacity() <= 64, "capacity {}", m.slots.capacity());

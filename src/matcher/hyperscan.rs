@@ -277,7 +277,10 @@ mod tests {
         assert!(!same_line(text, 1, 4));
         assert!(!same_line(text, 4, 1));
         assert!(same_line(text, 3, 3));
-        assert!(!same_line(text, 3, 9), "past the haystack: not known to be one line");
+        assert!(
+            !same_line(text, 3, 9),
+            "past the haystack: not known to be one line"
+        );
     }
 
     #[test]
