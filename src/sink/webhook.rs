@@ -462,66 +462,84 @@ pub fn alertmanager_payload(incident: &IncidentEvent, cfg: &WebhookConfig) -> Va
     })
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
+#[doc(hidden)]
+pub mod testing {
+    //! A ticket system for tests (unit and integration): an HTTP server on 127.0.0.1:0.
+
     use std::collections::{BTreeMap, BTreeSet};
-    use std::io::{BufRead, BufReader, Read};
-    use std::net::{TcpListener, TcpStream};
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     use std::thread::JoinHandle;
 
-    use super::*;
-    use crate::incident::testutil::event;
-    use crate::incident::{Correlator, IncidentConfig};
-    use crate::kb::Role;
+    use serde_json::Value;
 
-    /// A ticket system on 127.0.0.1:0 that answers `fail_first` requests with 503, then
-    /// upserts tickets by `X-Faultline-Fingerprint` and ignores repeated `Idempotency-Key`s.
+    /// One request the server received.
+    #[derive(Debug, Clone)]
+    pub struct TicketRequest {
+        pub fingerprint: String,
+        pub idempotency_key: String,
+        pub status: String,
+        pub body: Value,
+    }
+
+    /// Answers the first `fail_first` requests with `status` (a 429 with `Retry-After: 7`),
+    /// then 200, upserting tickets by `X-Faultline-Fingerprint` and ignoring repeated
+    /// `Idempotency-Key`s. Every request, refused or not, is recorded.
     pub struct TicketServer {
         pub url: String,
-        addr: std::net::SocketAddr,
+        addr: SocketAddr,
         pub tickets: Arc<Mutex<BTreeMap<String, Value>>>,
-        pub requests: Arc<AtomicUsize>,
         pub applied: Arc<Mutex<BTreeSet<String>>>,
+        received: Arc<Mutex<Vec<TicketRequest>>>,
         stop: Arc<AtomicBool>,
         thread: Option<JoinHandle<()>>,
     }
 
     impl TicketServer {
+        /// A server that accepts every request.
+        pub fn accepting() -> Self {
+            Self::start(0, 200)
+        }
+
         pub fn start(fail_first: usize, status: u16) -> Self {
             let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
             let addr = listener.local_addr().expect("addr");
-            let tickets = Arc::new(Mutex::new(BTreeMap::new()));
-            let requests = Arc::new(AtomicUsize::new(0));
-            let applied = Arc::new(Mutex::new(BTreeSet::new()));
-            let stop = Arc::new(AtomicBool::new(false));
-            let (t, r, a, s) = (
-                Arc::clone(&tickets),
-                Arc::clone(&requests),
-                Arc::clone(&applied),
-                Arc::clone(&stop),
+            let mut server = TicketServer {
+                url: format!("http://{addr}/tickets"),
+                addr,
+                tickets: Arc::default(),
+                applied: Arc::default(),
+                received: Arc::default(),
+                stop: Arc::default(),
+                thread: None,
+            };
+            let (tickets, applied, received, stop) = (
+                Arc::clone(&server.tickets),
+                Arc::clone(&server.applied),
+                Arc::clone(&server.received),
+                Arc::clone(&server.stop),
             );
             let thread = std::thread::spawn(move || {
-                for conn in listener.incoming() {
-                    if s.load(Ordering::SeqCst) {
+                for (n, conn) in listener.incoming().enumerate() {
+                    if stop.load(Ordering::SeqCst) {
                         break;
                     }
                     let Ok(conn) = conn else { continue };
-                    let n = r.fetch_add(1, Ordering::SeqCst);
                     let code = if n < fail_first { status } else { 200 };
-                    serve_one(conn, code, &t, &a);
+                    if let Some(req) = serve_one(conn, code, &tickets, &applied) {
+                        received.lock().expect("lock").push(req);
+                    }
                 }
             });
-            TicketServer {
-                url: format!("http://{addr}/tickets"),
-                addr,
-                tickets,
-                requests,
-                applied,
-                stop,
-                thread: Some(thread),
-            }
+            server.thread = Some(thread);
+            server
+        }
+
+        /// Every request received so far, in order.
+        pub fn requests(&self) -> Vec<TicketRequest> {
+            self.received.lock().expect("lock").clone()
         }
     }
 
@@ -541,12 +559,12 @@ pub(crate) mod tests {
         code: u16,
         tickets: &Mutex<BTreeMap<String, Value>>,
         applied: &Mutex<BTreeSet<String>>,
-    ) {
+    ) -> Option<TicketRequest> {
         let mut reader = BufReader::new(conn);
         let mut headers = BTreeMap::new();
         let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
         }
         loop {
             line.clear();
@@ -562,18 +580,24 @@ pub(crate) mod tests {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let mut body = vec![0; len];
-        let _ = reader.read_exact(&mut body);
-        if code == 200 {
-            let key = headers.get("idempotency-key").cloned().unwrap_or_default();
-            let fresh = applied.lock().expect("lock").insert(key);
-            if fresh {
-                let ticket = headers
-                    .get("x-faultline-fingerprint")
-                    .cloned()
-                    .unwrap_or_default();
-                let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                tickets.lock().expect("lock").insert(ticket, value);
-            }
+        reader.read_exact(&mut body).ok()?;
+        let header = |k: &str| headers.get(k).cloned().unwrap_or_default();
+        let req = TicketRequest {
+            fingerprint: header("x-faultline-fingerprint"),
+            idempotency_key: header("idempotency-key"),
+            status: header("x-faultline-status"),
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        };
+        if code == 200
+            && applied
+                .lock()
+                .expect("lock")
+                .insert(req.idempotency_key.clone())
+        {
+            tickets
+                .lock()
+                .expect("lock")
+                .insert(req.fingerprint.clone(), req.body.clone());
         }
         let reason = if code == 200 { "OK" } else { "Unavailable" };
         let extra = if code == 429 {
@@ -584,9 +608,21 @@ pub(crate) mod tests {
         let response = format!(
             "HTTP/1.1 {code} {reason}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
         );
-        let mut conn = reader.into_inner();
-        let _ = conn.write_all(response.as_bytes());
+        let _ = reader.into_inner().write_all(response.as_bytes());
+        Some(req)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+
+    use super::testing::TicketServer;
+    use super::*;
+    use crate::incident::testutil::event;
+    use crate::incident::{Correlator, IncidentConfig};
+    use crate::kb::Role;
 
     /// Records the waits instead of sleeping.
     #[derive(Clone, Default)]
@@ -667,7 +703,7 @@ pub(crate) mod tests {
         assert_eq!(s.stats().retries, 2);
         assert_eq!(s.stats().delivered as usize, 2 * events.len());
         assert_eq!(
-            server.requests.load(Ordering::SeqCst),
+            server.requests().len(),
             2 + 2 * events.len(),
             "two refused attempts, then every change twice"
         );

@@ -2,109 +2,11 @@
 //! to the incidents topic, spans, metrics and tickets.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use faultline::pipeline;
 use serde_json::Value;
 
 use super::*;
-
-/// One request the ticket receiver got.
-#[derive(Debug, Clone)]
-pub struct TicketRequest {
-    pub fingerprint: String,
-    pub idempotency_key: String,
-    pub status: String,
-    pub body: Value,
-}
-
-/// A ticket system on 127.0.0.1:0 that answers 200 and records every request.
-pub struct TicketReceiver {
-    pub url: String,
-    addr: std::net::SocketAddr,
-    pub requests: Arc<Mutex<Vec<TicketRequest>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl TicketReceiver {
-    pub fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (r, s) = (Arc::clone(&requests), Arc::clone(&stop));
-        let thread = std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if s.load(Ordering::SeqCst) {
-                    break;
-                }
-                if let Ok(conn) = conn {
-                    if let Some(req) = serve_one(conn) {
-                        r.lock().expect("lock").push(req);
-                    }
-                }
-            }
-        });
-        TicketReceiver {
-            url: format!("http://{addr}/tickets"),
-            addr,
-            requests,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    pub fn requests(&self) -> Vec<TicketRequest> {
-        self.requests.lock().expect("lock").clone()
-    }
-}
-
-impl Drop for TicketReceiver {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(self.addr);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn serve_one(conn: TcpStream) -> Option<TicketRequest> {
-    let mut reader = BufReader::new(conn);
-    let mut line = String::new();
-    if reader.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let mut headers = std::collections::HashMap::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-            break;
-        }
-        if let Some((k, v)) = line.split_once(':') {
-            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-    }
-    let len: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; len];
-    reader.read_exact(&mut body).ok()?;
-    let mut conn = reader.into_inner();
-    let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    let header = |k: &str| headers.get(k).cloned().unwrap_or_default();
-    Some(TicketRequest {
-        fingerprint: header("x-faultline-fingerprint"),
-        idempotency_key: header("idempotency-key"),
-        status: header("x-faultline-status"),
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-    })
-}
 
 /// The scenario's records, keyed by job, on partition 0.
 pub fn records(lines: &[String], job: &str) -> Vec<Out> {

@@ -120,6 +120,15 @@ fn run_command(bootstrap: &str, t: &Topics, kb: &Path) -> Command {
 }
 
 /// Waits for the child to exit; a watchdog kills it (and the test fails) past the deadline.
+/// Sends `child` a signal by name (`TERM`, `HUP`, ...).
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{name}");
+}
+
 fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
     let pid = child.id().to_string();
     let (exited, exit_seen) = std::sync::mpsc::channel::<()>();
@@ -220,11 +229,7 @@ async fn sigkill_mid_stream_and_restart_lose_nothing() {
             == produced as i64
     })
     .await;
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill -TERM");
-    assert!(status.success());
+    signal(&child, "TERM");
     assert!(wait_exit(&mut child).success(), "SIGTERM exits 0");
 
     let events = consume_all(&bootstrap, &t.output, PARTS);
@@ -367,11 +372,7 @@ async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
 
     // The directory is not watched: only SIGHUP brings the new entry in.
     write_entry(kb.path(), "zap", "ZAP");
-    let hup = Command::new("kill")
-        .args(["-HUP", &child.id().to_string()])
-        .status()
-        .expect("kill -HUP");
-    assert!(hup.success());
+    signal(&child, "HUP");
     let mut produced = 1;
     let deadline = Instant::now() + DEADLINE;
     loop {
@@ -388,11 +389,7 @@ async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
         }
         assert!(Instant::now() < deadline, "SIGHUP did not reload the KB");
     }
-    let int = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill -INT");
-    assert!(int.success());
+    signal(&child, "INT");
     assert!(wait_exit(&mut child).success(), "SIGINT drains and exits 0");
     assert_eq!(
         committed(&bootstrap, &t.group, &t.input, 1),
@@ -408,7 +405,8 @@ async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
 /// already saw.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_incident_and_restart_keep_one_ticket() {
-    use super::incidents::{distinct, incidents, records, TicketReceiver};
+    use super::incidents::{distinct, incidents, records};
+    use faultline::sink::webhook::testing::TicketServer;
 
     let (mut broker, bootstrap) = broker();
     let t = Topics::unique();
@@ -416,7 +414,7 @@ async fn sigkill_mid_incident_and_restart_keep_one_ticket() {
     for name in [&t.input, &t.output, &t.dlq, &topic] {
         make_topic(&mut broker, &bootstrap, name, 1).await;
     }
-    let tickets = TicketReceiver::start();
+    let tickets = TicketServer::accepting();
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("faultline.toml");
     std::fs::write(
@@ -466,11 +464,7 @@ async fn sigkill_mid_incident_and_restart_keep_one_ticket() {
     })
     .await;
     let on_topic = consume_until(&bootstrap, &topic, 1, |r| r.iter().any(|m| full(&m.json())));
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill -TERM");
-    assert!(status.success());
+    signal(&child, "TERM");
     assert!(wait_exit(&mut child).success(), "SIGTERM exits 0");
     assert_eq!(
         committed(&bootstrap, &t.group, &t.input, 1),
