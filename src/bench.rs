@@ -264,13 +264,8 @@ pub fn incidents(
             root_cause: "A benchmark diagnosis of typical length: the GPU fell off the bus and \
                          the collective it was part of timed out on every other rank."
                 .into(),
-            fix_rate: None,
             verification: "ai_generated".into(),
-            versions: Vec::new(),
-            workarounds: Vec::new(),
-            dead_ends: Vec::new(),
-            references: Vec::new(),
-            rendered: Default::default(),
+            ..Default::default()
         })
     };
     let template = |code: &str, role: Role, category: &str, line: &str| MatchEvent {

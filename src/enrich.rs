@@ -30,7 +30,7 @@ pub const MAX_EVENT_LINE_BYTES: usize = 8 * 1024;
 pub const MAX_CAPTURE_BYTES: usize = 1024;
 
 /// What to do about an entry: shared by all its events.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Diagnosis {
     pub title: String,
     pub root_cause: String,

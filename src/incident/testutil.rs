@@ -37,13 +37,8 @@ pub fn event(error_code: &str, role: Role, category: &str) -> EventBuilder {
         diagnosis: Arc::new(Diagnosis {
             title: format!("{error_code} title"),
             root_cause: "because".into(),
-            fix_rate: None,
             verification: "ai_generated".into(),
-            versions: Vec::new(),
-            workarounds: Vec::new(),
-            dead_ends: Vec::new(),
-            references: Vec::new(),
-            rendered: Default::default(),
+            ..Default::default()
         }),
         cluster: None,
     })

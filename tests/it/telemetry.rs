@@ -19,6 +19,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
 use crate::support;
@@ -159,16 +160,20 @@ fn config(endpoint: String, protocol: &str) -> TelemetryConfig {
 }
 
 /// Polls until `received` holds at least `n` spans, for at most 30 seconds.
+/// Every span of the export requests, in order.
+pub fn spans(requests: &[ExportTraceServiceRequest]) -> impl Iterator<Item = &Span> {
+    requests
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+}
+
 pub fn spans_arrive(received: &Received, n: usize) -> Vec<ExportTraceServiceRequest> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let got = received.lock().expect("received").clone();
-        let count: usize = got
-            .iter()
-            .flat_map(|r| &r.resource_spans)
-            .flat_map(|rs| &rs.scope_spans)
-            .map(|ss| ss.spans.len())
-            .sum();
+        let count = spans(&got).count();
         if count >= n {
             return got;
         }

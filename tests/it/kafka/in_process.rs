@@ -630,12 +630,7 @@ async fn the_running_pipeline_exports_a_span_per_match_over_otlp() {
     let got = tokio::task::spawn_blocking(move || crate::telemetry::spans_arrive(&received, 5))
         .await
         .expect("joins");
-    let spans: Vec<_> = got
-        .iter()
-        .flat_map(|r| &r.resource_spans)
-        .flat_map(|rs| &rs.scope_spans)
-        .flat_map(|ss| &ss.spans)
-        .collect();
+    let spans: Vec<_> = crate::telemetry::spans(&got).collect();
     assert_eq!(spans.len(), 5);
     let mut offsets: Vec<String> = Vec::new();
     for span in &spans {

@@ -150,11 +150,7 @@ async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
     let got = tokio::task::spawn_blocking(move || crate::telemetry::spans_arrive(&received, 66))
         .await
         .expect("joins");
-    let incident_spans: Vec<_> = got
-        .iter()
-        .flat_map(|r| &r.resource_spans)
-        .flat_map(|rs| &rs.scope_spans)
-        .flat_map(|ss| &ss.spans)
+    let incident_spans: Vec<_> = crate::telemetry::spans(&got)
         .filter(|s| s.name == "faultline.incident")
         .collect();
     let statuses: Vec<String> = incident_spans
