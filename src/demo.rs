@@ -423,13 +423,16 @@ pub fn write_event_text(out: &mut impl Write, e: &Value) -> std::io::Result<()> 
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
+        .filter(|w| w.get("origin").is_none())
         .take(2)
     {
-        let rate = w
-            .get("success_rate")
-            .and_then(Value::as_f64)
-            .map(|r| format!(" ({:.0}% success)", r * 100.0))
-            .unwrap_or_default();
+        let rate = match (
+            w.get("success_rate").and_then(Value::as_f64),
+            w.get("n").and_then(Value::as_u64),
+        ) {
+            (Some(r), Some(n)) => format!(" ({:.0}% success in {n})", r * 100.0),
+            _ => String::new(),
+        };
         writeln!(out, "  try: {}{rate}", s(w, "text"))?;
     }
     writeln!(out)

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::engine::Hit;
-use crate::kb::spec::{DeadEndSpec, VersionSpec};
+use crate::kb::spec::VersionSpec;
 use crate::kb::{Entry, KnowledgeBase, Role, Severity};
 use crate::record::Provenance;
 use crate::redact::Redactor;
@@ -37,9 +37,10 @@ pub struct Diagnosis {
     pub fix_rate: Option<f64>,
     pub verification: String,
     pub versions: Vec<VersionSpec>,
-    /// Best first.
+    /// In the author's order (first action first, escalations last); the seed's AI-written
+    /// advice, where the entry keeps one, after the rest with `origin = "seed"`.
     pub workarounds: Vec<Workaround>,
-    pub dead_ends: Vec<DeadEndSpec>,
+    pub dead_ends: Vec<DeadEnd>,
     pub references: Vec<String>,
     /// This diagnosis as JSON, rendered once: every event of the entry carries the same text.
     #[serde(skip)]
@@ -84,36 +85,166 @@ pub fn serialize_diagnosis<S: serde::Serializer>(
     }
 }
 
-/// A workaround as events carry it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A workaround as events carry it. A rate is carried only with what backs it: `n` and
+/// `source` for a measured or reported rate, `rate_kind = "estimate"` for the seed's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Workaround {
     pub text: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     pub success_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// `measured`, `community_reported` or `estimate`; absent without a rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_kind: Option<&'static str>,
+    /// `seed` for the seed knowledge base's AI-written advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<&'static str>,
+}
+
+/// A dead end as events carry it; rates as for [`Workaround`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DeadEnd {
+    pub action: String,
+    pub why: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fail_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<&'static str>,
+}
+
+/// A rate as shown: only with its sample (`n` and `source`), else not at all.
+fn sampled(
+    rate: Option<f64>,
+    n: Option<u32>,
+    source: &Option<String>,
+    verification: &str,
+) -> (Option<f64>, Option<u32>, Option<String>, Option<&'static str>) {
+    match (rate, n.filter(|n| *n > 0), source) {
+        (Some(r), Some(n), Some(s)) if !s.trim().is_empty() => (
+            Some(r),
+            Some(n),
+            Some(s.clone()),
+            Some(crate::kb::rate_kind(verification)),
+        ),
+        _ => (None, None, None, None),
+    }
+}
+
+impl Workaround {
+    /// How people read its rate: "72% of 41 (source)", "seed's AI estimate 80%", or nothing.
+    pub fn rate_text(&self) -> Option<String> {
+        rate_text(self.success_rate, self.n, self.rate_kind, "success")
+    }
+}
+
+impl DeadEnd {
+    /// As [`Workaround::rate_text`].
+    pub fn rate_text(&self) -> Option<String> {
+        rate_text(self.fail_rate, self.n, self.rate_kind, "fail")
+    }
+}
+
+fn rate_text(
+    rate: Option<f64>,
+    n: Option<u32>,
+    kind: Option<&str>,
+    word: &str,
+) -> Option<String> {
+    let pct = (rate? * 100.0).round();
+    Some(match (kind, n) {
+        (Some("estimate"), _) => format!("seed's AI estimate, never measured: {pct:.0}% {word}"),
+        (Some("measured"), Some(n)) => format!("{pct:.0}% {word}, measured over {n}"),
+        (_, Some(n)) => format!("{pct:.0}% {word} in {n} reports"),
+        _ => return None,
+    })
 }
 
 impl Diagnosis {
     pub fn of(entry: &Entry) -> Self {
+        let v = entry.verification.as_str();
+        let mut workarounds: Vec<Workaround> = entry
+            .workarounds
+            .iter()
+            .map(|w| {
+                let (success_rate, n, source, rate_kind) =
+                    sampled(w.success_rate, w.n, &w.source, v);
+                Workaround {
+                    text: w.text.clone(),
+                    command: w.command.clone(),
+                    success_rate,
+                    n,
+                    source,
+                    rate_kind,
+                    origin: None,
+                }
+            })
+            .collect();
+        let mut dead_ends: Vec<DeadEnd> = entry
+            .dead_ends
+            .iter()
+            .map(|d| {
+                let (fail_rate, n, source, rate_kind) = sampled(d.fail_rate, d.n, &d.source, v);
+                DeadEnd {
+                    action: d.action.clone(),
+                    why: d.why.clone(),
+                    fail_rate,
+                    n,
+                    source,
+                    rate_kind,
+                    origin: None,
+                }
+            })
+            .collect();
+        if let Some(seed) = &entry.seed {
+            let estimate = |r: Option<f64>| r.map(|_| "estimate");
+            workarounds.extend(seed.workarounds.iter().map(|w| Workaround {
+                text: w.text.clone(),
+                command: w.command.clone(),
+                success_rate: w.success_rate,
+                rate_kind: estimate(w.success_rate),
+                origin: Some("seed"),
+                ..Workaround::default()
+            }));
+            dead_ends.extend(seed.dead_ends.iter().map(|d| DeadEnd {
+                action: d.action.clone(),
+                why: d.why.clone(),
+                fail_rate: d.fail_rate,
+                rate_kind: estimate(d.fail_rate),
+                origin: Some("seed"),
+                ..DeadEnd::default()
+            }));
+        }
         Diagnosis {
             title: entry.title.clone(),
             root_cause: entry.root_cause.clone(),
-            fix_rate: entry.fix_rate,
+            fix_rate: entry.fix_rate.filter(|_| v == "measured"),
             verification: entry.verification.clone(),
             versions: entry.versions.clone(),
-            workarounds: entry
-                .workarounds
-                .iter()
-                .map(|w| Workaround {
-                    text: w.text.clone(),
-                    command: w.command.clone(),
-                    success_rate: w.success_rate,
-                })
-                .collect(),
-            dead_ends: entry.dead_ends.clone(),
+            workarounds,
+            dead_ends,
             references: entry.references.clone(),
             rendered: Rendered::default(),
         }
+    }
+
+    /// The advice of the entry itself, without the seed's.
+    pub fn verified_workarounds(&self) -> impl Iterator<Item = &Workaround> {
+        self.workarounds.iter().filter(|w| w.origin.is_none())
+    }
+
+    /// The dead ends of the entry itself, without the seed's.
+    pub fn verified_dead_ends(&self) -> impl Iterator<Item = &DeadEnd> {
+        self.dead_ends.iter().filter(|d| d.origin.is_none())
     }
 }
 

@@ -4,6 +4,10 @@
 //! compiles alone and all together in Hyperscan and in `regex`; every example matches its own
 //! entry in both engines and no negative example does; every pattern is exercised by at least
 //! one example. An example that also hits another entry is a warning.
+//!
+//! Advice is checked too ([`advice_problems`]): a command that only looks runnable (a
+//! `python -c` that changes another process's state, a hard-coded network interface, an in-band
+//! power cut without a warning) is an error. A missing review trail is a warning.
 
 use std::sync::Arc;
 
@@ -197,9 +201,154 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
             }
         }
     }
+    for (e, entry) in kb.entries.iter().enumerate() {
+        for (field, message) in advice_problems(entry) {
+            errors.push(problem(&kb, e, field, message));
+        }
+        for (field, message) in review_gaps(entry) {
+            warnings.push(problem(&kb, e, field, message));
+        }
+    }
     report.errors = errors;
     report.warnings = warnings;
     report
+}
+
+/// Advice an operator could be misled by: a rate shown without its sample (an estimate shown
+/// as a measurement), and commands that look runnable but do not do what the text says, or do
+/// harm: (field, why). Loading tolerates them (output never shows such a rate); `kb check`
+/// fails on them.
+pub fn advice_problems(entry: &super::Entry) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if entry.fix_rate.is_some() && entry.verification != "measured" {
+        out.push((
+            "fix_rate".to_string(),
+            "a fix rate is shown only when measured: set verification = \"measured\" or move \
+             the number into [seed] (an estimate is never shown as a measurement)"
+                .to_string(),
+        ));
+    }
+    let rates = entry
+        .workarounds
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (format!("workarounds[{i}]"), w.success_rate, w.n, &w.source))
+        .chain(
+            entry
+                .dead_ends
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (format!("dead_ends[{i}]"), d.fail_rate, d.n, &d.source)),
+        );
+    for (field, rate, n, source) in rates {
+        let sourced = source.as_deref().is_some_and(|s| !s.trim().is_empty());
+        if rate.is_some() && (n.unwrap_or(0) == 0 || !sourced) {
+            out.push((
+                field,
+                "a rate needs `n` (the sample size) and `source` (where it was measured or \
+                 reported); an estimate belongs in [seed] or nowhere"
+                    .to_string(),
+            ));
+        } else if rate.is_none() && (n.is_some() || source.is_some()) {
+            out.push((field, "`n` and `source` describe a rate: set one".to_string()));
+        }
+    }
+    let texts = entry
+        .workarounds
+        .iter()
+        .enumerate()
+        .flat_map(|(i, w)| {
+            [
+                (format!("workarounds[{i}].text"), w.text.as_str()),
+                (
+                    format!("workarounds[{i}].command"),
+                    w.command.as_deref().unwrap_or(""),
+                ),
+            ]
+        })
+        .filter(|(_, t)| !t.is_empty());
+    for (field, text) in texts {
+        if let Some(why) = runnable_trap(text) {
+            out.push((field, why.to_string()));
+        }
+    }
+    out
+}
+
+/// Why `text` is a command that only looks runnable, if it is one.
+pub fn runnable_trap(text: &str) -> Option<&'static str> {
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("python -c") || lower.contains("python3 -c") {
+        const STATEFUL: &[&str] = &[
+            "set_per_process_memory_fraction",
+            "empty_cache",
+            "reset_peak_memory_stats",
+            "cuda.set_device",
+            "set_sync_debug_mode",
+            "os.environ[",
+            "init_process_group",
+        ];
+        if STATEFUL.iter().any(|s| lower.contains(s)) {
+            return Some(
+                "a `python -c` process changes only its own state, never the training job's: \
+                 say where in the job's code the call goes",
+            );
+        }
+    }
+    const IFACE_VARS: &[&str] = &[
+        "nccl_socket_ifname=",
+        "gloo_socket_ifname=",
+        "tp_socket_ifname=",
+        "nccl_ib_hca=",
+    ];
+    for var in IFACE_VARS {
+        let mut rest = lower.as_str();
+        while let Some(at) = rest.find(var) {
+            let value = &rest[at + var.len()..];
+            let value = value.trim_start_matches(['"', '\'', '^', '=']);
+            let hard_coded = ["eth", "ens", "enp", "eno", "ib", "bond", "mlx5_"]
+                .iter()
+                .any(|p| value.starts_with(p) && value[p.len()..].starts_with(|c: char| c.is_ascii_digit()));
+            if hard_coded {
+                return Some(
+                    "a hard-coded interface name breaks on machines that name theirs otherwise: \
+                     write <iface> and how to find it (ip -br link, ibdev2netdev)",
+                );
+            }
+            rest = &rest[at + var.len()..];
+        }
+    }
+    let power_cut = ["chassis power cycle", "chassis power off", "chassis power reset"]
+        .iter()
+        .any(|c| lower.contains(c));
+    if power_cut && !(lower.contains("warning") || lower.contains("out-of-band") || lower.contains("bmc")) {
+        return Some(
+            "an in-band power cycle cuts power under the operator's own session: use the BMC \
+             out of band and say so (warning)",
+        );
+    }
+    None
+}
+
+/// Parts of an entry that no review row speaks for: (field, what is missing).
+pub fn review_gaps(entry: &super::Entry) -> Vec<(String, String)> {
+    let mut needed = vec!["patterns", "root_cause"];
+    if !entry.workarounds.is_empty() || !entry.dead_ends.is_empty() {
+        needed.push("advice");
+    }
+    if !entry.versions.is_empty() {
+        needed.push("versions");
+    }
+    needed
+        .into_iter()
+        .filter(|part| !entry.review.iter().any(|r| r.part == *part))
+        .map(|part| {
+            (
+                "review".to_string(),
+                format!("no [[review]] row for `{part}`: say who checked it against what"),
+            )
+        })
+        .collect()
 }
 
 /// (entry, dense pattern id) for every entry `line` hits.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::spec::{DeadEndSpec, EntrySpec, VersionSpec, WorkaroundSpec};
+use super::spec::{DeadEndSpec, EntrySpec, ReviewSpec, SeedSpec, VersionSpec, WorkaroundSpec};
 
 /// What an entry's line means for an incident.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -63,13 +63,30 @@ macro_rules! str_enum {
 str_enum!(Role { Root => "root", Symptom => "symptom", Cascade => "cascade", Info => "info" });
 str_enum!(Severity { Critical => "critical", Error => "error", Warning => "warning", Info => "info" });
 
-/// Accepted values of `verification` (how the diagnosis was judged).
+/// Accepted values of `verification` and of a review row's `level`, weakest first (how the
+/// diagnosis was judged; `kb/README.md` says what each means).
 pub const VERIFICATIONS: &[&str] = &[
+    "seed_ai_generated",
     "ai_generated",
-    "expert_reviewed",
+    "draft",
     "community_reported",
+    "source_verified",
+    "expert_reviewed",
     "measured",
 ];
+
+/// The parts of an entry a review row can speak for.
+pub const REVIEW_PARTS: &[&str] = &["patterns", "root_cause", "advice", "versions"];
+
+/// How a shown rate was obtained: `measured` (the entry is measured) or `community_reported`
+/// (with its sample size and source); seed rates are `estimate`.
+pub fn rate_kind(verification: &str) -> &'static str {
+    if verification == "measured" {
+        "measured"
+    } else {
+        "community_reported"
+    }
+}
 
 /// Accepted values of `patterns_verified` (how the patterns were checked against reality).
 pub const PATTERN_VERIFICATIONS: &[&str] =
@@ -117,6 +134,8 @@ pub struct Entry {
     pub severity: Severity,
     /// Reported only when no non-fallback entry matches the same line.
     pub fallback: bool,
+    /// Ids of entries this one beats on the same line.
+    pub supersedes: Vec<String>,
     pub verification: String,
     pub patterns_verified: String,
     pub fix_rate: Option<f64>,
@@ -126,9 +145,13 @@ pub struct Entry {
     pub negative_examples: Vec<String>,
     pub references: Vec<String>,
     pub versions: Vec<VersionSpec>,
-    /// Sorted by success rate, best first; unknown rates last, in file order.
+    /// In the author's order: first action first, escalations last.
     pub workarounds: Vec<WorkaroundSpec>,
     pub dead_ends: Vec<DeadEndSpec>,
+    /// Who or what checked each part, against which source.
+    pub review: Vec<ReviewSpec>,
+    /// The seed knowledge base's own AI-written fields, kept apart.
+    pub seed: Option<SeedSpec>,
     /// The file the entry was read from, relative to the KB root.
     #[serde(skip)]
     pub path: PathBuf,
@@ -260,6 +283,52 @@ impl Entry {
             }
         }
         check_rate(&mut problem, "fix_rate", spec.fix_rate);
+        for (i, other) in spec.supersedes.iter().enumerate() {
+            if !is_id(other) || *other == spec.id {
+                problem(
+                    &format!("supersedes[{i}]"),
+                    format!("`{other}` must be the id of another entry"),
+                );
+            }
+        }
+        for (i, r) in spec.review.iter().enumerate() {
+            let field = format!("review[{i}]");
+            if !REVIEW_PARTS.contains(&r.part.as_str()) {
+                problem(
+                    &format!("{field}.part"),
+                    format!("`{}` is not one of {}", r.part, REVIEW_PARTS.join(", ")),
+                );
+            }
+            if !VERIFICATIONS.contains(&r.level.as_str()) {
+                problem(
+                    &format!("{field}.level"),
+                    format!("`{}` is not one of {}", r.level, VERIFICATIONS.join(", ")),
+                );
+            }
+            if r.by.trim().is_empty() || r.against.trim().is_empty() {
+                problem(&field, "`by` and `against` must not be empty".to_string());
+            }
+        }
+        if let Some(seed) = &spec.seed {
+            if seed.title.trim().is_empty() {
+                problem("seed.title", "must not be empty".to_string());
+            }
+            check_rate(&mut problem, "seed.fix_rate", seed.fix_rate);
+            for (i, w) in seed.workarounds.iter().enumerate() {
+                check_rate(
+                    &mut problem,
+                    &format!("seed.workarounds[{i}].success_rate"),
+                    w.success_rate,
+                );
+            }
+            for (i, d) in seed.dead_ends.iter().enumerate() {
+                check_rate(
+                    &mut problem,
+                    &format!("seed.dead_ends[{i}].fail_rate"),
+                    d.fail_rate,
+                );
+            }
+        }
         for (i, row) in spec.versions.iter().enumerate() {
             let field = format!("versions[{i}]");
             if row.component.trim().is_empty() || row.range.trim().is_empty() {
@@ -306,12 +375,6 @@ impl Entry {
         let (Some(role), Some(severity), true) = (role, severity, problems.is_empty()) else {
             return Err(problems);
         };
-        let mut workarounds = spec.workarounds;
-        // Stable sort: equal or unknown rates keep the author's order.
-        workarounds.sort_by(|a, b| {
-            let key = |w: &WorkaroundSpec| w.success_rate.unwrap_or(-1.0);
-            key(b).total_cmp(&key(a))
-        });
         Ok(Entry {
             id: spec.id,
             title: spec.title,
@@ -322,6 +385,7 @@ impl Entry {
             role,
             severity,
             fallback: spec.fallback,
+            supersedes: spec.supersedes,
             verification: spec.verification,
             patterns_verified: spec.patterns_verified,
             fix_rate: spec.fix_rate,
@@ -331,8 +395,10 @@ impl Entry {
             negative_examples: spec.negative_examples,
             references: spec.references,
             versions: spec.versions,
-            workarounds,
+            workarounds: spec.workarounds,
             dead_ends: spec.dead_ends,
+            review: spec.review,
+            seed: spec.seed,
             path: path.to_path_buf(),
         })
     }

@@ -6,7 +6,7 @@
 //! named groups. An example (the title) and a near-miss negative example are derived too; the
 //! importer's output is a draft for a person to sharpen, and it passes `kb check` as it is.
 
-use super::spec::{DeadEndSpec, EntrySpec, VersionSpec, WorkaroundSpec};
+use super::spec::{DeadEndSpec, EntrySpec, SeedSpec, VersionSpec, WorkaroundSpec};
 
 /// Errors of the importers; `field` names what was missing or malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -250,6 +250,8 @@ fn from_deadends(e: DeadendsEntry) -> EntrySpec {
                 text: w.action,
                 command: w.how.filter(|h| !h.trim().is_empty()),
                 success_rate: w.success_rate.filter(|r| (0.0..=1.0).contains(r)),
+                n: None,
+                source: None,
             })
             .collect(),
         dead_ends: e
@@ -259,6 +261,8 @@ fn from_deadends(e: DeadendsEntry) -> EntrySpec {
                 action: d.action,
                 why: d.why_fails,
                 fail_rate: d.fail_rate.filter(|r| (0.0..=1.0).contains(r)),
+                n: None,
+                source: None,
             })
             .collect(),
         origin: "deadends.dev JSON".into(),
@@ -312,18 +316,45 @@ fn slugify(s: &str) -> String {
         .to_string()
 }
 
-/// Renders an entry in the seed's Markdown format (the inverse of [`from_markdown`]).
+/// Renders an entry in the seed's Markdown format (the inverse of [`from_markdown`]): the
+/// entry's `[seed]` fields where it has them (what the seed wrote), else its own.
 pub fn to_markdown(spec: &EntrySpec) -> String {
-    let mut out = format!("# {}\n\n", spec.title);
+    let own = SeedSpec {
+        title: spec.title.clone(),
+        category: spec.category.clone(),
+        error_code: spec.error_code.clone(),
+        verification: spec.verification.clone(),
+        fix_rate: spec.fix_rate,
+        root_cause: spec.root_cause.clone(),
+        versions: spec.versions.clone(),
+        workarounds: spec.workarounds.clone(),
+        dead_ends: spec.dead_ends.clone(),
+    };
+    let seed = spec.seed.as_ref().unwrap_or(&own);
+    let or = |a: &'_ str, b: &'_ str| if a.is_empty() { b.to_string() } else { a.to_string() };
+    let mut out = format!("# {}\n\n", seed.title);
     out.push_str(&format!("- **ID:** `{}`\n", spec.id));
     out.push_str(&format!("- **Domain:** {}\n", spec.domain));
-    out.push_str(&format!("- **Category:** {}\n", spec.category));
-    out.push_str(&format!("- **Error Code:** `{}`\n", spec.error_code));
-    out.push_str(&format!("- **Verification:** {}\n", spec.verification));
-    if let Some(rate) = spec.fix_rate {
+    out.push_str(&format!(
+        "- **Category:** {}\n",
+        or(&seed.category, &spec.category)
+    ));
+    out.push_str(&format!(
+        "- **Error Code:** `{}`\n",
+        or(&seed.error_code, &spec.error_code)
+    ));
+    out.push_str(&format!(
+        "- **Verification:** {}\n",
+        or(&seed.verification, &spec.verification)
+    ));
+    if let Some(rate) = seed.fix_rate {
         out.push_str(&format!("- **Fix Rate:** {}%\n", percent(rate)));
     }
-    out.push_str(&format!("\n## Root Cause\n\n{}\n", spec.root_cause.trim()));
+    out.push_str(&format!(
+        "\n## Root Cause\n\n{}\n",
+        or(seed.root_cause.trim(), spec.root_cause.trim())
+    ));
+    let spec = seed;
     if !spec.versions.is_empty() {
         out.push_str("\n## Version Compatibility\n\n| Version | Status | Introduced | Deprecated |\n|---------|--------|------------|------------|\n");
         for v in &spec.versions {
@@ -462,6 +493,8 @@ fn parse_workarounds(body: &[&str]) -> Result<Vec<WorkaroundSpec>, ImportError> 
             success_rate: rate
                 .map(|r| parse_percent(r, "workarounds.success_rate"))
                 .transpose()?,
+            n: None,
+            source: None,
         });
     }
     Ok(out)
@@ -484,6 +517,8 @@ fn parse_dead_ends(body: &[&str]) -> Result<Vec<DeadEndSpec>, ImportError> {
             fail_rate: rate
                 .map(|r| parse_percent(r, "dead_ends.fail_rate"))
                 .transpose()?,
+            n: None,
+            source: None,
         });
     }
     Ok(out)
@@ -522,9 +557,27 @@ pub(crate) fn draft(p: DraftParts) -> EntrySpec {
         .iter()
         .any(|w| lower.contains(w));
     let verification = if super::entry::VERIFICATIONS.contains(&p.verification.as_str()) {
-        p.verification
+        p.verification.clone()
     } else {
         "ai_generated".to_string()
+    };
+    // What the other knowledge base wrote is kept apart, rates and all: the entry's own advice
+    // starts empty until someone checks it against a source.
+    let seed = SeedSpec {
+        title: p.title.clone(),
+        category: p.category.clone(),
+        error_code: p.error_code.clone(),
+        verification: p.verification.clone(),
+        fix_rate: p.fix_rate,
+        root_cause: p.root_cause.clone(),
+        versions: p.versions.clone(),
+        workarounds: p.workarounds,
+        dead_ends: p.dead_ends,
+    };
+    let verification = if verification == "ai_generated" {
+        "seed_ai_generated".to_string()
+    } else {
+        verification
     };
     EntrySpec {
         id: p.id.clone(),
@@ -536,9 +589,10 @@ pub(crate) fn draft(p: DraftParts) -> EntrySpec {
         role: if cascade { "cascade" } else { "root" }.to_string(),
         severity: "error".to_string(),
         fallback: false,
+        supersedes: Vec::new(),
         verification,
         patterns_verified: "unverified".to_string(),
-        fix_rate: p.fix_rate,
+        fix_rate: None,
         root_cause: p.root_cause,
         patterns: vec![pattern],
         examples: vec![p.title],
@@ -548,8 +602,10 @@ pub(crate) fn draft(p: DraftParts) -> EntrySpec {
             p.origin, p.id
         )],
         versions: p.versions,
-        workarounds: p.workarounds,
-        dead_ends: p.dead_ends,
+        workarounds: Vec::new(),
+        dead_ends: Vec::new(),
+        review: Vec::new(),
+        seed: Some(seed),
     }
 }
 
@@ -690,15 +746,27 @@ mod tests {
         let spec = from_markdown(SEED).expect("imports");
         assert_eq!(spec.id, "pytorch/nccl-timeout-allreduce");
         assert_eq!(spec.error_code, "NCCL_TIMEOUT_600");
-        assert_eq!(spec.fix_rate, Some(0.75));
         assert_eq!(spec.versions.len(), 3);
         assert_eq!(spec.versions[0].component, "torch");
         assert_eq!(spec.versions[0].range, ">=1.10");
-        assert_eq!(spec.workarounds.len(), 3);
-        assert_eq!(spec.workarounds[0].success_rate, Some(0.8));
-        assert_eq!(spec.dead_ends.len(), 2);
-        assert_eq!(spec.dead_ends[0].action, "export NCCL_TIMEOUT=1200");
-        assert_eq!(spec.dead_ends[1].fail_rate, Some(0.5));
+        // The seed's AI-written advice and numbers are kept apart, never shown as the entry's.
+        assert_eq!(spec.verification, "seed_ai_generated");
+        assert_eq!(spec.fix_rate, None);
+        assert!(spec.workarounds.is_empty() && spec.dead_ends.is_empty());
+        let seed = spec.seed.as_ref().expect("the seed's fields");
+        assert_eq!(seed.fix_rate, Some(0.75));
+        assert_eq!(seed.verification, "ai_generated");
+        assert_eq!(seed.workarounds.len(), 3);
+        assert_eq!(seed.workarounds[0].success_rate, Some(0.8));
+        assert_eq!(seed.dead_ends.len(), 2);
+        assert_eq!(seed.dead_ends[0].action, "export NCCL_TIMEOUT=1200");
+        assert_eq!(seed.dead_ends[1].fail_rate, Some(0.5));
+    }
+
+    #[test]
+    fn markdown_export_is_the_seed_verbatim() {
+        let spec = from_markdown(SEED).expect("imports");
+        assert_eq!(to_markdown(&spec).trim_end(), SEED.trim_end());
     }
 
     #[test]
@@ -717,13 +785,15 @@ mod tests {
         assert_eq!(s.id, "pytorch/cuda-out-of-memory-backward-torch2-4-h100");
         assert_eq!(s.error_code, "CUDA_OUT_OF_MEMORY_BACKWARD");
         assert_eq!(s.verification, "expert_reviewed");
-        assert_eq!(s.fix_rate, Some(0.82));
-        assert_eq!(s.workarounds.len(), 3);
+        assert_eq!(s.fix_rate, None, "its rates have no sample size");
+        let seed = s.seed.as_ref().expect("what deadends.dev wrote");
+        assert_eq!(seed.fix_rate, Some(0.82));
+        assert_eq!(seed.workarounds.len(), 3);
         assert_eq!(
-            s.workarounds[1].command.as_deref(),
+            seed.workarounds[1].command.as_deref(),
             Some("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
         );
-        assert_eq!(s.dead_ends[0].fail_rate, Some(0.85));
+        assert_eq!(seed.dead_ends[0].fail_rate, Some(0.85));
         assert!(s
             .versions
             .iter()

@@ -16,7 +16,7 @@ use regex_automata::meta::{self, Regex};
 use regex_automata::util::syntax;
 use regex_syntax::hir::{Hir, HirKind, Look};
 
-pub use entry::{Entry, Problem, Role, Severity};
+pub use entry::{rate_kind, Entry, Problem, Role, Severity};
 pub use spec::EntrySpec;
 
 mod embedded {
@@ -126,6 +126,18 @@ impl KnowledgeBase {
                     field: "id".into(),
                     message: format!("duplicate id, also in {}", first.display()),
                 });
+            }
+        }
+        for entry in &entries {
+            for (i, other) in entry.supersedes.iter().enumerate() {
+                if !seen.contains_key(other) {
+                    problems.push(Problem {
+                        file: entry.path.clone(),
+                        entry: entry.id.clone(),
+                        field: format!("supersedes[{i}]"),
+                        message: format!("`{other}` is not an entry of this KB"),
+                    });
+                }
             }
         }
         let mut patterns = Vec::new();

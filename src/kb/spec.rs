@@ -31,14 +31,19 @@ pub struct EntrySpec {
     /// the same line, so one line is not counted twice.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fallback: bool,
-    /// How the diagnosis and its rates were judged (seed format): `ai_generated`,
-    /// `expert_reviewed`, `community_reported`, `measured`.
+    /// Ids of entries this one beats when both match one line: the event carries this entry
+    /// and lists the other under `also`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub supersedes: Vec<String>,
+    /// How the diagnosis was judged: the weakest level of its reviewed parts
+    /// ([`super::entry::VERIFICATIONS`]).
     pub verification: String,
     /// How the patterns were checked against reality: `source` (read in the emitting program's
     /// source), `real_log` (seen in published logs), `captured` (printed by the real program in
     /// this project's captures), `secondary` (a secondary copy) or `unverified`.
     pub patterns_verified: String,
-    /// Share of incidents that the workarounds fix, 0.0..=1.0; absent when nobody measured it.
+    /// Share of incidents that the workarounds fix, 0.0..=1.0; only with
+    /// `verification = "measured"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fix_rate: Option<f64>,
     /// What is going on, for the on-call engineer at 3 a.m.
@@ -55,10 +60,54 @@ pub struct EntrySpec {
     /// Version compatibility rows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub versions: Vec<VersionSpec>,
-    /// What to try, best first once sorted by success rate.
+    /// What to try, in the author's order: first action first, escalations last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workarounds: Vec<WorkaroundSpec>,
     /// Fixes known not to work, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dead_ends: Vec<DeadEndSpec>,
+    /// Who or what checked each part of the entry, and against which source.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub review: Vec<ReviewSpec>,
+    /// The seed knowledge base's own fields (AI-written), kept apart for import round trips.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<SeedSpec>,
+}
+
+/// One row of an entry's review trail.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewSpec {
+    /// `patterns`, `root_cause`, `advice` or `versions`.
+    pub part: String,
+    /// A verification level ([`super::entry::VERIFICATIONS`]).
+    pub level: String,
+    /// Who or what checked it.
+    pub by: String,
+    /// The source it was checked against.
+    pub against: String,
+}
+
+/// The seed knowledge base's fields of an entry, as the seed wrote them: AI-written, never
+/// shown as verified advice (only by `kb explain --all`, and in JSON marked `origin = "seed"`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeedSpec {
+    pub title: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub category: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error_code: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub verification: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix_rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub root_cause: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<VersionSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workarounds: Vec<WorkaroundSpec>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dead_ends: Vec<DeadEndSpec>,
 }
@@ -87,9 +136,15 @@ pub struct WorkaroundSpec {
     /// A shell command or code snippet that applies it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    /// 0.0..=1.0; absent when unknown.
+    /// 0.0..=1.0, only as measured or reported: with `n` and `source` (seed rates aside).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub success_rate: Option<f64>,
+    /// The sample size behind the rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u32>,
+    /// Where the rate was measured or reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// A fix that people try and that does not work.
@@ -98,7 +153,13 @@ pub struct WorkaroundSpec {
 pub struct DeadEndSpec {
     pub action: String,
     pub why: String,
-    /// 0.0..=1.0; absent when unknown.
+    /// 0.0..=1.0, only as measured or reported: with `n` and `source` (seed rates aside).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_rate: Option<f64>,
+    /// The sample size behind the rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u32>,
+    /// Where the rate was measured or reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }

@@ -155,14 +155,11 @@ pub fn write_event_text(out: &mut impl Write, e: &MatchEvent) -> io::Result<()> 
     let d = &e.diagnosis;
     writeln!(out, "  what: {}", d.title)?;
     writeln!(out, "  why: {}", d.root_cause.replace('\n', " "))?;
-    for w in d.workarounds.iter().take(3) {
-        let rate = w
-            .success_rate
-            .map(|r| format!(" ({:.0}% success)", r * 100.0))
-            .unwrap_or_default();
+    for w in d.verified_workarounds().take(3) {
+        let rate = w.rate_text().map(|r| format!(" ({r})")).unwrap_or_default();
         writeln!(out, "  try: {}{rate}", w.text)?;
     }
-    for d in d.dead_ends.iter().take(2) {
+    for d in d.verified_dead_ends().take(2) {
         writeln!(out, "  don't: {} ({})", d.action, d.why)?;
     }
     writeln!(out)
@@ -232,7 +229,7 @@ pub fn write_incident_text(out: &mut impl Write, i: &IncidentEvent) -> io::Resul
         }
     }
     writeln!(out, "  what: {}", i.diagnosis.title)?;
-    for w in i.diagnosis.workarounds.iter().take(2) {
+    for w in i.diagnosis.verified_workarounds().take(2) {
         writeln!(out, "  try: {}", w.text)?;
     }
     if i.restart_loop {

@@ -413,7 +413,7 @@ pub fn alertmanager_payload(incident: &IncidentEvent, cfg: &WebhookConfig) -> Va
     if let Some(score) = incident.bad_node_score {
         annotations.insert("bad_node_score", score.to_string());
     }
-    if let Some(w) = incident.diagnosis.workarounds.first() {
+    if let Some(w) = incident.diagnosis.verified_workarounds().next() {
         annotations.insert("runbook", w.text.clone());
     }
     if !context.is_empty() {
