@@ -46,7 +46,7 @@ pub struct DemoArgs {
     #[arg(long, env = "FAULTLINE_KB", value_name = "DIR")]
     pub kb: Option<PathBuf>,
     /// Admin HTTP address (/healthz, /readyz); `off` disables.
-    #[arg(long, default_value = crate::config::DEFAULT_ADMIN_LISTEN, value_name = "ADDR")]
+    #[arg(long, default_value = crate::server::DEFAULT_ADMIN_LISTEN, value_name = "ADDR")]
     pub admin_listen: String,
     /// How diagnoses are printed.
     #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -196,8 +196,8 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     }
 
     let printer = Printer::start(&bootstrap, args.format)?;
-    let signals = tokio::spawn(pipeline::handle_signals(
-        running.stopper(),
+    let signals = tokio::spawn(pipeline::signals::handle_signals(
+        std::sync::Arc::clone(running.stopper().shutdown()),
         running.reloader(),
     ));
     let outcome = if args.follow {

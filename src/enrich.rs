@@ -128,7 +128,12 @@ fn sampled(
     n: Option<u32>,
     source: &Option<String>,
     verification: &str,
-) -> (Option<f64>, Option<u32>, Option<String>, Option<&'static str>) {
+) -> (
+    Option<f64>,
+    Option<u32>,
+    Option<String>,
+    Option<&'static str>,
+) {
     match (rate, n.filter(|n| *n > 0), source) {
         (Some(r), Some(n), Some(s)) if !s.trim().is_empty() => (
             Some(r),
@@ -154,12 +159,7 @@ impl DeadEnd {
     }
 }
 
-fn rate_text(
-    rate: Option<f64>,
-    n: Option<u32>,
-    kind: Option<&str>,
-    word: &str,
-) -> Option<String> {
+fn rate_text(rate: Option<f64>, n: Option<u32>, kind: Option<&str>, word: &str) -> Option<String> {
     let pct = (rate? * 100.0).round();
     Some(match (kind, n) {
         (Some("estimate"), _) => format!("seed's AI estimate, never measured: {pct:.0}% {word}"),

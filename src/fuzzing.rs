@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use crate::config::{EnvelopeMode, InputConfig, JobIdFrom};
 use crate::engine::{ChunkInfo, Engine};
 use crate::enrich::{Enricher, MatchEvent, MAX_CAPTURE_BYTES, MAX_EVENT_LINE_BYTES};
 use crate::envelope::{self, MAX_RECORDS_PER_LINE};
@@ -15,6 +14,7 @@ use crate::incident::multiline::{self, ContextBuf, Streams, MAX_CONTEXT_LINE_BYT
 use crate::incident::{ContextInfo, Correlator, IncidentConfig};
 use crate::kb::{self, KnowledgeBase};
 use crate::matcher::{HyperscanMatcher, RegexMatcher};
+use crate::pipeline::decode::{EnvelopeMode, InputConfig, JobIdFrom};
 use crate::record::Provenance;
 use crate::redact::Redactor;
 use crate::source::file::ChunkReader;
@@ -314,7 +314,7 @@ pub fn redact(data: &[u8]) {
 /// 0x1f (no `=`: a header without a value). `flags` picks a missing key or payload (a
 /// tombstone) and where the job id comes from; `limit` sets `input.max_record_bytes`.
 pub fn kafka_record(data: &[u8]) {
-    use crate::pipeline::{decode_record, payload_lines, Disposition, Invalid};
+    use crate::pipeline::decode::{decode_record, payload_lines, Disposition, Invalid};
     let [flags, limit, rest @ ..] = data else {
         return;
     };

@@ -57,6 +57,8 @@ pub mod envelope;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod incident;
+pub mod isolation;
+pub mod kafka;
 pub mod kb;
 pub mod matcher;
 pub mod metrics;
@@ -66,6 +68,7 @@ pub mod pipeline;
 pub mod record;
 pub mod redact;
 pub mod reload;
+pub mod runtime;
 pub mod scan;
 pub mod server;
 pub mod sink;

@@ -1,8 +1,9 @@
 //! A panic hook that redacts: Rust's default hook prints the panic message as it is, and a
 //! message that quotes a log line could carry a credential to stderr. `main` installs this one.
 //!
-//! Panics inside the pipeline and the scanner are caught and isolated there (the record is
-//! retried, then dead-lettered or skipped); this hook only decides what reaches stderr.
+//! Panics inside the pipeline and the scanner are caught and isolated there
+//! ([`crate::isolation`]: the record is retried, then dead-lettered or skipped); this hook only
+//! decides what reaches stderr, with the same redacted text.
 
 use std::panic::PanicHookInfo;
 
@@ -25,20 +26,12 @@ pub fn install() {
 
 /// The line printed for a panic: the message with its secrets redacted.
 pub fn describe(redactor: &Redactor, info: &PanicHookInfo<'_>, thread: &str) -> String {
-    let payload = info.payload();
-    let message = payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(a panic without a message)");
+    let message = crate::isolation::message(info.payload(), redactor);
     let location = info
         .location()
         .map(|l| format!(" at {}:{}", l.file(), l.line()))
         .unwrap_or_default();
-    format!(
-        "faultline: thread '{thread}' panicked{location}: {}",
-        redactor.redact_str(message)
-    )
+    format!("faultline: thread '{thread}' panicked{location}: {message}")
 }
 
 #[cfg(test)]

@@ -62,3 +62,10 @@ pub struct LogRecord<'a> {
     /// True when the line was longer than the configured limit and was cut.
     pub truncated: bool,
 }
+
+/// Lines in a buffer as every driver counts them: its newlines, plus one for a last line
+/// without one (a buffer of one line cut at the line limit is one line too).
+pub fn line_count(data: &[u8]) -> u64 {
+    memchr::memchr_iter(b'\n', data).count() as u64
+        + u64::from(data.last().is_some_and(|&b| b != b'\n'))
+}

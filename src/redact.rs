@@ -407,6 +407,70 @@ fn compile_rule(name: &str, pattern: &str) -> Result<Rule, RedactError> {
     })
 }
 
+/// `[redact]` as written.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedact {
+    /// Redact secrets in events (default true).
+    pub enabled: Option<bool>,
+    /// Rules added to the built-in ones: `[{ name = "...", pattern = '...' }]`, as
+    /// `faultline scan --redact NAME=PATTERN` takes them.
+    #[serde(default)]
+    pub extra: Vec<RuleSpec>,
+}
+
+/// Secret redaction in `faultline run`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedactConfig {
+    /// Redact events' `line` and `captures` (and so spans and everything quoting events).
+    pub enabled: bool,
+    /// Rules added to the built-in ones, each checked in both engines at validation.
+    pub extra: Vec<RuleSpec>,
+}
+
+impl RedactConfig {
+    /// Validates `[redact]`: each extra rule compiles in both engines.
+    pub fn from_raw(raw: RawRedact, errors: &mut crate::config::section::Errors<'_>) -> Self {
+        for (i, rule) in raw.extra.iter().enumerate() {
+            if let Err(e) = rule.check() {
+                errors.push(&format!("extra[{i}]"), e.to_string());
+            }
+        }
+        RedactConfig {
+            enabled: raw.enabled.unwrap_or(true),
+            extra: raw.extra,
+        }
+    }
+
+    /// The built-in rules plus the extra ones, compiled (the shared built-in instance when
+    /// there are none).
+    pub fn rules(&self) -> Result<Arc<Redactor>, RedactError> {
+        if self.extra.is_empty() {
+            Ok(Redactor::builtin())
+        } else {
+            Redactor::new(&self.extra).map(Arc::new)
+        }
+    }
+
+    /// The effective `[redact]` table.
+    pub fn print(&self, p: &mut crate::config::section::Printer) {
+        p.table("redact");
+        p.number("enabled", self.enabled);
+        let extra: Vec<String> = self
+            .extra
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{ name = {}, pattern = {} }}",
+                    toml::Value::String(r.name.clone()),
+                    toml::Value::String(r.pattern.clone())
+                )
+            })
+            .collect();
+        p.line(&format!("extra = [{}]", extra.join(", ")));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

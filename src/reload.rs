@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use crate::config::section::{Errors, Printer};
 use crate::engine::Engine;
 use crate::enrich::Enricher;
 use crate::kb::{self, KnowledgeBase};
 use crate::matcher::MatchError;
+pub use crate::runtime::health::ReloadStatus;
 
 /// A compiled KB and its enricher, swapped as a whole.
 #[derive(Debug)]
@@ -115,13 +117,50 @@ impl KbSource {
     }
 }
 
-/// Reload outcomes, for /readyz and logs.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ReloadStatus {
-    pub version: String,
-    pub reloads: u64,
-    pub failures: u64,
-    pub last_error: Option<String>,
+/// `[kb]` as written.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKb {
+    /// The KB directory, watched for changes; the built-in KB when absent.
+    pub dir: Option<PathBuf>,
+    /// How often the directory is checked for changes; 0 disables.
+    pub watch_interval_ms: Option<u64>,
+}
+
+/// Validated `[kb]`.
+#[derive(Debug, Clone)]
+pub struct KbConfig {
+    /// `None`: the KB built into the binary (never reloaded).
+    pub dir: Option<PathBuf>,
+    /// `None`: the directory is not watched (SIGHUP still reloads).
+    pub watch_interval: Option<Duration>,
+}
+
+impl KbConfig {
+    /// Validates `[kb]`, applying defaults.
+    pub fn from_raw(raw: RawKb, errors: &mut Errors<'_>) -> KbConfig {
+        if raw.dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+            errors.push("dir", "must not be empty");
+        }
+        let watch_ms = raw.watch_interval_ms.unwrap_or(3_000);
+        KbConfig {
+            dir: raw.dir,
+            watch_interval: (watch_ms > 0).then(|| Duration::from_millis(watch_ms)),
+        }
+    }
+
+    /// The effective `[kb]` table.
+    pub fn print(&self, p: &mut Printer) {
+        p.table("kb");
+        match &self.dir {
+            Some(d) => p.value("dir", d.display().to_string()),
+            None => p.line("# dir: the built-in KB"),
+        }
+        p.number(
+            "watch_interval_ms",
+            self.watch_interval.map_or(0, |d| d.as_millis()),
+        );
+    }
 }
 
 /// Reloads on every `trigger` message (SIGHUP) and, when `interval` is set, whenever the

@@ -22,14 +22,14 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crate::engine::{ChunkInfo, Engine, Worker};
 use crate::enrich::{Enricher, MatchEvent};
 use crate::incident::{self, multiline, Correlator, IncidentConfig, IncidentEvent, Status};
+use crate::isolation;
 use crate::matcher::Matcher;
-use crate::record::Provenance;
+use crate::record::{line_count, Provenance};
 use crate::redact::Redactor;
 use crate::sink::stdout::{JobSummary, StdoutSink};
 use crate::source::file::{self, ChunkReader, Input, InputError};
@@ -193,6 +193,26 @@ impl Incidents {
     }
 }
 
+/// What every chunk of a scan shares, read-only (and shared by the parallel workers).
+struct Chunks<'a, M: Matcher> {
+    engine: &'a Engine<M>,
+    enricher: Enricher,
+    opts: &'a ScanOptions,
+    /// Redacts panic messages (they may quote the input).
+    redactor: Arc<Redactor>,
+}
+
+/// Where a scan's results go, in input order: the printer, the per-job summaries, the
+/// statistics, the incidents and the caller's callback.
+struct Writer<'a, W: Write> {
+    out: &'a mut StdoutSink<W>,
+    opts: &'a ScanOptions,
+    jobs: BTreeMap<String, JobSummary>,
+    stats: ScanStats,
+    incidents: Option<Incidents>,
+    on_event: &'a mut dyn FnMut(&MatchEvent),
+}
+
 /// Scans `inputs` in order, writing every match to `out` and, at the end, the incidents (when
 /// [`ScanOptions::incidents`] is set) and a summary per job. `on_event` sees each printed match.
 pub fn scan_inputs<M: Matcher, W: Write>(
@@ -202,11 +222,21 @@ pub fn scan_inputs<M: Matcher, W: Write>(
     out: &mut StdoutSink<W>,
     on_event: &mut dyn FnMut(&MatchEvent),
 ) -> Result<ScanStats, ScanError> {
-    let enricher = Enricher::new(Arc::clone(&engine.kb)).with_redactor(opts.redactor.clone());
+    let chunks = Chunks {
+        engine,
+        enricher: Enricher::new(Arc::clone(&engine.kb)).with_redactor(opts.redactor.clone()),
+        opts,
+        redactor: Redactor::builtin(),
+    };
     let mut worker = engine.worker()?;
-    let mut stats = ScanStats::default();
-    let mut jobs: BTreeMap<String, JobSummary> = BTreeMap::new();
-    let mut incidents = opts.incidents.clone().map(Incidents::new).transpose()?;
+    let mut w = Writer {
+        out,
+        opts,
+        jobs: BTreeMap::new(),
+        stats: ScanStats::default(),
+        incidents: opts.incidents.clone().map(Incidents::new).transpose()?,
+        on_event,
+    };
     let progress = opts.progress.then(|| {
         let total: u64 = inputs.iter().filter_map(|i| i.size).sum();
         let bar = indicatif::ProgressBar::new(total);
@@ -219,20 +249,21 @@ pub fn scan_inputs<M: Matcher, W: Write>(
         bar
     });
     for input in inputs {
-        stats.inputs += 1;
+        w.stats.inputs += 1;
         if let Some(bar) = &progress {
             bar.set_message(input.name.clone());
         }
+        let unreadable = |e: io::Error| {
+            InputError {
+                name: input.name.clone(),
+                source: e,
+            }
+            .to_string()
+        };
         let reader = match file::open(input) {
             Ok(r) => r,
             Err(e) => {
-                stats.errors.push(
-                    InputError {
-                        name: input.name.clone(),
-                        source: e,
-                    }
-                    .to_string(),
-                );
+                w.stats.errors.push(unreadable(e));
                 continue;
             }
         };
@@ -242,50 +273,26 @@ pub fn scan_inputs<M: Matcher, W: Write>(
             bytes: 0,
         };
         let result = if opts.threads > 1 {
-            scan_parallel(
-                engine,
-                &enricher,
-                input,
-                counted,
-                opts,
-                out,
-                &mut jobs,
-                &mut stats,
-                &mut incidents,
-                on_event,
-            )
+            scan_parallel(&chunks, input, counted, &mut w)
         } else {
-            scan_one(
-                engine,
-                &enricher,
-                &mut worker,
-                input,
-                counted,
-                opts,
-                out,
-                &mut jobs,
-                &mut stats,
-                &mut incidents,
-                on_event,
-            )
+            scan_one(&chunks, &mut worker, input, counted, &mut w)
         };
         match result {
             Ok(()) => {}
-            Err(OneError::Read(e)) => {
-                stats.errors.push(
-                    InputError {
-                        name: input.name.clone(),
-                        source: e,
-                    }
-                    .to_string(),
-                );
-            }
+            Err(OneError::Read(e)) => w.stats.errors.push(unreadable(e)),
             Err(OneError::Fatal(e)) => return Err(e),
         }
     }
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
+    let Writer {
+        out,
+        jobs,
+        stats,
+        incidents,
+        ..
+    } = w;
     if let Some(incidents) = incidents {
         incidents.finish(out).map_err(ScanError::Output)?;
     }
@@ -303,76 +310,75 @@ enum OneError {
     Fatal(ScanError),
 }
 
-#[allow(clippy::too_many_arguments)]
+impl From<io::Error> for OneError {
+    /// An error writing the output (reading errors are mapped explicitly).
+    fn from(e: io::Error) -> Self {
+        OneError::Fatal(ScanError::Output(e))
+    }
+}
+
 fn scan_one<M: Matcher, W: Write, R: Read>(
-    engine: &Engine<M>,
-    enricher: &Enricher,
+    c: &Chunks<'_, M>,
     worker: &mut Worker<M>,
     input: &Input,
     mut reader: Counted<R>,
-    opts: &ScanOptions,
-    out: &mut StdoutSink<W>,
-    jobs: &mut BTreeMap<String, JobSummary>,
-    stats: &mut ScanStats,
-    incidents: &mut Option<Incidents>,
-    on_event: &mut dyn FnMut(&MatchEvent),
+    w: &mut Writer<'_, W>,
 ) -> Result<(), OneError> {
+    let opts = c.opts;
     let mut chunks = ChunkReader::new(&mut reader, opts.chunk_bytes, opts.max_line_bytes);
     loop {
         let chunk = match chunks.next_chunk() {
             Ok(Some(c)) => c,
             Ok(None) => break,
             Err(e) => {
-                stats.truncated_lines += chunks.truncated_lines;
+                w.stats.truncated_lines += chunks.truncated_lines;
                 return Err(OneError::Read(e));
             }
         };
         let first_line = chunk.info.first_line;
-        let scanned = scan_isolated(engine, enricher, worker, input, chunk.data, chunk.info)
+        let scanned = c
+            .scan_isolated(worker, input, chunk.data, chunk.info)
             .map_err(|e| OneError::Fatal(e.into()))?;
         let lines = scanned.lines;
-        stats.note_panics(input, first_line, &scanned);
+        w.stats.note_panics(input, first_line, &scanned);
         for event in &scanned.events {
-            emit(event, opts, out, jobs, stats, incidents, on_event)
-                .map_err(|e| OneError::Fatal(ScanError::Output(e)))?;
+            w.emit(event)?;
         }
-        if let Some(incidents) = incidents.as_mut() {
-            incidents
-                .spill(out)
-                .map_err(|e| OneError::Fatal(ScanError::Output(e)))?;
-        }
-        stats.lines += lines;
+        w.spill()?;
+        w.stats.lines += lines;
         chunks.advance_lines(lines);
     }
-    stats.truncated_lines += chunks.truncated_lines;
+    w.stats.truncated_lines += chunks.truncated_lines;
     drop(chunks);
-    stats.bytes += reader.bytes;
+    w.stats.bytes += reader.bytes;
     Ok(())
 }
 
-/// Records what the writer does with each event, in input order, for either scan path.
-#[allow(clippy::too_many_arguments)]
-fn emit<W: Write>(
-    event: &MatchEvent,
-    opts: &ScanOptions,
-    out: &mut StdoutSink<W>,
-    jobs: &mut BTreeMap<String, JobSummary>,
-    stats: &mut ScanStats,
-    incidents: &mut Option<Incidents>,
-    on_event: &mut dyn FnMut(&MatchEvent),
-) -> io::Result<()> {
-    if let Some(incidents) = incidents.as_mut() {
-        incidents.observe(event);
+impl<W: Write> Writer<'_, W> {
+    /// Records what the writer does with each event, in input order, for either scan path.
+    fn emit(&mut self, event: &MatchEvent) -> io::Result<()> {
+        if let Some(incidents) = self.incidents.as_mut() {
+            incidents.observe(event);
+        }
+        if !self.opts.context_events && multiline::is_block_only(event) {
+            return Ok(());
+        }
+        self.stats.matches += 1;
+        self.jobs
+            .entry(event.job_id.clone())
+            .or_insert_with(|| JobSummary::new(&event.job_id))
+            .add(event);
+        (self.on_event)(event);
+        self.out.event(event)
     }
-    if !opts.context_events && multiline::is_block_only(event) {
-        return Ok(());
+
+    /// Writes resolved incidents early once too many wait.
+    fn spill(&mut self) -> io::Result<()> {
+        match self.incidents.as_mut() {
+            Some(incidents) => incidents.spill(self.out),
+            None => Ok(()),
+        }
     }
-    stats.matches += 1;
-    jobs.entry(event.job_id.clone())
-        .or_insert_with(|| JobSummary::new(&event.job_id))
-        .add(event);
-    on_event(event);
-    out.event(event)
 }
 
 /// What scanning one chunk gave.
@@ -397,76 +403,47 @@ impl ScanStats {
     }
 }
 
-/// Scans one chunk into events, isolating a panic of the engine, the matcher or the enricher:
-/// the chunk is scanned once more with a fresh worker (its buffers and scratch may have been
-/// left mid-update), then skipped.
-fn scan_isolated<M: Matcher>(
-    engine: &Engine<M>,
-    enricher: &Enricher,
-    worker: &mut Worker<M>,
-    input: &Input,
-    data: &[u8],
-    info: ChunkInfo,
-) -> Result<ChunkScan, crate::matcher::MatchError> {
-    let mut panics = Vec::new();
-    while panics.len() < 2 {
-        let mut events = Vec::new();
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            engine.scan_chunk(worker, data, info, &mut |hit| {
-                let source = Provenance::File {
-                    path: input.name.clone(),
-                    line: hit.line,
-                };
-                events.push(enricher.event(&hit, &input.job_id, source));
-            })
-        }));
-        match result {
-            Ok(Ok(lines)) => {
-                return Ok(ChunkScan {
-                    lines,
-                    events,
-                    panics,
-                })
-            }
-            Ok(Err(e)) => return Err(e),
-            Err(payload) => {
-                panics.push(panic_message(payload.as_ref()));
-                *worker = engine.worker()?;
-            }
-        }
+impl<M: Matcher> Chunks<'_, M> {
+    /// Scans one chunk into events, isolating a panic of the engine, the matcher or the
+    /// enricher ([`crate::isolation::retry`]): the chunk is scanned once more with a fresh
+    /// worker (its buffers and scratch may have been left mid-update), then skipped.
+    fn scan_isolated(
+        &self,
+        worker: &mut Worker<M>,
+        input: &Input,
+        data: &[u8],
+        info: ChunkInfo,
+    ) -> Result<ChunkScan, crate::matcher::MatchError> {
+        let retried = isolation::retry(
+            2,
+            &self.redactor,
+            worker,
+            |worker| {
+                let mut events = Vec::new();
+                let lines = self.engine.scan_chunk(worker, data, info, &mut |hit| {
+                    let source = Provenance::File {
+                        path: input.name.clone(),
+                        line: hit.line,
+                    };
+                    events.push(self.enricher.event(&hit, &input.job_id, source));
+                })?;
+                Ok((lines, events))
+            },
+            |worker| {
+                *worker = self.engine.worker()?;
+                Ok(())
+            },
+        )?;
+        let (lines, events) = retried.value.unwrap_or_else(|| {
+            let lines = if info.truncated { 1 } else { line_count(data) };
+            (lines, Vec::new())
+        });
+        Ok(ChunkScan {
+            lines,
+            events,
+            panics: retried.panics,
+        })
     }
-    Ok(ChunkScan {
-        lines: lines_in(data, info),
-        events: Vec::new(),
-        panics,
-    })
-}
-
-/// A panic's message, redacted: it may quote the input.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    panic_message_with(payload, &Redactor::builtin())
-}
-
-/// A panic's message, redacted by `redactor` (the Kafka pipeline's, with its extra rules).
-pub(crate) fn panic_message_with(
-    payload: &(dyn std::any::Any + Send),
-    redactor: &Redactor,
-) -> String {
-    let text = payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-text panic payload".to_string());
-    redactor.redact_str(&text).into_owned()
-}
-
-/// Lines in a chunk, as the engine counts them: its newlines plus a last line without one.
-fn lines_in(data: &[u8], info: ChunkInfo) -> u64 {
-    if info.truncated {
-        return 1;
-    }
-    let newlines = memchr::memchr_iter(b'\n', data).count() as u64;
-    newlines + u64::from(data.last().is_some_and(|&b| b != b'\n'))
 }
 
 /// One chunk's results from a worker: events with line numbers relative to the chunk.
@@ -481,23 +458,17 @@ struct ChunkResult {
 /// Scans one input with `opts.threads` workers: a reader hands out owned chunks in sequence,
 /// workers scan them, and this thread writes the results back in sequence, fixing up line
 /// numbers. Queues are bounded, so memory stays at a few chunks per worker.
-#[allow(clippy::too_many_arguments)]
 fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
-    engine: &Engine<M>,
-    enricher: &Enricher,
+    c: &Chunks<'_, M>,
     input: &Input,
     mut reader: Counted<R>,
-    opts: &ScanOptions,
-    out: &mut StdoutSink<W>,
-    jobs: &mut BTreeMap<String, JobSummary>,
-    stats: &mut ScanStats,
-    incidents: &mut Option<Incidents>,
-    on_event: &mut dyn FnMut(&MatchEvent),
+    w: &mut Writer<'_, W>,
 ) -> Result<(), OneError> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::mpsc::{channel, sync_channel};
     use std::sync::Mutex;
 
+    let opts = c.opts;
     let threads = opts.threads;
     let (work_tx, work_rx) = sync_channel::<(u64, Vec<u8>, bool)>(threads * 2);
     let work_rx = Mutex::new(work_rx);
@@ -530,7 +501,7 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
             let done_tx = done_tx.clone();
             let work_rx = &work_rx;
             scope.spawn(move || {
-                let mut worker = engine.worker();
+                let mut worker = c.engine.worker();
                 loop {
                     let next = match work_rx.lock() {
                         Ok(rx) => rx.recv(),
@@ -547,9 +518,9 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
                         truncated,
                     };
                     let result = match worker.as_mut() {
-                        Ok(worker) => scan_isolated(engine, enricher, worker, input, &buf, info),
+                        Ok(worker) => c.scan_isolated(worker, input, &buf, info),
                         Err(e) => Err(crate::matcher::MatchError::Scan {
-                            engine: engine.matcher.name(),
+                            engine: c.engine.matcher.name(),
                             message: e.to_string(),
                         }),
                     };
@@ -573,42 +544,36 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
         let mut pending: BTreeMap<u64, ChunkResult> = BTreeMap::new();
         let mut next = 0u64;
         let mut base_line = 0u64;
+        let mut write = |result: ChunkResult, base_line: u64| -> Result<(), OneError> {
+            let events = result.events.map_err(|e| OneError::Fatal(e.into()))?;
+            let scanned = ChunkScan {
+                lines: result.lines,
+                events: Vec::new(),
+                panics: result.panics,
+            };
+            w.stats.note_panics(input, base_line + 1, &scanned);
+            for mut event in events {
+                if let Provenance::File { line, .. } = &mut event.source {
+                    *line += base_line;
+                }
+                w.emit(&event)?;
+            }
+            w.spill()?;
+            w.stats.lines += result.lines;
+            let _ = pool_tx.send(result.buf);
+            Ok(())
+        };
         let mut failure: Option<OneError> = None;
         'results: for result in done_rx.iter() {
             pending.insert(result.seq, result);
             while let Some(result) = pending.remove(&next) {
                 next += 1;
-                let events = match result.events {
-                    Ok(events) => events,
-                    Err(e) => {
-                        failure = Some(OneError::Fatal(e.into()));
-                        break 'results;
-                    }
-                };
-                let scanned = ChunkScan {
-                    lines: result.lines,
-                    events: Vec::new(),
-                    panics: result.panics,
-                };
-                stats.note_panics(input, base_line + 1, &scanned);
-                for mut event in events {
-                    if let Provenance::File { line, .. } = &mut event.source {
-                        *line += base_line;
-                    }
-                    if let Err(e) = emit(&event, opts, out, jobs, stats, incidents, on_event) {
-                        failure = Some(OneError::Fatal(ScanError::Output(e)));
-                        break 'results;
-                    }
+                let lines = result.lines;
+                if let Err(e) = write(result, base_line) {
+                    failure = Some(e);
+                    break 'results;
                 }
-                if let Some(incidents) = incidents.as_mut() {
-                    if let Err(e) = incidents.spill(out) {
-                        failure = Some(OneError::Fatal(ScanError::Output(e)));
-                        break 'results;
-                    }
-                }
-                base_line += result.lines;
-                stats.lines += result.lines;
-                let _ = pool_tx.send(result.buf);
+                base_line += lines;
             }
         }
         if let Some(e) = failure {
@@ -617,8 +582,8 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
         }
         match reading.join() {
             Ok(Ok((bytes, truncated))) => {
-                stats.bytes += bytes;
-                stats.truncated_lines += truncated;
+                w.stats.bytes += bytes;
+                w.stats.truncated_lines += truncated;
                 Ok(())
             }
             Ok(Err(e)) => Err(OneError::Read(e)),

@@ -16,6 +16,68 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::config::section::{Errors, Printer};
+
+/// The admin server's default address: loopback only.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9477";
+
+/// `[admin]` as written.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    /// `IP:PORT`, or `off`.
+    pub listen: Option<String>,
+    /// In-flight records without progress for this long make /readyz fail.
+    pub stall_timeout_ms: Option<u64>,
+}
+
+/// Validated `[admin]`.
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    /// `None`: no admin server.
+    pub listen: Option<SocketAddr>,
+    /// In-flight records without progress for this long make /readyz fail.
+    pub stall_timeout: std::time::Duration,
+}
+
+impl AdminConfig {
+    /// Validates `[admin]`, applying defaults.
+    pub fn from_raw(raw: RawAdmin, errors: &mut Errors<'_>) -> AdminConfig {
+        let listen = match raw.listen.as_deref().unwrap_or(DEFAULT_ADMIN_LISTEN) {
+            "off" | "" => None,
+            addr => match addr.parse::<SocketAddr>() {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    errors.push(
+                        "listen",
+                        format!("{addr:?}: {e} (expected IP:PORT, or off)"),
+                    );
+                    None
+                }
+            },
+        };
+        let stall_ms = raw.stall_timeout_ms.unwrap_or(60_000);
+        if stall_ms == 0 {
+            errors.push("stall_timeout_ms", "must be positive");
+        }
+        AdminConfig {
+            listen,
+            stall_timeout: std::time::Duration::from_millis(stall_ms),
+        }
+    }
+
+    /// The effective `[admin]` table.
+    pub fn print(&self, p: &mut Printer) {
+        p.table("admin");
+        p.value(
+            "listen",
+            self.listen
+                .map_or_else(|| "off".to_string(), |a| a.to_string()),
+        );
+        p.number("stall_timeout_ms", self.stall_timeout.as_millis());
+    }
+}
+
 /// What a handler returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {

@@ -26,6 +26,7 @@
 //!
 //! The JSON contract of [`IncidentEvent`] is documented in `docs/incidents.md`.
 
+pub mod config;
 pub mod correlate;
 pub mod culprit;
 pub mod elect;

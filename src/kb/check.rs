@@ -250,7 +250,10 @@ pub fn advice_problems(entry: &super::Entry) -> Vec<(String, String)> {
                     .to_string(),
             ));
         } else if rate.is_none() && (n.is_some() || source.is_some()) {
-            out.push((field, "`n` and `source` describe a rate: set one".to_string()));
+            out.push((
+                field,
+                "`n` and `source` describe a rate: set one".to_string(),
+            ));
         }
     }
     let texts = entry
@@ -308,7 +311,10 @@ pub fn runnable_trap(text: &str) -> Option<&'static str> {
             let value = value.trim_start_matches(['"', '\'', '^', '=']);
             let hard_coded = ["eth", "ens", "enp", "eno", "ib", "bond", "mlx5_"]
                 .iter()
-                .any(|p| value.starts_with(p) && value[p.len()..].starts_with(|c: char| c.is_ascii_digit()));
+                .any(|p| {
+                    value.starts_with(p)
+                        && value[p.len()..].starts_with(|c: char| c.is_ascii_digit())
+                });
             if hard_coded {
                 return Some(
                     "a hard-coded interface name breaks on machines that name theirs otherwise: \
@@ -318,10 +324,16 @@ pub fn runnable_trap(text: &str) -> Option<&'static str> {
             rest = &rest[at + var.len()..];
         }
     }
-    let power_cut = ["chassis power cycle", "chassis power off", "chassis power reset"]
-        .iter()
-        .any(|c| lower.contains(c));
-    if power_cut && !(lower.contains("warning") || lower.contains("out-of-band") || lower.contains("bmc")) {
+    let power_cut = [
+        "chassis power cycle",
+        "chassis power off",
+        "chassis power reset",
+    ]
+    .iter()
+    .any(|c| lower.contains(c));
+    if power_cut
+        && !(lower.contains("warning") || lower.contains("out-of-band") || lower.contains("bmc"))
+    {
         return Some(
             "an in-band power cycle cuts power under the operator's own session: use the BMC \
              out of band and say so (warning)",

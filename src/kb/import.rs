@@ -331,7 +331,13 @@ pub fn to_markdown(spec: &EntrySpec) -> String {
         dead_ends: spec.dead_ends.clone(),
     };
     let seed = spec.seed.as_ref().unwrap_or(&own);
-    let or = |a: &'_ str, b: &'_ str| if a.is_empty() { b.to_string() } else { a.to_string() };
+    let or = |a: &'_ str, b: &'_ str| {
+        if a.is_empty() {
+            b.to_string()
+        } else {
+            a.to_string()
+        }
+    };
     let mut out = format!("# {}\n\n", seed.title);
     out.push_str(&format!("- **ID:** `{}`\n", spec.id));
     out.push_str(&format!("- **Domain:** {}\n", spec.domain));

@@ -39,253 +39,24 @@
 //! the ticket stays open until the incident's next occurrence; WARN otherwise: the incident's
 //! next change carries its full state).
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use super::Stop;
 use crate::enrich::MatchEvent;
+use crate::incident::config::IncidentsConfig;
 use crate::incident::time::Millis;
-use crate::incident::{Correlator, CorrelatorStats, IncidentConfig, IncidentEvent, Status};
+use crate::incident::{Correlator, CorrelatorStats, IncidentEvent, Status};
 use crate::metrics::{IncidentFamilies, Metrics};
 use crate::offsets::{RecordId, Release, Tracker};
 use crate::sink::kafka::KafkaSink;
 use crate::sink::webhook::{
-    DeadLetter, Delivery, Pause, PayloadFormat, WebhookConfig, WebhookError, WebhookSink,
+    DeadLetter, Delivery, Pause, RunWebhookConfig, WebhookError, WebhookSink,
 };
 use crate::source::kafka::SourceRecord;
 use crate::telemetry::IncidentTracer;
-
-pub const DEFAULT_INCIDENTS_TOPIC: &str = "faultline.incidents";
-/// Incidents held longer than this stop holding the commit.
-pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(3_600);
-pub const DEFAULT_WEBHOOK_QUEUE: usize = 1_024;
-
-/// `[incidents]` as written. Setting `topic` turns incidents on.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawIncidentsConfig {
-    pub topic: Option<String>,
-    pub window_ms: Option<i64>,
-    pub quiet_ms: Option<i64>,
-    pub max_open_incidents: Option<usize>,
-    pub max_jobs: Option<usize>,
-    pub ticket_min_matches: Option<u64>,
-    pub ticket_window_ms: Option<i64>,
-    pub restart_loop_after: Option<u32>,
-    pub max_hold_ms: Option<u64>,
-}
-
-/// `[webhook]` as written. Setting `url` turns it on (it needs `[incidents]`).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawWebhookConfig {
-    pub url: Option<String>,
-    /// `generic` or `alertmanager`.
-    pub format: Option<String>,
-    pub max_attempts: Option<u32>,
-    pub initial_backoff_ms: Option<u64>,
-    pub max_backoff_ms: Option<u64>,
-    pub timeout_ms: Option<u64>,
-    /// A JSONL file for changes that could not be delivered; none: counted and logged only.
-    pub dead_letter: Option<PathBuf>,
-    /// Changes waiting for the webhook thread.
-    pub queue: Option<usize>,
-    /// Extra request headers (`Authorization = "Bearer ..."`); values are never logged.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    pub receiver: Option<String>,
-    pub external_url: Option<String>,
-}
-
-/// Validated `[incidents]`.
-#[derive(Debug, Clone)]
-pub struct IncidentsConfig {
-    pub topic: String,
-    pub correlator: IncidentConfig,
-    pub max_hold: Duration,
-    pub webhook: Option<RunWebhookConfig>,
-}
-
-/// Validated `[webhook]`.
-#[derive(Debug, Clone)]
-pub struct RunWebhookConfig {
-    pub sink: WebhookConfig,
-    pub dead_letter: Option<PathBuf>,
-    pub queue: usize,
-}
-
-impl IncidentsConfig {
-    /// Validates both tables, reporting each problem by field; `None` when incidents are off
-    /// (or a field is wrong).
-    pub fn from_raw(
-        inc: &RawIncidentsConfig,
-        wh: &RawWebhookConfig,
-        err: &mut dyn FnMut(&str, String),
-    ) -> Option<Self> {
-        let Some(topic) = inc.topic.clone() else {
-            if wh.url.is_some() {
-                err(
-                    "webhook.url",
-                    "needs incidents.topic: tickets follow the incidents the service produces"
-                        .into(),
-                );
-            }
-            return None;
-        };
-        let mut ok = true;
-        if topic.trim().is_empty() {
-            err("incidents.topic", "must not be empty".into());
-            ok = false;
-        }
-        let d = IncidentConfig::default();
-        let correlator = IncidentConfig {
-            window_ms: inc.window_ms.unwrap_or(d.window_ms),
-            quiet_ms: inc.quiet_ms.unwrap_or(d.quiet_ms),
-            max_open_incidents: inc.max_open_incidents.unwrap_or(d.max_open_incidents),
-            max_jobs: inc.max_jobs.unwrap_or(d.max_jobs),
-            ticket_min_matches: inc.ticket_min_matches.unwrap_or(d.ticket_min_matches),
-            ticket_window_ms: inc.ticket_window_ms.unwrap_or(d.ticket_window_ms),
-            restart_loop_after: inc.restart_loop_after.unwrap_or(d.restart_loop_after),
-            ..d
-        };
-        if let Err(e) = correlator.validate() {
-            err("incidents", e.to_string());
-            ok = false;
-        }
-        let max_hold = inc
-            .max_hold_ms
-            .map_or(DEFAULT_MAX_HOLD, Duration::from_millis);
-        if max_hold.is_zero() {
-            err("incidents.max_hold_ms", "must be positive".into());
-            ok = false;
-        }
-        let webhook = match &wh.url {
-            None => None,
-            Some(url) => {
-                let format = match wh.format.as_deref().unwrap_or("generic") {
-                    "generic" => PayloadFormat::Generic,
-                    "alertmanager" => PayloadFormat::Alertmanager,
-                    other => {
-                        err(
-                            "webhook.format",
-                            format!("{other:?}: expected generic or alertmanager"),
-                        );
-                        ok = false;
-                        PayloadFormat::Generic
-                    }
-                };
-                let mut sink = WebhookConfig::new(url.clone(), format);
-                if let Some(n) = wh.max_attempts {
-                    sink.max_attempts = n;
-                }
-                if let Some(ms) = wh.initial_backoff_ms {
-                    sink.initial_backoff = Duration::from_millis(ms);
-                }
-                if let Some(ms) = wh.max_backoff_ms {
-                    sink.max_backoff = Duration::from_millis(ms);
-                }
-                if let Some(ms) = wh.timeout_ms {
-                    sink.timeout = Duration::from_millis(ms);
-                }
-                sink.headers = wh
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                if let Some(r) = &wh.receiver {
-                    sink.receiver = r.clone();
-                }
-                if let Some(u) = &wh.external_url {
-                    sink.external_url = u.clone();
-                }
-                for (field, zero) in [
-                    ("webhook.max_attempts", sink.max_attempts == 0),
-                    ("webhook.timeout_ms", sink.timeout.is_zero()),
-                    ("webhook.queue", wh.queue == Some(0)),
-                ] {
-                    if zero {
-                        err(field, "must be positive".into());
-                        ok = false;
-                    }
-                }
-                if sink.max_backoff < sink.initial_backoff {
-                    err(
-                        "webhook.max_backoff_ms",
-                        "must be at least webhook.initial_backoff_ms".into(),
-                    );
-                    ok = false;
-                }
-                // The URL scheme is checked here, not when the thread starts.
-                if let Err(WebhookError::UnsupportedUrl(u)) =
-                    WebhookSink::new(sink.clone(), DeadLetter::Drop)
-                {
-                    err(
-                        "webhook.url",
-                        format!(
-                            "{u:?}: expected http://... (https:// needs the webhook-tls feature)"
-                        ),
-                    );
-                    ok = false;
-                }
-                Some(RunWebhookConfig {
-                    sink,
-                    dead_letter: wh.dead_letter.clone(),
-                    queue: wh.queue.unwrap_or(DEFAULT_WEBHOOK_QUEUE),
-                })
-            }
-        };
-        ok.then_some(IncidentsConfig {
-            topic,
-            correlator,
-            max_hold,
-            webhook,
-        })
-    }
-
-    /// The effective settings, header values left out, for `--check-config`.
-    pub fn redacted(&self, line: &mut dyn FnMut(String)) {
-        let c = &self.correlator;
-        line("[incidents]".into());
-        line(format!("topic = {:?}", self.topic));
-        line(format!("window_ms = {}", c.window_ms));
-        line(format!("quiet_ms = {}", c.quiet_ms));
-        line(format!("max_open_incidents = {}", c.max_open_incidents));
-        line(format!("max_jobs = {}", c.max_jobs));
-        line(format!("ticket_min_matches = {}", c.ticket_min_matches));
-        line(format!("ticket_window_ms = {}", c.ticket_window_ms));
-        line(format!("restart_loop_after = {}", c.restart_loop_after));
-        line(format!("max_hold_ms = {}", self.max_hold.as_millis()));
-        if let Some(w) = &self.webhook {
-            let s = &w.sink;
-            line("[webhook]".into());
-            line(format!("url = {:?}", s.url));
-            let format = match s.format {
-                PayloadFormat::Generic => "generic",
-                PayloadFormat::Alertmanager => "alertmanager",
-            };
-            line(format!("format = {format:?}"));
-            line(format!("max_attempts = {}", s.max_attempts));
-            line(format!(
-                "initial_backoff_ms = {}",
-                s.initial_backoff.as_millis()
-            ));
-            line(format!("max_backoff_ms = {}", s.max_backoff.as_millis()));
-            line(format!("timeout_ms = {}", s.timeout.as_millis()));
-            line(format!("queue = {}", w.queue));
-            if let Some(p) = &w.dead_letter {
-                line(format!("dead_letter = {:?}", p.display().to_string()));
-            }
-            for (name, _) in &s.headers {
-                line(format!("# header {name}: [REDACTED]"));
-            }
-        }
-    }
-}
 
 /// The correlator's clock when no match tells the time: the last log time seen plus the wall
 /// time since. Log times only move it forward.
@@ -380,6 +151,7 @@ impl IncidentStage {
     /// The stage and, when a webhook is configured, its thread (join it after the matcher).
     pub fn start(
         config: &IncidentsConfig,
+        webhook: Option<&RunWebhookConfig>,
         sink: Arc<KafkaSink>,
         tracker: Arc<Tracker>,
         stop: Arc<Stop>,
@@ -388,7 +160,7 @@ impl IncidentStage {
     ) -> Result<(Self, Option<std::thread::JoinHandle<()>>), StartError> {
         let correlator = Correlator::new(config.correlator.clone())?;
         let families = metrics.incidents().clone();
-        let (webhook, thread) = match &config.webhook {
+        let (webhook, thread) = match webhook {
             None => (None, None),
             Some(w) => {
                 let dead_letter = match &w.dead_letter {
@@ -673,79 +445,6 @@ pub enum StartError {
 mod tests {
     use super::*;
 
-    fn parse(toml_text: &str) -> (Option<IncidentsConfig>, Vec<String>) {
-        #[derive(Deserialize)]
-        struct Both {
-            #[serde(default)]
-            incidents: RawIncidentsConfig,
-            #[serde(default)]
-            webhook: RawWebhookConfig,
-        }
-        let both: Both = toml::from_str(toml_text).expect("toml");
-        let mut errors = Vec::new();
-        let c = IncidentsConfig::from_raw(&both.incidents, &both.webhook, &mut |f, m| {
-            errors.push(format!("{f}: {m}"))
-        });
-        (c, errors)
-    }
-
-    #[test]
-    fn incidents_are_off_without_a_topic_and_the_webhook_needs_them() {
-        let (c, errors) = parse("");
-        assert!(c.is_none() && errors.is_empty());
-        let (c, errors) = parse("[webhook]\nurl = \"http://127.0.0.1:1/\"\n");
-        assert!(c.is_none());
-        assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(errors[0].starts_with("webhook.url: needs incidents.topic"));
-    }
-
-    #[test]
-    fn settings_and_their_errors_name_the_field() {
-        let (c, errors) = parse(
-            "[incidents]\ntopic = \"inc\"\nquiet_ms = 2000\nwindow_ms = 1000\nticket_min_matches = 3\n\
-             [webhook]\nurl = \"http://127.0.0.1:1/t\"\nformat = \"alertmanager\"\nqueue = 8\n\
-             headers = { Authorization = \"Bearer s3cret\" }\n",
-        );
-        assert!(errors.is_empty(), "{errors:?}");
-        let c = c.expect("valid");
-        assert_eq!(c.correlator.quiet_ms, 2000);
-        assert_eq!(c.correlator.ticket_min_matches, 3);
-        let w = c.webhook.as_ref().expect("webhook");
-        assert_eq!(w.queue, 8);
-        assert_eq!(w.sink.format, PayloadFormat::Alertmanager);
-        let mut text = String::new();
-        c.redacted(&mut |l| {
-            text.push_str(&l);
-            text.push('\n')
-        });
-        assert!(text.contains("quiet_ms = 2000"), "{text}");
-        assert!(
-            text.contains("# header Authorization: [REDACTED]"),
-            "{text}"
-        );
-        assert!(!text.contains("s3cret"), "{text}");
-
-        let (c, errors) = parse(
-            "[incidents]\ntopic = \"inc\"\nquiet_ms = 10\nwindow_ms = 1000\n\
-             [webhook]\nurl = \"ftp://x\"\nformat = \"jira\"\nqueue = 0\n",
-        );
-        assert!(c.is_none());
-        let fields: Vec<&str> = errors
-            .iter()
-            .map(|e| e.split(':').next().unwrap_or(""))
-            .collect();
-        assert_eq!(
-            fields,
-            vec![
-                "incidents",
-                "webhook.format",
-                "webhook.queue",
-                "webhook.url"
-            ],
-            "{errors:?}"
-        );
-    }
-
     #[test]
     fn the_log_clock_runs_at_wall_speed_from_the_last_log_time() {
         let mut c = LogClock::default();
@@ -774,7 +473,7 @@ mod tests {
         use crate::source::kafka::Batch;
 
         let tracker = Tracker::new();
-        let settings = crate::config::KafkaSettings {
+        let settings = crate::kafka::KafkaSettings {
             consumer: Vec::new(),
             producer: vec![("bootstrap.servers".into(), "127.0.0.1:1".into())],
         };
@@ -789,19 +488,27 @@ mod tests {
             .expect("a producer needs no broker to start"),
         );
         let metrics = Metrics::new(crate::metrics::MetricsConfig::default()).expect("registry");
-        let (raw, wh) = (
-            RawIncidentsConfig {
-                topic: Some("incidents".into()),
-                ..Default::default()
-            },
-            RawWebhookConfig::default(),
-        );
-        let config =
-            IncidentsConfig::from_raw(&raw, &wh, &mut |f, m| panic!("{f}: {m}")).expect("valid");
+        let raw = crate::incident::config::RawIncidentsConfig {
+            topic: Some("incidents".into()),
+            ..Default::default()
+        };
+        let mut errors = Vec::new();
+        let config = IncidentsConfig::from_raw(
+            &raw,
+            &mut crate::config::section::Errors::new("incidents", &mut errors),
+        )
+        .expect("valid");
         let stop = Stop::new();
-        let (mut stage, thread) =
-            IncidentStage::start(&config, sink, Arc::clone(&tracker), stop, &metrics, None)
-                .expect("starts");
+        let (mut stage, thread) = IncidentStage::start(
+            &config,
+            None,
+            sink,
+            Arc::clone(&tracker),
+            stop,
+            &metrics,
+            None,
+        )
+        .expect("starts");
         assert!(thread.is_none(), "no webhook");
 
         let tp = TopicPartition {

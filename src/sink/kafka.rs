@@ -11,7 +11,7 @@
 //! consumer.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -22,11 +22,46 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::config::KafkaSettings;
+use crate::kafka::{log_librdkafka, KafkaSettings, RecordView};
 use crate::offsets::{RecordId, Release, Tracker};
-use crate::pipeline::Stop;
 use crate::redact::Redactor;
-use crate::source::kafka::{log_librdkafka, RecordView};
+use crate::runtime::health::Delivered;
+use crate::runtime::Shutdown;
+
+/// The default topic of match events.
+pub const DEFAULT_OUTPUT_TOPIC: &str = "faultline.events";
+
+/// `[output]` as written.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutput {
+    /// Topic of the match events.
+    pub topic: Option<String>,
+}
+
+/// Validated `[output]`.
+#[derive(Debug, Clone)]
+pub struct OutputConfig {
+    /// Topic of the match events.
+    pub topic: String,
+}
+
+impl OutputConfig {
+    /// Validates `[output]`, applying defaults.
+    pub fn from_raw(raw: RawOutput, errors: &mut crate::config::section::Errors<'_>) -> Self {
+        let topic = raw.topic.unwrap_or_else(|| DEFAULT_OUTPUT_TOPIC.into());
+        if topic.trim().is_empty() {
+            errors.push("topic", "must not be empty");
+        }
+        OutputConfig { topic }
+    }
+
+    /// The effective `[output]` table.
+    pub fn print(&self, p: &mut crate::config::section::Printer) {
+        p.table("output");
+        p.value("topic", &self.topic);
+    }
+}
 
 /// Header names of a dead letter, beside the record's own headers.
 pub mod headers {
@@ -71,18 +106,10 @@ pub enum Delivery {
     },
 }
 
-/// Counts of acknowledged deliveries.
-#[derive(Debug, Default)]
-pub struct SinkCounts {
-    pub events: AtomicU64,
-    pub dead_letters: AtomicU64,
-    pub incidents: AtomicU64,
-}
-
 /// Delivery callbacks: acknowledge, count, wake a waiting `send`.
 pub struct SinkContext {
     tracker: Arc<Tracker>,
-    counts: Arc<SinkCounts>,
+    counts: Arc<Delivered>,
     failure: OnceLock<SinkError>,
     delivered: (Mutex<u64>, Condvar),
 }
@@ -162,7 +189,7 @@ impl KafkaSink {
         output_topic: &str,
         dead_letter_topic: &str,
         tracker: Arc<Tracker>,
-        counts: Arc<SinkCounts>,
+        counts: Arc<Delivered>,
     ) -> Result<Self, SinkError> {
         let mut cc = ClientConfig::new();
         for (k, v) in &settings.producer {
@@ -201,7 +228,7 @@ impl KafkaSink {
         record: &RecordId,
         key: &[u8],
         payload: &[u8],
-        stop: &Stop,
+        stop: &Shutdown,
     ) -> Result<(), SinkError> {
         let r = BaseRecord::with_opaque_to(
             &self.output_topic,
@@ -223,7 +250,7 @@ impl KafkaSink {
         fingerprint: &str,
         payload: &[u8],
         release: Option<Arc<Release>>,
-        stop: &Stop,
+        stop: &Shutdown,
     ) -> Result<(), SinkError> {
         let r = BaseRecord::with_opaque_to(
             topic,
@@ -247,7 +274,7 @@ impl KafkaSink {
         stage: &str,
         error: &str,
         kb_version: &str,
-        stop: &Stop,
+        stop: &Shutdown,
     ) -> Result<(), SinkError> {
         let redactor = self.dead_letter_redactor.as_deref();
         let error = redactor.map_or(Cow::Borrowed(error), |r| r.redact_str(error));
@@ -302,7 +329,7 @@ impl KafkaSink {
     fn send<K, P>(
         &self,
         mut record: BaseRecord<'_, K, P, Box<Delivery>>,
-        stop: &Stop,
+        stop: &Shutdown,
     ) -> Result<(), SinkError>
     where
         K: rdkafka::message::ToBytes + ?Sized,

@@ -31,6 +31,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::config::section::{Errors, Printer};
 use crate::enrich::SCHEMA_VERSION;
 use crate::incident::{CulpritMethod, IncidentEvent, Status};
 
@@ -613,6 +614,144 @@ pub mod testing {
     }
 }
 
+/// The default number of changes waiting for the webhook thread.
+pub const DEFAULT_WEBHOOK_QUEUE: usize = 1_024;
+
+/// `[webhook]` as written. Setting `url` turns it on (it needs `[incidents]`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWebhookConfig {
+    /// Where tickets go.
+    pub url: Option<String>,
+    /// `generic` or `alertmanager`.
+    pub format: Option<String>,
+    /// Attempts per change, the first included.
+    pub max_attempts: Option<u32>,
+    /// The first wait between attempts.
+    pub initial_backoff_ms: Option<u64>,
+    /// The longest wait between attempts.
+    pub max_backoff_ms: Option<u64>,
+    /// For one attempt, connection to response.
+    pub timeout_ms: Option<u64>,
+    /// A JSONL file for changes that could not be delivered; none: counted and logged only.
+    pub dead_letter: Option<PathBuf>,
+    /// Changes waiting for the webhook thread.
+    pub queue: Option<usize>,
+    /// Extra request headers (`Authorization = "Bearer ..."`); values are never logged.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Alertmanager payload: `receiver`.
+    pub receiver: Option<String>,
+    /// Alertmanager payload: `externalURL`.
+    pub external_url: Option<String>,
+}
+
+/// Validated `[webhook]` of `faultline run`.
+#[derive(Debug, Clone)]
+pub struct RunWebhookConfig {
+    /// Where and how to deliver.
+    pub sink: WebhookConfig,
+    /// The dead-letter file, if any.
+    pub dead_letter: Option<PathBuf>,
+    /// Changes waiting for the webhook thread.
+    pub queue: usize,
+}
+
+impl RunWebhookConfig {
+    /// Validates `[webhook]`; `None` when it is off (or a field is wrong).
+    pub fn from_raw(wh: &RawWebhookConfig, errors: &mut Errors<'_>) -> Option<Self> {
+        let url = wh.url.as_ref()?;
+        let before = errors.count();
+        let format = match wh.format.as_deref().unwrap_or("generic") {
+            "generic" => PayloadFormat::Generic,
+            "alertmanager" => PayloadFormat::Alertmanager,
+            other => {
+                errors.push(
+                    "format",
+                    format!("{other:?}: expected generic or alertmanager"),
+                );
+                PayloadFormat::Generic
+            }
+        };
+        let mut sink = WebhookConfig::new(url.clone(), format);
+        if let Some(n) = wh.max_attempts {
+            sink.max_attempts = n;
+        }
+        if let Some(ms) = wh.initial_backoff_ms {
+            sink.initial_backoff = Duration::from_millis(ms);
+        }
+        if let Some(ms) = wh.max_backoff_ms {
+            sink.max_backoff = Duration::from_millis(ms);
+        }
+        if let Some(ms) = wh.timeout_ms {
+            sink.timeout = Duration::from_millis(ms);
+        }
+        sink.headers = wh
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if let Some(r) = &wh.receiver {
+            sink.receiver = r.clone();
+        }
+        if let Some(u) = &wh.external_url {
+            sink.external_url = u.clone();
+        }
+        for (key, zero) in [
+            ("max_attempts", sink.max_attempts == 0),
+            ("timeout_ms", sink.timeout.is_zero()),
+            ("queue", wh.queue == Some(0)),
+        ] {
+            if zero {
+                errors.push(key, "must be positive");
+            }
+        }
+        if sink.max_backoff < sink.initial_backoff {
+            errors.push(
+                "max_backoff_ms",
+                "must be at least webhook.initial_backoff_ms",
+            );
+        }
+        // The URL scheme is checked here, not when the thread starts.
+        if let Err(WebhookError::UnsupportedUrl(u)) =
+            WebhookSink::new(sink.clone(), DeadLetter::Drop)
+        {
+            errors.push(
+                "url",
+                format!("{u:?}: expected http://... (https:// needs the webhook-tls feature)"),
+            );
+        }
+        (errors.count() == before).then_some(RunWebhookConfig {
+            sink,
+            dead_letter: wh.dead_letter.clone(),
+            queue: wh.queue.unwrap_or(DEFAULT_WEBHOOK_QUEUE),
+        })
+    }
+
+    /// The effective `[webhook]` table, header values left out.
+    pub fn print(&self, p: &mut Printer) {
+        let s = &self.sink;
+        p.table("webhook");
+        p.value("url", &s.url);
+        let format = match s.format {
+            PayloadFormat::Generic => "generic",
+            PayloadFormat::Alertmanager => "alertmanager",
+        };
+        p.value("format", format);
+        p.number("max_attempts", s.max_attempts);
+        p.number("initial_backoff_ms", s.initial_backoff.as_millis());
+        p.number("max_backoff_ms", s.max_backoff.as_millis());
+        p.number("timeout_ms", s.timeout.as_millis());
+        p.number("queue", self.queue);
+        if let Some(path) = &self.dead_letter {
+            p.value("dead_letter", path.display().to_string());
+        }
+        for (name, _) in &s.headers {
+            p.line(&format!("# header {name}: [REDACTED]"));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -620,6 +759,39 @@ mod tests {
 
     use super::testing::TicketServer;
     use super::*;
+
+    #[test]
+    fn the_webhook_section_names_its_fields_and_hides_header_values() {
+        let parse = |text: &str| {
+            let raw: RawWebhookConfig = toml::from_str(text).expect("toml");
+            let mut out = Vec::new();
+            let c = RunWebhookConfig::from_raw(&raw, &mut Errors::new("webhook", &mut out));
+            (c, out.iter().map(ToString::to_string).collect::<Vec<_>>())
+        };
+        assert!(parse("").0.is_none());
+        let (c, errors) = parse(
+            "url = \"http://127.0.0.1:1/t\"\nformat = \"alertmanager\"\nqueue = 8\n\
+             headers = { Authorization = \"Bearer s3cret\" }\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let c = c.expect("valid");
+        assert_eq!((c.queue, c.sink.format), (8, PayloadFormat::Alertmanager));
+        let mut p = Printer::default();
+        c.print(&mut p);
+        let text = p.finish();
+        assert!(
+            text.contains("# header Authorization: [REDACTED]"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"), "{text}");
+        let (c, errors) = parse("url = \"ftp://x\"\nformat = \"jira\"\nqueue = 0\n");
+        assert!(c.is_none());
+        let fields: Vec<&str> = errors
+            .iter()
+            .map(|e| e.split(':').next().unwrap_or(""))
+            .collect();
+        assert_eq!(fields, ["webhook.format", "webhook.queue", "webhook.url"]);
+    }
     use crate::incident::testutil::event;
     use crate::incident::{Correlator, IncidentConfig};
     use crate::kb::Role;

@@ -3,7 +3,7 @@
 //! It runs on a thread of its own, because librdkafka calls the rebalance callback on the
 //! thread that polls and a revoke must block there until the partition's in-flight records are
 //! drained. Flow: `poll` -> [`Tracker::register`] -> the pending batch -> a bounded channel to
-//! the matcher ([`crate::pipeline`]). When the queue is full the source stops polling, so
+//! the pipeline's match stage. When the queue is full the source stops polling, so
 //! librdkafka's bounded prefetch fills and fetching stops; if that lasts, it pauses its
 //! partitions and polls again only to serve the group protocol. A slow output slows
 //! consumption and memory stays bounded. Offsets are stored from the tracker's watermarks, never from what was
@@ -21,12 +21,14 @@ use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::TopicPartitionList;
 
-use crate::config::{Config, KafkaSettings};
+use crate::kafka::{
+    log_librdkafka, partitions_of, read_lag, to_tpl, KafkaConfig, KafkaSettings, RecordView,
+};
 use crate::offsets::{RecordId, TopicPartition, Tracker};
-use crate::pipeline::queue::{SendError, Sender};
-use crate::pipeline::{Shared, Stop};
+use crate::runtime::queue::{SendError, Sender};
+use crate::runtime::{Health, Shutdown};
 
 /// One record as read. Its key and payload live in its [`Batch`]'s buffer ([`Batch::key`],
 /// [`Batch::payload`], [`Batch::view`]): copying every record into one growing buffer instead
@@ -38,16 +40,6 @@ pub struct SourceRecord {
     /// `None` for a tombstone.
     payload: Option<Range<usize>>,
     pub headers: Vec<(String, Option<Vec<u8>>)>,
-}
-
-/// A record with its bytes, borrowed from its batch.
-#[derive(Debug, Clone, Copy)]
-pub struct RecordView<'a> {
-    pub id: &'a RecordId,
-    pub key: Option<&'a [u8]>,
-    /// `None` for a tombstone.
-    pub payload: Option<&'a [u8]>,
-    pub headers: &'a [(String, Option<Vec<u8>>)],
 }
 
 /// Records handed to the matcher together, with their keys and payloads in one buffer.
@@ -178,7 +170,7 @@ pub fn forget(tracker: &Tracker, records: &[SourceRecord]) {
 /// The consumer's callbacks: rebalances drain and commit; logs go to `tracing`.
 pub struct SourceContext {
     tracker: Arc<Tracker>,
-    shared: Arc<Shared>,
+    health: Arc<Health>,
     /// Consumer lag and committed offsets per partition, from librdkafka's statistics.
     metrics: Arc<crate::metrics::Metrics>,
     /// Read and registered, not yet handed to the matcher. Behind a lock because the revoke
@@ -197,21 +189,14 @@ impl SourceContext {
 
     fn update_assigned(&self, c: &BaseConsumer<Self>) {
         if let Ok(a) = c.assignment() {
-            self.shared.set_assigned(a.count());
+            self.health.set_assigned(a.count());
         }
     }
 
     /// A revoke: stop taking records of the partitions, drain their in-flight records up to
     /// the deadline, store and commit their watermarks synchronously.
     fn revoke(&self, c: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
-        let tps: Vec<TopicPartition> = tpl
-            .elements()
-            .iter()
-            .map(|e| TopicPartition {
-                topic: Arc::from(e.topic()),
-                partition: e.partition(),
-            })
-            .collect();
+        let tps = partitions_of(tpl);
         {
             let mut queue = self.queue();
             let Queue { pending, waiting } = &mut *queue;
@@ -313,40 +298,6 @@ impl ConsumerContext for SourceContext {
     }
 }
 
-/// Records of a partition that faultline has not read yet: from its position (the next offset
-/// handed to it) to the end of the partition (the last stable offset, which is the high
-/// watermark without transactions). Not librdkafka's `consumer_lag`, which counts from the
-/// committed offset: an open incident holds the commit back on purpose
-/// ([`crate::pipeline::incidents`]), and lag is about diagnoses arriving late. `None` for a
-/// partition this member does not consume.
-pub fn read_lag(p: &rdkafka::statistics::Partition) -> Option<i64> {
-    let end = if p.ls_offset >= 0 {
-        p.ls_offset
-    } else {
-        p.hi_offset
-    };
-    if p.app_offset >= 0 && end >= 0 {
-        Some(end - p.app_offset)
-    } else {
-        (p.consumer_lag >= 0).then_some(p.consumer_lag)
-    }
-}
-
-/// Routes librdkafka's own log lines to `tracing`.
-pub fn log_librdkafka(client: &str, level: RDKafkaLogLevel, fac: &str, message: &str) {
-    match level {
-        RDKafkaLogLevel::Emerg
-        | RDKafkaLogLevel::Alert
-        | RDKafkaLogLevel::Critical
-        | RDKafkaLogLevel::Error => tracing::error!(client, fac, "{message}"),
-        RDKafkaLogLevel::Warning => tracing::warn!(client, fac, "{message}"),
-        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-            tracing::info!(client, fac, "{message}")
-        }
-        RDKafkaLogLevel::Debug => tracing::debug!(client, fac, "{message}"),
-    }
-}
-
 /// One shared name per topic, so records do not allocate it. Records come in runs of one
 /// topic, so the last name is compared first.
 #[derive(Debug, Default)]
@@ -373,15 +324,6 @@ impl Topics {
     }
 }
 
-pub fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::new();
-    for (tp, next) in offsets {
-        // Only fails for an invalid offset, which a watermark never is.
-        let _ = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(*next));
-    }
-    tpl
-}
-
 /// How long one wait for room in the queue lasts before the loop checks for a stop.
 const BLOCK_SLICE: Duration = Duration::from_millis(100);
 /// How long the queue may stay full before the partitions are paused to keep polling.
@@ -397,6 +339,17 @@ const READ_BURST: usize = 256;
 /// How often moved watermarks are handed to librdkafka's offset store.
 const STORE_EVERY: Duration = Duration::from_millis(20);
 
+/// How the source cuts the stream into batches (`[pipeline]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// Records per batch.
+    pub max_records: usize,
+    /// Payload bytes per batch (so at most one record more).
+    pub max_bytes: usize,
+    /// Longest wait to fill a batch.
+    pub linger: Duration,
+}
+
 /// The consumer and its loop.
 pub struct KafkaSource {
     consumer: BaseConsumer<SourceContext>,
@@ -411,12 +364,13 @@ pub struct KafkaSource {
 impl KafkaSource {
     /// Creates the consumer and subscribes. Nothing is read until [`KafkaSource::run`].
     pub fn new(
-        config: &Config,
+        kafka: &KafkaConfig,
         settings: &KafkaSettings,
-        tracker: Arc<Tracker>,
-        shared: Arc<Shared>,
+        batch: BatchLimits,
+        health: Arc<Health>,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Self, SourceError> {
+        let tracker = Arc::clone(&health.tracker);
         let mut cc = ClientConfig::new();
         // Lag and committed offsets for /metrics; a pass-through option may change the interval.
         cc.set("statistics.interval.ms", "5000");
@@ -425,22 +379,17 @@ impl KafkaSource {
         }
         let context = SourceContext {
             tracker: Arc::clone(&tracker),
-            shared,
+            health,
             metrics,
             queue: Mutex::new(Queue::default()),
             paused: AtomicBool::new(false),
             closing: AtomicBool::new(false),
-            drain_timeout: config.kafka.drain_timeout,
+            drain_timeout: kafka.drain_timeout,
         };
         let consumer: BaseConsumer<SourceContext> = cc
             .create_with_context(context)
             .map_err(SourceError::Create)?;
-        let topics: Vec<&str> = config
-            .kafka
-            .topics
-            .iter()
-            .map(|t| t.as_subscription())
-            .collect();
+        let topics: Vec<&str> = kafka.topics.iter().map(|t| t.as_subscription()).collect();
         consumer
             .subscribe(&topics)
             .map_err(|error| SourceError::Subscribe {
@@ -450,10 +399,10 @@ impl KafkaSource {
         Ok(KafkaSource {
             consumer,
             tracker,
-            batch_max_records: config.pipeline.batch_max_records,
-            batch_max_bytes: config.pipeline.batch_max_bytes,
-            linger: config.pipeline.batch_linger,
-            drain_timeout: config.kafka.drain_timeout,
+            batch_max_records: batch.max_records,
+            batch_max_bytes: batch.max_bytes,
+            linger: batch.linger,
+            drain_timeout: kafka.drain_timeout,
             topics: Topics::default(),
         })
     }
@@ -519,7 +468,7 @@ impl KafkaSource {
     /// Reads until `stop` is requested or the matcher hangs up, then drains: in-flight records
     /// get until `kafka.drain_timeout_ms` to reach a terminal state, the watermarks are stored
     /// and committed synchronously, and the consumer leaves the group.
-    pub fn run(mut self, tx: Sender<Batch>, stop: Arc<Stop>) {
+    pub fn run(mut self, tx: Sender<Batch>, stop: Arc<Shutdown>) {
         // Watermarks are stored every few milliseconds, not per record: librdkafka commits
         // on its own interval anyway.
         let mut stored_at = Instant::now();

@@ -154,7 +154,7 @@ async fn a_record_that_panics_is_dead_lettered_and_every_other_record_matches() 
         "each record counted once despite the retries"
     );
     assert_eq!((stats.invalid, stats.dead_letters_acked), (0, 1));
-    assert_eq!(running.shared().tracker.errors(), 0);
+    assert_eq!(running.health().tracker.errors(), 0);
     running.shutdown();
     running.wait().await.expect("clean stop");
 }
@@ -195,7 +195,7 @@ async fn a_panic_after_a_record_s_events_went_out_sends_none_twice() {
         Some(1.0)
     );
     assert_eq!(
-        running.shared().tracker.errors(),
+        running.health().tracker.errors(),
         0,
         "every ack matched an output"
     );

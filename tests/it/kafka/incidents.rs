@@ -195,7 +195,7 @@ fn the_example_configuration_enables_incidents_and_the_webhook() {
     assert!(cfg.redacted().contains("[webhook]"));
     let inc = cfg.incidents.expect("incidents on");
     assert_eq!(inc.topic, "faultline.incidents");
-    let hook = inc.webhook.expect("webhook on");
+    let hook = cfg.webhook.expect("webhook on");
     assert_eq!(
         hook.sink.format,
         faultline::sink::webhook::PayloadFormat::Alertmanager

@@ -1,4 +1,4 @@
-//! The bounded queue between the source and the matcher: blocking with timeouts on both ends,
+//! The bounded queue between a source and its stage: blocking with timeouts on both ends,
 //! so neither side waits longer than it can afford (the source must get back to `poll` to serve
 //! the consumer group; the matcher must notice a failed delivery).
 

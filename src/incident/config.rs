@@ -1,0 +1,134 @@
+//! `[incidents]`: correlation in `faultline run`, the incidents topic and how long an open
+//! incident may hold the commit. Setting `topic` turns incidents on.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::IncidentConfig;
+use crate::config::section::{Errors, Printer};
+
+/// The default incidents topic.
+pub const DEFAULT_INCIDENTS_TOPIC: &str = "faultline.incidents";
+/// Incidents held longer than this stop holding the commit.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(3_600);
+
+/// `[incidents]` as written. Setting `topic` turns incidents on.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIncidentsConfig {
+    /// Where incident changes go; incidents are off without it.
+    pub topic: Option<String>,
+    /// [`IncidentConfig::window_ms`].
+    pub window_ms: Option<i64>,
+    /// [`IncidentConfig::quiet_ms`].
+    pub quiet_ms: Option<i64>,
+    /// [`IncidentConfig::max_open_incidents`].
+    pub max_open_incidents: Option<usize>,
+    /// [`IncidentConfig::max_jobs`].
+    pub max_jobs: Option<usize>,
+    /// [`IncidentConfig::ticket_min_matches`].
+    pub ticket_min_matches: Option<u64>,
+    /// [`IncidentConfig::ticket_window_ms`].
+    pub ticket_window_ms: Option<i64>,
+    /// [`IncidentConfig::restart_loop_after`].
+    pub restart_loop_after: Option<u32>,
+    /// How long an open incident may hold the commit.
+    pub max_hold_ms: Option<u64>,
+}
+
+/// Validated `[incidents]`.
+#[derive(Debug, Clone)]
+pub struct IncidentsConfig {
+    /// Where incident changes go.
+    pub topic: String,
+    /// The correlator's settings.
+    pub correlator: IncidentConfig,
+    /// How long an open incident may hold the commit.
+    pub max_hold: Duration,
+}
+
+impl IncidentsConfig {
+    /// Validates `[incidents]`; `None` when incidents are off (or a field is wrong).
+    pub fn from_raw(inc: &RawIncidentsConfig, errors: &mut Errors<'_>) -> Option<Self> {
+        let topic = inc.topic.clone()?;
+        let before = errors.count();
+        if topic.trim().is_empty() {
+            errors.push("topic", "must not be empty");
+        }
+        let d = IncidentConfig::default();
+        let correlator = IncidentConfig {
+            window_ms: inc.window_ms.unwrap_or(d.window_ms),
+            quiet_ms: inc.quiet_ms.unwrap_or(d.quiet_ms),
+            max_open_incidents: inc.max_open_incidents.unwrap_or(d.max_open_incidents),
+            max_jobs: inc.max_jobs.unwrap_or(d.max_jobs),
+            ticket_min_matches: inc.ticket_min_matches.unwrap_or(d.ticket_min_matches),
+            ticket_window_ms: inc.ticket_window_ms.unwrap_or(d.ticket_window_ms),
+            restart_loop_after: inc.restart_loop_after.unwrap_or(d.restart_loop_after),
+            ..d
+        };
+        if let Err(e) = correlator.validate() {
+            errors.push("", e.to_string());
+        }
+        let max_hold = inc
+            .max_hold_ms
+            .map_or(DEFAULT_MAX_HOLD, Duration::from_millis);
+        if max_hold.is_zero() {
+            errors.push("max_hold_ms", "must be positive");
+        }
+        (errors.count() == before).then_some(IncidentsConfig {
+            topic,
+            correlator,
+            max_hold,
+        })
+    }
+
+    /// The effective `[incidents]` table.
+    pub fn print(&self, p: &mut Printer) {
+        let c = &self.correlator;
+        p.table("incidents");
+        p.value("topic", &self.topic);
+        p.number("window_ms", c.window_ms);
+        p.number("quiet_ms", c.quiet_ms);
+        p.number("max_open_incidents", c.max_open_incidents);
+        p.number("max_jobs", c.max_jobs);
+        p.number("ticket_min_matches", c.ticket_min_matches);
+        p.number("ticket_window_ms", c.ticket_window_ms);
+        p.number("restart_loop_after", c.restart_loop_after);
+        p.number("max_hold_ms", self.max_hold.as_millis());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml_text: &str) -> (Option<IncidentsConfig>, Vec<String>) {
+        let raw: RawIncidentsConfig = toml::from_str(toml_text).expect("toml");
+        let mut out = Vec::new();
+        let c = IncidentsConfig::from_raw(&raw, &mut Errors::new("incidents", &mut out));
+        (c, out.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn off_without_a_topic_and_errors_name_the_field() {
+        assert!(parse("").0.is_none());
+        let (c, errors) =
+            parse("topic = \"inc\"\nquiet_ms = 2000\nwindow_ms = 1000\nticket_min_matches = 3\n");
+        assert!(errors.is_empty(), "{errors:?}");
+        let c = c.expect("valid");
+        assert_eq!(c.correlator.quiet_ms, 2000);
+        assert_eq!(c.correlator.ticket_min_matches, 3);
+        let mut p = Printer::default();
+        c.print(&mut p);
+        assert!(p.finish().contains("quiet_ms = 2000"));
+        let (c, errors) =
+            parse("topic = \"inc\"\nquiet_ms = 10\nwindow_ms = 1000\nmax_hold_ms = 0\n");
+        assert!(c.is_none());
+        let fields: Vec<&str> = errors
+            .iter()
+            .map(|e| e.split(':').next().unwrap_or(""))
+            .collect();
+        assert_eq!(fields, ["incidents", "incidents.max_hold_ms"], "{errors:?}");
+    }
+}

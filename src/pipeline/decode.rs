@@ -1,0 +1,596 @@
+//! Decoding consumed records, the pure part of the match stage: whether a payload can be read
+//! under `[input]`, which job it names, how many lines it adds to the scan buffer, and the
+//! Arroyo-style limits on undecodable records (`[dead_letter]`), past which faultline stops
+//! instead of dead-lettering.
+//!
+//! [`decode_record`] is what the `kafka_record` fuzz target drives.
+
+use serde::Deserialize;
+
+use crate::config::section::{Errors, Printer};
+use crate::envelope;
+use crate::kafka::RecordView;
+
+/// `[input]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawInput {
+    /// `auto`, `text` or `json`.
+    pub envelope: Option<String>,
+    /// `envelope`, `key` or `header:NAME`.
+    pub job_id: Option<String>,
+    /// The job of a record that names none.
+    pub default_job_id: Option<String>,
+    /// Larger payloads are dead-lettered.
+    pub max_record_bytes: Option<usize>,
+}
+
+/// How record payloads are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvelopeMode {
+    /// As `faultline scan`: any bytes; lines starting with `{` are decoded as JSON envelopes
+    /// when they are, matched as raw text when not.
+    Auto,
+    /// As `auto`, but the payload must be valid UTF-8.
+    Text,
+    /// Every non-blank line must be a JSON envelope with a message.
+    Json,
+}
+
+/// Where a record's job id comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobIdFrom {
+    /// The envelope's job field, else the record key, else the default.
+    Envelope,
+    /// The record key, else the default.
+    Key,
+    /// A record header, else the default.
+    Header(String),
+}
+
+/// Validated `[input]`.
+#[derive(Debug, Clone)]
+pub struct InputConfig {
+    /// How payloads are read.
+    pub envelope: EnvelopeMode,
+    /// Where the job id comes from.
+    pub job_id: JobIdFrom,
+    /// The job of a record that names none.
+    pub default_job_id: String,
+    /// Larger payloads are dead-lettered.
+    pub max_record_bytes: usize,
+}
+
+impl InputConfig {
+    /// Validates `[input]`, applying defaults.
+    pub fn from_raw(i: RawInput, errors: &mut Errors<'_>) -> InputConfig {
+        let envelope = match i.envelope.as_deref().unwrap_or("auto") {
+            "auto" => EnvelopeMode::Auto,
+            "text" => EnvelopeMode::Text,
+            "json" => EnvelopeMode::Json,
+            other => {
+                errors.push(
+                    "envelope",
+                    format!("{other:?}: expected auto, text or json"),
+                );
+                EnvelopeMode::Auto
+            }
+        };
+        let job_id = match i.job_id.as_deref().unwrap_or("envelope") {
+            "envelope" => JobIdFrom::Envelope,
+            "key" => JobIdFrom::Key,
+            other => match other.strip_prefix("header:") {
+                Some(name) if !name.is_empty() => JobIdFrom::Header(name.to_string()),
+                _ => {
+                    errors.push(
+                        "job_id",
+                        format!("{other:?}: expected envelope, key or header:NAME"),
+                    );
+                    JobIdFrom::Envelope
+                }
+            },
+        };
+        let default_job_id = i.default_job_id.unwrap_or_else(|| "unknown".into());
+        let max_record_bytes = i.max_record_bytes.unwrap_or(1 << 20);
+        if max_record_bytes == 0 {
+            errors.push("max_record_bytes", "must be positive");
+        }
+        InputConfig {
+            envelope,
+            job_id,
+            default_job_id,
+            max_record_bytes,
+        }
+    }
+
+    /// The effective `[input]` table.
+    pub fn print(&self, p: &mut Printer) {
+        p.table("input");
+        p.value("envelope", format!("{:?}", self.envelope).to_lowercase());
+        let job = match &self.job_id {
+            JobIdFrom::Envelope => "envelope".to_string(),
+            JobIdFrom::Key => "key".to_string(),
+            JobIdFrom::Header(h) => format!("header:{h}"),
+        };
+        p.value("job_id", job);
+        p.value("default_job_id", &self.default_job_id);
+        p.number("max_record_bytes", self.max_record_bytes);
+    }
+}
+
+/// `[dead_letter]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeadLetter {
+    /// Topic of undecodable records.
+    pub topic: Option<String>,
+    /// Stop when more than this share of a window is invalid; 1 disables.
+    pub max_invalid_ratio: Option<f64>,
+    /// Records per invalid-ratio window.
+    pub invalid_window: Option<u64>,
+    /// Stop after more consecutive invalid records than this; 0 disables.
+    pub max_consecutive_invalid: Option<u64>,
+    /// Redact dead letters' payloads (default false: the original bytes, for replay).
+    pub redact: Option<bool>,
+}
+
+/// The default dead-letter topic.
+pub const DEFAULT_DEAD_LETTER_TOPIC: &str = "faultline.dead-letter";
+
+/// The Arroyo-style limits past which faultline stops instead of dead-lettering.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct InvalidLimits {
+    /// Stop when more than `max_ratio * window` records of a window of `window` records are
+    /// invalid. `None`: no ratio limit.
+    pub max_ratio: Option<f64>,
+    /// Records per window.
+    pub window: u64,
+    /// Stop when more than this many consecutive records are invalid. `None`: no limit.
+    pub max_consecutive: Option<u64>,
+}
+
+/// Validated `[dead_letter]`.
+#[derive(Debug, Clone)]
+pub struct DeadLetterConfig {
+    /// Topic of undecodable records.
+    pub topic: String,
+    /// When to stop instead.
+    pub limits: InvalidLimits,
+    /// Redact payloads before producing them (with the `[redact]` rules, whatever
+    /// `redact.enabled` says); `false` keeps the original bytes for replay.
+    pub redact: bool,
+}
+
+impl DeadLetterConfig {
+    /// Validates `[dead_letter]`, applying defaults.
+    pub fn from_raw(d: RawDeadLetter, errors: &mut Errors<'_>) -> DeadLetterConfig {
+        let topic = d.topic.unwrap_or_else(|| DEFAULT_DEAD_LETTER_TOPIC.into());
+        if topic.trim().is_empty() {
+            errors.push("topic", "must not be empty");
+        }
+        let ratio = d.max_invalid_ratio.unwrap_or(0.1);
+        if !(0.0..=1.0).contains(&ratio) || ratio.is_nan() {
+            errors.push(
+                "max_invalid_ratio",
+                format!("{ratio}: expected a number from 0 to 1 (1 disables the limit)"),
+            );
+        }
+        let window = d.invalid_window.unwrap_or(1_000);
+        if window == 0 {
+            errors.push("invalid_window", "must be positive");
+        }
+        let consecutive = d.max_consecutive_invalid.unwrap_or(100);
+        DeadLetterConfig {
+            topic,
+            limits: InvalidLimits {
+                max_ratio: (ratio < 1.0).then_some(ratio),
+                window,
+                max_consecutive: (consecutive > 0).then_some(consecutive),
+            },
+            redact: d.redact.unwrap_or(false),
+        }
+    }
+
+    /// The effective `[dead_letter]` table.
+    pub fn print(&self, p: &mut Printer) {
+        p.table("dead_letter");
+        p.value("topic", &self.topic);
+        p.number("max_invalid_ratio", self.limits.max_ratio.unwrap_or(1.0));
+        p.number("invalid_window", self.limits.window);
+        p.number(
+            "max_consecutive_invalid",
+            self.limits.max_consecutive.unwrap_or(0),
+        );
+        p.number("redact", self.redact);
+    }
+}
+
+/// Why the Arroyo-style invalid-record limit tripped.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LimitExceeded {
+    #[error(
+        "stopped consuming: {count} consecutive records could not be decoded (limit \
+         dead_letter.max_consecutive_invalid = {max}); last at {source_record}: {reason}. \
+         Fix the producer or the input settings (input.envelope, input.max_record_bytes); \
+         nothing past the last good record was committed"
+    )]
+    Consecutive {
+        count: u64,
+        max: u64,
+        source_record: String,
+        reason: String,
+    },
+    #[error(
+        "stopped consuming: {invalid} of the last {seen} records could not be decoded (limit \
+         dead_letter.max_invalid_ratio = {ratio} of dead_letter.invalid_window = {window}); \
+         last at {source_record}: {reason}. Nothing past the last good record was committed"
+    )]
+    Ratio {
+        invalid: u64,
+        seen: u64,
+        ratio: f64,
+        window: u64,
+        source_record: String,
+        reason: String,
+    },
+}
+
+/// Counts invalid records against [`InvalidLimits`]: more than `max_consecutive` in a row, or
+/// more than `max_ratio * window` within a window of `window` records, trips it.
+#[derive(Debug, Clone)]
+pub struct InvalidCounter {
+    limits: InvalidLimits,
+    consecutive: u64,
+    window_seen: u64,
+    window_invalid: u64,
+}
+
+/// Which limit tripped, before the caller adds where.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Trip {
+    Consecutive {
+        count: u64,
+        max: u64,
+    },
+    Ratio {
+        invalid: u64,
+        seen: u64,
+        ratio: f64,
+        window: u64,
+    },
+}
+
+impl InvalidCounter {
+    pub fn new(limits: InvalidLimits) -> Self {
+        InvalidCounter {
+            limits,
+            consecutive: 0,
+            window_seen: 0,
+            window_invalid: 0,
+        }
+    }
+
+    /// Counts one record; `Err` when the invalid ones are past a limit.
+    pub fn record(&mut self, valid: bool) -> Result<(), Trip> {
+        if self.window_seen >= self.limits.window {
+            self.window_seen = 0;
+            self.window_invalid = 0;
+        }
+        self.window_seen += 1;
+        if valid {
+            self.consecutive = 0;
+            return Ok(());
+        }
+        self.consecutive += 1;
+        self.window_invalid += 1;
+        if let Some(max) = self.limits.max_consecutive {
+            if self.consecutive > max {
+                return Err(Trip::Consecutive {
+                    count: self.consecutive,
+                    max,
+                });
+            }
+        }
+        if let Some(ratio) = self.limits.max_ratio {
+            if self.window_invalid as f64 > ratio * self.limits.window as f64 {
+                return Err(Trip::Ratio {
+                    invalid: self.window_invalid,
+                    seen: self.window_seen,
+                    ratio,
+                    window: self.limits.window,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Trip {
+    /// The error, with where the last invalid record was and why.
+    pub fn at(self, source_record: String, reason: String) -> LimitExceeded {
+        match self {
+            Trip::Consecutive { count, max } => LimitExceeded::Consecutive {
+                count,
+                max,
+                source_record,
+                reason,
+            },
+            Trip::Ratio {
+                invalid,
+                seen,
+                ratio,
+                window,
+            } => LimitExceeded::Ratio {
+                invalid,
+                seen,
+                ratio,
+                window,
+                source_record,
+                reason,
+            },
+        }
+    }
+}
+
+/// Why a record cannot be decoded: it goes to the dead-letter topic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("payload of {bytes} bytes is over input.max_record_bytes = {max}")]
+    TooLarge { bytes: usize, max: usize },
+    #[error("payload is not valid UTF-8 (input.envelope = text): invalid byte at {at}")]
+    NotUtf8 { at: usize },
+    #[error("line {line} is not a JSON envelope (input.envelope = json): {error}")]
+    NotEnvelope { line: usize, error: String },
+}
+
+impl Invalid {
+    /// The `faultline.reason` header: a closed set.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Invalid::TooLarge { .. } => "too_large",
+            Invalid::NotUtf8 { .. } => "invalid_utf8",
+            Invalid::NotEnvelope { .. } => "not_an_envelope",
+        }
+    }
+}
+
+/// What to do with one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// No payload (a tombstone) or an empty one: nothing to match, terminal at once.
+    Skip,
+    Invalid(Invalid),
+    Scan,
+}
+
+/// Decides whether a payload can be decoded under the input settings.
+pub fn classify(
+    payload: Option<&[u8]>,
+    input: &InputConfig,
+    scratch: &mut Vec<crate::record::LogRecord<'static>>,
+) -> Disposition {
+    let Some(p) = payload.filter(|p| !p.is_empty()) else {
+        return Disposition::Skip;
+    };
+    if p.len() > input.max_record_bytes {
+        return Disposition::Invalid(Invalid::TooLarge {
+            bytes: p.len(),
+            max: input.max_record_bytes,
+        });
+    }
+    match input.envelope {
+        EnvelopeMode::Auto => Disposition::Scan,
+        EnvelopeMode::Text => match std::str::from_utf8(p) {
+            Ok(_) => Disposition::Scan,
+            Err(e) => Disposition::Invalid(Invalid::NotUtf8 {
+                at: e.valid_up_to(),
+            }),
+        },
+        EnvelopeMode::Json => {
+            for (i, line) in p.split(|&b| b == b'\n').enumerate() {
+                if line.trim_ascii().is_empty() {
+                    continue;
+                }
+                scratch.clear();
+                if let Err(e) = envelope::decode_json(line, scratch) {
+                    return Disposition::Invalid(Invalid::NotEnvelope {
+                        line: i + 1,
+                        error: e.to_string(),
+                    });
+                }
+            }
+            Disposition::Scan
+        }
+    }
+}
+
+/// The job a record names by its key or a header (the first of that name), per
+/// `input.job_id`; `None` when that is absent or empty (the envelope's job field or
+/// `input.default_job_id` apply then).
+pub fn record_job<'a>(
+    key: Option<&'a [u8]>,
+    headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+    from: &JobIdFrom,
+) -> Option<&'a [u8]> {
+    match from {
+        JobIdFrom::Envelope | JobIdFrom::Key => key,
+        JobIdFrom::Header(name) => headers
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v),
+    }
+    .filter(|j| !j.is_empty())
+}
+
+/// A record's headers as [`record_job`] and [`decode_record`] take them.
+pub(super) fn header_pairs(r: RecordView<'_>) -> impl Iterator<Item = (&str, Option<&[u8]>)> {
+    r.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref()))
+}
+
+/// The lines a payload adds to the batch's scan buffer: its newlines, plus one for a last line
+/// without one (the buffer gets a `\n` after it).
+pub fn payload_lines(payload: &[u8]) -> u64 {
+    memchr::memchr_iter(b'\n', payload).count() as u64
+        + u64::from(payload.last().is_some_and(|&b| b != b'\n'))
+}
+
+/// What the matcher decides about one consumed record before scanning it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded<'a> {
+    pub disposition: Disposition,
+    /// The job named by the key or a header ([`record_job`]).
+    pub job: Option<&'a [u8]>,
+    /// Lines the payload adds to the scan buffer ([`payload_lines`]); 0 unless `Scan`.
+    pub lines: u64,
+}
+
+/// Decodes one record's parts (key, headers, payload) under the input settings: the pure part
+/// of the matching stage's per-record work, and what the `kafka_record` fuzz target drives.
+pub fn decode_record<'a>(
+    key: Option<&'a [u8]>,
+    headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+    payload: Option<&'a [u8]>,
+    input: &InputConfig,
+    scratch: &mut Vec<crate::record::LogRecord<'static>>,
+) -> Decoded<'a> {
+    let disposition = classify(payload, input, scratch);
+    let lines = match disposition {
+        Disposition::Scan => payload.map_or(0, payload_lines),
+        _ => 0,
+    };
+    Decoded {
+        disposition,
+        job: record_job(key, headers, &input.job_id),
+        lines,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(ratio: Option<f64>, window: u64, consecutive: Option<u64>) -> InvalidCounter {
+        InvalidCounter::new(InvalidLimits {
+            max_ratio: ratio,
+            window,
+            max_consecutive: consecutive,
+        })
+    }
+
+    #[test]
+    fn consecutive_limit_trips_past_the_maximum() {
+        let mut c = limits(None, 10, Some(3));
+        for _ in 0..3 {
+            c.record(false).expect("within the limit");
+        }
+        c.record(true).expect("valid resets the run");
+        for _ in 0..3 {
+            c.record(false).expect("within the limit");
+        }
+        assert_eq!(c.record(false), Err(Trip::Consecutive { count: 4, max: 3 }));
+    }
+
+    #[test]
+    fn ratio_limit_counts_within_a_window() {
+        // 2 of 10 allowed per window.
+        let mut c = limits(Some(0.2), 10, None);
+        for i in 0..30 {
+            // Two invalid records per window of ten: never trips.
+            c.record(i % 10 >= 2).expect("at the ratio");
+        }
+        c.record(false).expect("1");
+        c.record(false).expect("2");
+        assert!(matches!(
+            c.record(false),
+            Err(Trip::Ratio {
+                invalid: 3,
+                seen: 3,
+                ..
+            })
+        ));
+    }
+
+    fn input(envelope: EnvelopeMode) -> InputConfig {
+        InputConfig {
+            envelope,
+            job_id: JobIdFrom::Envelope,
+            default_job_id: "unknown".into(),
+            max_record_bytes: 64,
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_decoded() {
+        let mut s = Vec::new();
+        let auto = input(EnvelopeMode::Auto);
+        let text = input(EnvelopeMode::Text);
+        let json = input(EnvelopeMode::Json);
+        assert_eq!(classify(None, &auto, &mut s), Disposition::Skip);
+        assert_eq!(classify(Some(b""), &auto, &mut s), Disposition::Skip);
+        assert_eq!(
+            classify(Some(b"\xff boom"), &auto, &mut s),
+            Disposition::Scan
+        );
+        assert_eq!(
+            classify(Some(&[b'x'; 64]), &auto, &mut s),
+            Disposition::Scan,
+            "exactly input.max_record_bytes"
+        );
+        assert_eq!(
+            classify(Some(&[b'x'; 65]), &auto, &mut s),
+            Disposition::Invalid(Invalid::TooLarge { bytes: 65, max: 64 })
+        );
+        assert_eq!(
+            classify(Some(b"ok \xff"), &text, &mut s),
+            Disposition::Invalid(Invalid::NotUtf8 { at: 3 })
+        );
+        assert_eq!(
+            classify(Some(b"{\"log\":\"x\"}\n\n"), &json, &mut s),
+            Disposition::Scan
+        );
+        let d = classify(Some(b"{\"log\":\"x\"}\nplain"), &json, &mut s);
+        assert!(
+            matches!(
+                &d,
+                Disposition::Invalid(Invalid::NotEnvelope { line: 2, .. })
+            ),
+            "{d:?}"
+        );
+        let d = classify(Some(b"{\"level\":1}"), &json, &mut s);
+        assert!(matches!(&d, Disposition::Invalid(i) if i.code() == "not_an_envelope"));
+    }
+
+    #[test]
+    fn the_job_comes_from_the_key_or_the_first_header_of_its_name() {
+        let headers = [
+            ("trace", Some(&b"t"[..])),
+            ("job", Some(&b""[..])),
+            ("job", Some(&b"second"[..])),
+        ];
+        let header = JobIdFrom::Header("job".into());
+        assert_eq!(
+            record_job(Some(b"k"), headers, &JobIdFrom::Key),
+            Some(&b"k"[..])
+        );
+        assert_eq!(record_job(Some(b""), headers, &JobIdFrom::Envelope), None);
+        assert_eq!(
+            record_job(Some(b"k"), headers, &header),
+            None,
+            "the first is empty"
+        );
+        let mut s = Vec::new();
+        let mut input = input(EnvelopeMode::Text);
+        input.job_id = JobIdFrom::Header("trace".into());
+        let d = decode_record(None, headers, Some(b"a\nb"), &input, &mut s);
+        assert_eq!(
+            d,
+            Decoded {
+                disposition: Disposition::Scan,
+                job: Some(&b"t"[..]),
+                lines: 2
+            }
+        );
+        let d = decode_record(None, headers, Some(b"a\xff\n"), &input, &mut s);
+        assert_eq!((d.lines, d.job), (0, Some(&b"t"[..])));
+    }
+}

@@ -1,0 +1,593 @@
+//! The match stage of `faultline run`: decode each record of a batch, scan the batch in one
+//! Hyperscan pass, enrich the hits, feed the incident stage, produce the events and dead
+//! letters, and resolve each record in the offset tracker.
+//!
+//! Failure isolation ([`crate::isolation`]): no record should make the matcher panic (the fuzz
+//! targets hold decoding, scanning and multiline assembly to that), but if one does, the panic
+//! is caught around the batch, counted (`faultline_panics_total{stage="match"}`), and the
+//! batch is processed once more with a fresh worker; if that panics too, record by record, and
+//! the records that panic alone go to the dead-letter topic (reason `panic`). No record is
+//! lost or skipped silently and the partition keeps flowing.
+//!
+//! Decision: the guard covers the sends too, unlike `scan`, which guards only the computation
+//! and writes afterwards. A batch's events are serialised and handed to the producer one at a
+//! time through one reused buffer, so memory stays at one event per batch whatever the match
+//! count; guarding only the computation would mean holding every serialised event of a batch
+//! first. The price is [`Progress`]: the guard records how far the outputs went, so that a
+//! panic after a send resolves what went out instead of sending it twice.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::decode::{
+    decode_record, header_pairs, record_job, Disposition, InvalidCounter, JobIdFrom,
+};
+use super::{incidents, PipelineError, Stop};
+use crate::config::Config;
+use crate::engine::{ChunkInfo, Worker};
+use crate::enrich::MatchEvent;
+use crate::matcher::{HyperscanMatcher, MatchError};
+use crate::record::Provenance;
+use crate::redact::Redactor;
+use crate::reload::Loaded;
+use crate::runtime::queue;
+use crate::runtime::Health;
+use crate::sink::kafka::KafkaSink;
+use crate::source::kafka::{forget, Batch, SourceRecord};
+
+/// Where a record's lines start in the batch's scan buffer.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    record: usize,
+    first_line: u64,
+}
+
+/// What the match stage is built from ([`MatchStage::new`]).
+pub(super) struct StageParts {
+    pub(super) config: Arc<Config>,
+    pub(super) sink: Arc<KafkaSink>,
+    pub(super) health: Arc<Health>,
+    pub(super) stop: Arc<Stop>,
+    pub(super) kb: watch::Receiver<Arc<Loaded>>,
+    pub(super) loaded: Arc<Loaded>,
+    pub(super) metrics: Arc<crate::metrics::Metrics>,
+    pub(super) tracer: Option<crate::telemetry::MatchTracer>,
+    pub(super) redactor: Option<Arc<Redactor>>,
+    pub(super) faults: Option<FaultInjection>,
+    pub(super) incidents: Option<incidents::IncidentStage>,
+}
+
+/// The matching stage: decode, scan, enrich, produce; resolve each record in the tracker.
+pub(super) struct MatchStage {
+    config: Arc<Config>,
+    sink: Arc<KafkaSink>,
+    health: Arc<Health>,
+    stop: Arc<Stop>,
+    kb: watch::Receiver<Arc<Loaded>>,
+    loaded: Arc<Loaded>,
+    worker: Worker<HyperscanMatcher>,
+    counter: InvalidCounter,
+    buf: Vec<u8>,
+    spans: Vec<Span>,
+    events: Vec<(usize, MatchEvent)>,
+    dispositions: Vec<Disposition>,
+    /// Outputs sent per record of the batch, in order.
+    outputs: Vec<u32>,
+    json: Vec<u8>,
+    envelopes: Vec<crate::record::LogRecord<'static>>,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// Counted locally per batch, published once per batch.
+    counts: crate::metrics::BatchCounts,
+    /// One span per match when OTLP export is configured.
+    tracer: Option<crate::telemetry::MatchTracer>,
+    /// The KB's enricher with the `[redact]` settings, rebuilt on every KB reload.
+    enricher: crate::enrich::Enricher,
+    /// Events' redactor (`[redact]`), `None` when redaction is off.
+    redactor: Option<Arc<Redactor>>,
+    /// How far [`MatchStage::process`] got in handing the batch's outputs to the sink.
+    progress: Progress,
+    /// Test-only panics ([`start_with_faults`]); `None` in `faultline run`.
+    faults: Option<FaultInjection>,
+    /// Correlation, the incidents topic and the webhook, when `[incidents]` is configured.
+    incidents: Option<incidents::IncidentStage>,
+}
+
+/// How far [`MatchStage::process`] got in handing outputs to the sink: what the panic wrapper
+/// needs to go on without sending an output twice or losing one.
+#[derive(Debug, Default, Clone, Copy)]
+struct Progress {
+    /// Outputs started going out: the outputs of the first `outputs.len()` records are all
+    /// with the sink.
+    emitting: bool,
+    /// Outputs of the record being emitted already with the sink.
+    partial: u32,
+    /// Every record of the batch is resolved in the tracker.
+    resolved: bool,
+}
+
+/// How one guarded call of [`MatchStage::process`] ended.
+enum Attempt {
+    Done(Result<(), PipelineError>),
+    /// It panicked: the panic's message, redacted.
+    Panicked(String),
+}
+
+/// Where an injected panic strikes.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// Before the batch is decoded and scanned: nothing has gone out.
+    Scan,
+    /// After the record's first event was handed to the producer.
+    AfterSend,
+}
+
+/// Test-only fault injection: the matcher panics on records whose payload holds `marker`, to
+/// prove the failure isolation end to end. Only [`start_with_faults`] takes it; `faultline run`
+/// calls [`start`], and no file, flag or environment variable can set it, so it cannot
+/// trigger in production.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct FaultInjection {
+    pub marker: Vec<u8>,
+    pub point: FaultPoint,
+    /// Panics left; `None`: every time.
+    pub times: Option<Arc<AtomicUsize>>,
+}
+
+impl FaultInjection {
+    fn strike(&self, point: FaultPoint, payload: Option<&[u8]>) {
+        if point != self.point
+            || payload.is_none_or(|p| memchr::memmem::find(p, &self.marker).is_none())
+        {
+            return;
+        }
+        let now = match &self.times {
+            None => true,
+            Some(left) => left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok(),
+        };
+        if now {
+            panic!("injected fault: the record holds the test marker");
+        }
+    }
+}
+
+impl MatchStage {
+    pub(super) fn new(p: StageParts) -> Result<Self, MatchError> {
+        Ok(MatchStage {
+            counter: InvalidCounter::new(p.config.dead_letter.limits),
+            worker: p.loaded.engine.worker()?,
+            enricher: p.loaded.enricher.clone().with_redactor(p.redactor.clone()),
+            counts: p.metrics.batch(),
+            config: p.config,
+            sink: p.sink,
+            health: p.health,
+            stop: p.stop,
+            kb: p.kb,
+            loaded: p.loaded,
+            buf: Vec::new(),
+            spans: Vec::new(),
+            events: Vec::new(),
+            dispositions: Vec::new(),
+            outputs: Vec::new(),
+            json: Vec::new(),
+            envelopes: Vec::new(),
+            metrics: p.metrics,
+            tracer: p.tracer,
+            redactor: p.redactor,
+            progress: Progress::default(),
+            faults: p.faults,
+            incidents: p.incidents,
+        })
+    }
+
+    pub(super) fn run(mut self, rx: queue::Receiver<Batch>) {
+        loop {
+            let batch = match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(b) => b,
+                Err(queue::RecvError::Timeout) => {
+                    if let Some(e) = self.sink.failure() {
+                        self.stop.fail(e.into());
+                    }
+                    if let Some(incidents) = self.incidents.as_mut() {
+                        incidents.tick();
+                    }
+                    continue;
+                }
+                Err(queue::RecvError::Closed) => break,
+            };
+            if self.stop.failed() {
+                forget(&self.health.tracker, &batch.records);
+                continue;
+            }
+            if let Err(e) = self.refresh_kb() {
+                forget(&self.health.tracker, &batch.records);
+                self.stop.fail(e.into());
+                continue;
+            }
+            if let Err(e) = self.process_isolated(&batch) {
+                self.stop.fail(e);
+            }
+            if let Some(incidents) = self.incidents.as_mut() {
+                incidents.tick();
+            }
+        }
+        if let Err(e) = self.sink.flush(self.config.kafka.drain_timeout) {
+            tracing::warn!(error = %e, "flushing the producer");
+        }
+    }
+
+    /// Takes the newest KB, if a reload published one: between batches only.
+    fn refresh_kb(&mut self) -> Result<(), MatchError> {
+        if self.kb.has_changed().unwrap_or(false) {
+            let next = Arc::clone(&self.kb.borrow_and_update());
+            self.worker = next.engine.worker()?;
+            self.enricher = next.enricher.clone().with_redactor(self.redactor.clone());
+            self.metrics.set_kb(&next.engine.kb);
+            tracing::info!(kb_version = %next.version(), "matching with the reloaded knowledge base");
+            self.loaded = next;
+        }
+        Ok(())
+    }
+
+    /// [`MatchStage::process`] with panics isolated, as `faultline scan` isolates them per
+    /// chunk: a batch whose processing panics is processed once more with fresh engine state
+    /// (worker, scratch, buffers), then record by record, and a record that panics on its own
+    /// is dead-lettered (reason `panic`, stage `match`): nothing is lost or silently skipped
+    /// and the partition goes on. Records whose outputs had started going out are not
+    /// processed again (their events would go out twice): the records before are resolved,
+    /// the one being emitted is dead-lettered, the rest go on. Every panic is logged and
+    /// counted (`faultline_panics_total{stage="match"}`).
+    fn process_isolated(&mut self, batch: &Batch) -> Result<(), PipelineError> {
+        let mut rest = &batch.records[..];
+        let mut panics = 0;
+        while panics < 2 {
+            match self.attempt(batch, rest) {
+                Attempt::Done(result) => return result,
+                Attempt::Panicked(message) => {
+                    panics += 1;
+                    tracing::error!(records = rest.len(), attempt = panics, error = %message,
+                        "processing a batch panicked (a bug: please report it)");
+                    let done = self.recover(batch, rest, &message)?;
+                    rest = &rest[done..];
+                    if rest.is_empty() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        for (i, r) in rest.iter().enumerate() {
+            let one = std::slice::from_ref(r);
+            match self.attempt(batch, one) {
+                Attempt::Done(Ok(())) => {}
+                Attempt::Done(Err(e)) => {
+                    forget(&self.health.tracker, &rest[i + 1..]);
+                    return Err(e);
+                }
+                Attempt::Panicked(message) => {
+                    tracing::error!(source = %r.id.tp, offset = r.id.offset, error = %message,
+                        "processing a record panicked (a bug: please report it); dead-lettering it");
+                    if !self.progress.emitting {
+                        self.health.records.fetch_add(1, Ordering::Relaxed);
+                        self.dead_letter_panic(batch, r, 0, &message)?;
+                    } else {
+                        self.recover(batch, one, &message)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs [`MatchStage::process`] once, catching a panic; after one, the engine state that
+    /// it may have left mid-update is rebuilt and what it counted for the batch is undone.
+    fn attempt(&mut self, batch: &Batch, records: &[SourceRecord]) -> Attempt {
+        self.progress = Progress::default();
+        let counter = self.counter.clone();
+        let consumed = (
+            self.health.records.load(Ordering::Relaxed),
+            self.health.bytes.load(Ordering::Relaxed),
+        );
+        let redactor = self.redactor.clone().unwrap_or_else(Redactor::builtin);
+        let result = crate::isolation::catch(&redactor, || {
+            if let Some(f) = &self.faults {
+                for r in records {
+                    f.strike(FaultPoint::Scan, batch.payload(r));
+                }
+            }
+            self.process(batch, records)
+        });
+        let message = match result {
+            Ok(done) => return Attempt::Done(done),
+            Err(message) => message,
+        };
+        self.metrics.panicked("match");
+        // Only this thread writes these counts: the batch's are taken back, and counted again
+        // by whatever processes its records next.
+        self.health.records.store(consumed.0, Ordering::Relaxed);
+        self.health.bytes.store(consumed.1, Ordering::Relaxed);
+        self.counter = counter;
+        self.counts = self.metrics.batch();
+        match self.loaded.engine.worker() {
+            Ok(w) => self.worker = w,
+            Err(e) => {
+                // Stopping: the batch is read again after a restart.
+                forget(&self.health.tracker, records);
+                return Attempt::Done(Err(e.into()));
+            }
+        }
+        self.buf = Vec::new();
+        self.spans = Vec::new();
+        self.events = Vec::new();
+        self.envelopes = Vec::new();
+        self.json = Vec::new();
+        Attempt::Panicked(message)
+    }
+
+    /// After a panic in [`MatchStage::attempt`]: finishes what already went out and returns how
+    /// many of `records` are done. Nothing went out: none (the caller retries them all).
+    /// Outputs were going out: the records before are resolved and counted, the record being
+    /// emitted is dead-lettered. All resolved (a panic after the tracker update): all.
+    fn recover(
+        &mut self,
+        batch: &Batch,
+        records: &[SourceRecord],
+        message: &str,
+    ) -> Result<usize, PipelineError> {
+        let p = self.progress;
+        if !p.emitting {
+            return Ok(0);
+        }
+        if p.resolved {
+            return Ok(records.len());
+        }
+        let k = self.outputs.len().min(records.len());
+        let done = records[..k].iter().map(|r| &r.id);
+        self.health
+            .tracker
+            .resolve_many(done.zip(self.outputs.iter().copied()));
+        // Count what is done once, as `process` would have.
+        let upto = (k + 1).min(records.len());
+        for (r, d) in records[..upto].iter().zip(&self.dispositions) {
+            self.health.records.fetch_add(1, Ordering::Relaxed);
+            match d {
+                Disposition::Invalid(_) => {
+                    let _ = self.counter.record(false);
+                }
+                Disposition::Scan => {
+                    let _ = self.counter.record(true);
+                    let bytes = batch.payload(r).map_or(0, <[u8]>::len) as u64;
+                    self.health.bytes.fetch_add(bytes, Ordering::Relaxed);
+                }
+                Disposition::Skip => {}
+            }
+        }
+        if k == records.len() {
+            return Ok(k);
+        }
+        tracing::error!(source = %records[k].id.tp, offset = records[k].id.offset,
+            events_sent = p.partial, "a record's processing panicked after its first outputs \
+            went out; dead-lettering it");
+        self.dead_letter_panic(batch, &records[k], p.partial, message)?;
+        Ok(k + 1)
+    }
+
+    /// Sends `r` to the dead-letter topic (reason `panic`, stage `match`) and resolves it with
+    /// its `sent` outputs plus the dead letter.
+    fn dead_letter_panic(
+        &mut self,
+        batch: &Batch,
+        r: &SourceRecord,
+        sent: u32,
+        message: &str,
+    ) -> Result<(), PipelineError> {
+        self.counts.dead_lettered("panic");
+        self.metrics.flush(&mut self.counts);
+        let kb_version = self.loaded.version().to_string();
+        let error = format!("processing the record panicked: {message}");
+        if let Err(e) = self.sink.send_dead_letter(
+            batch.view(r),
+            "panic",
+            "match",
+            &error,
+            &kb_version,
+            &self.stop,
+        ) {
+            self.health.tracker.resolve(&r.id, sent);
+            forget(&self.health.tracker, std::slice::from_ref(r));
+            return Err(e.into());
+        }
+        self.health.tracker.resolve(&r.id, sent + 1);
+        Ok(())
+    }
+
+    /// Processes `records`, records of `batch` (all of them, or a part when isolating a panic).
+    fn process(&mut self, batch: &Batch, records: &[SourceRecord]) -> Result<(), PipelineError> {
+        let tracker = Arc::clone(&self.health.tracker);
+        self.buf.clear();
+        self.spans.clear();
+        self.events.clear();
+        self.dispositions.clear();
+        let mut tripped = None;
+        let mut line = 1u64;
+        let mut bytes = 0u64;
+        for (i, r) in records.iter().enumerate() {
+            let view = batch.view(r);
+            let decoded = decode_record(
+                view.key,
+                header_pairs(view),
+                view.payload,
+                &self.config.input,
+                &mut self.envelopes,
+            );
+            let d = decoded.disposition;
+            match &d {
+                Disposition::Invalid(why) => {
+                    if let Err(trip) = self.counter.record(false) {
+                        let at = format!("{}@{}", r.id.tp, r.id.offset);
+                        tripped = Some((i, trip.at(at, why.to_string())));
+                        break;
+                    }
+                }
+                Disposition::Scan => {
+                    let _ = self.counter.record(true);
+                    let p = batch.payload(r).unwrap_or_default();
+                    bytes += p.len() as u64;
+                    self.spans.push(Span {
+                        record: i,
+                        first_line: line,
+                    });
+                    self.buf.extend_from_slice(p);
+                    if p.last() != Some(&b'\n') {
+                        self.buf.push(b'\n');
+                    }
+                    line += decoded.lines;
+                }
+                Disposition::Skip => {}
+            }
+            self.dispositions.push(d);
+        }
+        self.health
+            .records
+            .fetch_add(self.dispositions.len() as u64, Ordering::Relaxed);
+        self.health.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.counts.consumed(self.dispositions.len() as u64, bytes);
+        self.counts.scanned(line - 1);
+
+        if !self.buf.is_empty() {
+            let scan_started = std::time::Instant::now();
+            let Self {
+                loaded,
+                worker,
+                spans,
+                events,
+                buf,
+                config,
+                counts,
+                tracer,
+                enricher,
+                ..
+            } = self;
+            let job_from = &config.input.job_id;
+            let default_job = &config.input.default_job_id;
+            loaded.engine.scan_chunk_hits(
+                worker,
+                buf,
+                ChunkInfo {
+                    first_line: 1,
+                    truncated: false,
+                },
+                &mut |hit| {
+                    let k = spans.partition_point(|s| s.first_line <= hit.line);
+                    let Some(span) = k.checked_sub(1).map(|k| spans[k]) else {
+                        return;
+                    };
+                    let r = batch.view(&records[span.record]);
+                    let source = Provenance::Kafka {
+                        topic: r.id.tp.topic.to_string(),
+                        partition: r.id.tp.partition,
+                        offset: r.id.offset,
+                        line: hit.line - span.first_line + 1,
+                    };
+                    let job =
+                        record_job(r.key, header_pairs(r), job_from).map(String::from_utf8_lossy);
+                    let mut event =
+                        enricher.event(&hit, job.as_deref().unwrap_or(default_job), source);
+                    if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
+                        event.job_id = job.to_string();
+                    }
+                    counts.matched(&event);
+                    if let Some(tracer) = tracer {
+                        tracer.record(&event);
+                    }
+                    events.push((span.record, event));
+                },
+            )?;
+            counts.scan_time(scan_started.elapsed());
+        }
+
+        // Incidents before any record is resolved: their holds must precede the watermark.
+        if let Some(incidents) = self.incidents.as_mut() {
+            incidents.observe(records, &self.events);
+        }
+
+        // Outputs are sent first and the records resolved together after (acks arriving before
+        // their record is resolved are counted): one tracker lock per batch, not per record.
+        let mut e = 0;
+        let kb_version = self.loaded.version().to_string();
+        self.outputs.clear();
+        self.progress.emitting = true;
+        for (i, d) in self.dispositions.iter().enumerate() {
+            let r = &records[i];
+            let (outputs, sent) = match d {
+                Disposition::Skip => (0, Ok(())),
+                Disposition::Invalid(why) => {
+                    self.health.invalid.fetch_add(1, Ordering::Relaxed);
+                    self.counts.dead_lettered(why.code());
+                    tracing::warn!(source = %r.id.tp, offset = r.id.offset, reason = why.code(),
+                        error = %why, "dead-lettering an undecodable record");
+                    let sent = self.sink.send_dead_letter(
+                        batch.view(r),
+                        why.code(),
+                        "decode",
+                        &why.to_string(),
+                        &kb_version,
+                        &self.stop,
+                    );
+                    (1, sent)
+                }
+                Disposition::Scan => {
+                    let start = e;
+                    while e < self.events.len() && self.events[e].0 == i {
+                        e += 1;
+                    }
+                    let mut result = Ok(());
+                    for (_, event) in &self.events[start..e] {
+                        self.json.clear();
+                        if let Err(err) = serde_json::to_writer(&mut self.json, event) {
+                            // Serialising plain data cannot fail; never drop an event silently.
+                            tracing::error!(error = %err, "serialising an event");
+                        }
+                        result = self.sink.send_event(
+                            &r.id,
+                            event.job_id.as_bytes(),
+                            &self.json,
+                            &self.stop,
+                        );
+                        if result.is_err() {
+                            break;
+                        }
+                        self.health.events_sent.fetch_add(1, Ordering::Relaxed);
+                        self.progress.partial += 1;
+                        if let Some(f) = &self.faults {
+                            f.strike(FaultPoint::AfterSend, batch.payload(r));
+                        }
+                    }
+                    ((e - start) as u32, result)
+                }
+            };
+            if let Err(err) = sent {
+                let done = records.iter().map(|r| &r.id);
+                tracker.resolve_many(done.zip(self.outputs.iter().copied()));
+                forget(&tracker, &records[i..]);
+                return Err(err.into());
+            }
+            self.outputs.push(outputs);
+            self.progress.partial = 0;
+        }
+        let done = records.iter().map(|r| &r.id);
+        tracker.resolve_many(done.zip(self.outputs.iter().copied()));
+        self.progress.resolved = true;
+        self.metrics.flush(&mut self.counts);
+        if let Some((i, limit)) = tripped {
+            forget(&tracker, &records[i..]);
+            return Err(limit.into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,461 @@
+//! `faultline run`: the stages of the Kafka pipeline, wired with bounded queues.
+//!
+//! ```text
+//!  source thread ──Batch (bounded queue)──▶ match stage thread ──events──▶ sink (producer)
+//!   │ poll, register offsets                   │ decode, scan, enrich         │ delivery
+//!   │ store watermarks ◀──────── Tracker ◀─────┴ resolve(outputs) ◀───────────┘ reports = acks
+//!   └ rebalance: drain, commit                 │ incident stage ──▶ incidents topic, webhook
+//!                          reload (SIGHUP, KB dir poll) ──watch─┘ swapped between batches
+//! ```
+//!
+//! The acks travel behind their batch: a record's offset is stored only when it and every
+//! earlier record of its partition are terminal ([`crate::offsets`]). Every queue is bounded:
+//! librdkafka's prefetch, the batch queue (`pipeline.queue_batches`) and the producer queue;
+//! a slow output blocks the matcher, the queue fills, the source pauses its partitions.
+//! The admin server and the KB watcher are tokio tasks; the consumer and the matcher are threads
+//! because both block (a revoke waits for the drain inside librdkafka's callback, and matching
+//! is CPU work).
+//!
+//! - [`decode`]: `[input]`, `[dead_letter]`, what a record is and whether it can be read.
+//! - [`match_stage`]: decode, scan, enrich, produce, resolve; panics isolated there.
+//! - [`incidents`]: the correlator, the incidents topic and the webhook thread.
+//! - [`signals`]: SIGTERM, SIGINT, SIGHUP.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::watch;
+
+use crate::config::section::{Errors, Printer};
+use crate::config::Config;
+use crate::kafka::kafka_settings;
+use crate::matcher::MatchError;
+use crate::reload::{self, KbSource, Loaded, ReloadError};
+use crate::runtime::{queue, Health, Shutdown, Stats};
+use crate::server;
+use crate::sink::kafka::{KafkaSink, SinkError};
+use crate::source::kafka::{Batch, BatchLimits, KafkaSource, SourceError};
+
+pub mod decode;
+pub mod incidents;
+pub mod match_stage;
+pub mod signals;
+
+pub use decode::LimitExceeded;
+pub use match_stage::{FaultInjection, FaultPoint};
+use match_stage::{MatchStage, StageParts};
+
+/// `[pipeline]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPipeline {
+    /// Records per batch.
+    pub batch_max_records: Option<usize>,
+    /// Payload bytes per batch.
+    pub batch_max_bytes: Option<usize>,
+    /// Longest wait to fill a batch.
+    pub batch_linger_ms: Option<u64>,
+    /// Batches queued between the consumer and the matcher.
+    pub queue_batches: Option<usize>,
+}
+
+/// Validated `[pipeline]`.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// How the source cuts batches.
+    pub batch: BatchLimits,
+    /// Batches queued between the consumer and the matcher.
+    pub queue_batches: usize,
+}
+
+impl PipelineConfig {
+    /// Validates `[pipeline]`, applying defaults.
+    pub fn from_raw(p: RawPipeline, errors: &mut Errors<'_>) -> PipelineConfig {
+        let max_records = p.batch_max_records.unwrap_or(1_000);
+        if max_records == 0 {
+            errors.push("batch_max_records", "must be positive");
+        }
+        let max_bytes = p.batch_max_bytes.unwrap_or(1 << 20);
+        if max_bytes == 0 {
+            errors.push("batch_max_bytes", "must be positive");
+        }
+        let queue_batches = p.queue_batches.unwrap_or(4);
+        if queue_batches == 0 {
+            errors.push("queue_batches", "must be positive");
+        }
+        PipelineConfig {
+            batch: BatchLimits {
+                max_records,
+                max_bytes,
+                linger: Duration::from_millis(p.batch_linger_ms.unwrap_or(20)),
+            },
+            queue_batches,
+        }
+    }
+
+    /// The effective `[pipeline]` table.
+    pub fn print(&self, p: &mut Printer) {
+        p.table("pipeline");
+        p.number("batch_max_records", self.batch.max_records);
+        p.number("batch_max_bytes", self.batch.max_bytes);
+        p.number("batch_linger_ms", self.batch.linger.as_millis());
+        p.number("queue_batches", self.queue_batches);
+    }
+}
+
+/// Why the pipeline stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Kb(#[from] ReloadError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error(transparent)]
+    Match(#[from] MatchError),
+    #[error("{0}")]
+    InvalidLimit(#[from] LimitExceeded),
+    #[error("admin server on {addr}: {error}")]
+    Admin {
+        addr: std::net::SocketAddr,
+        error: std::io::Error,
+    },
+    #[error("starting a pipeline thread: {0}")]
+    Thread(std::io::Error),
+    #[error("a pipeline thread panicked")]
+    Panicked,
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
+    #[error(transparent)]
+    Redact(#[from] crate::redact::RedactError),
+    #[error(transparent)]
+    Incidents(#[from] incidents::StartError),
+}
+
+/// The pipeline's stop: the [`Shutdown`] flags every stage reads, and the first error that
+/// stopped it.
+#[derive(Debug)]
+pub struct Stop {
+    shutdown: Arc<Shutdown>,
+    error: Mutex<Option<PipelineError>>,
+}
+
+impl std::ops::Deref for Stop {
+    type Target = Shutdown;
+
+    fn deref(&self) -> &Shutdown {
+        &self.shutdown
+    }
+}
+
+impl Stop {
+    /// A pipeline nobody has stopped yet.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Stop {
+            shutdown: Shutdown::new(),
+            error: Mutex::new(None),
+        })
+    }
+
+    /// The flags alone, for sources, sinks and signal handlers.
+    pub fn shutdown(&self) -> &Arc<Shutdown> {
+        &self.shutdown
+    }
+
+    /// Stops with an error (the first one wins).
+    pub fn fail(&self, e: PipelineError) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            tracing::error!(error = %e, "stopping");
+            *slot = Some(e);
+        }
+        drop(slot);
+        self.request();
+    }
+
+    /// Whether an error stopped it.
+    pub fn failed(&self) -> bool {
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    fn take_error(&self) -> Option<PipelineError> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// A started pipeline.
+pub struct Running {
+    health: Arc<Health>,
+    stop: Arc<Stop>,
+    reload: tokio::sync::mpsc::Sender<()>,
+    admin: Option<std::net::SocketAddr>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    /// The webhook thread: joined after the matcher, within the drain timeout.
+    webhook: Option<(std::thread::JoinHandle<()>, Duration)>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Flushed after the stages stop, so the last spans are exported.
+    telemetry: Option<crate::telemetry::Telemetry>,
+}
+
+/// What `faultline run` reports when it stops.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// What it did.
+    pub stats: Stats,
+}
+
+/// Loads the KB (blocking; call from a blocking context or before the runtime is busy).
+pub fn load_kb(config: &Config) -> Result<Loaded, ReloadError> {
+    KbSource::from_dir(config.kb.dir.as_deref()).load()
+}
+
+/// Starts every stage: the admin server (bound before anything reads), the KB watcher, the
+/// sink, the source and the matcher. Must be called inside a tokio runtime.
+pub async fn start(config: Config, loaded: Loaded) -> Result<Running, PipelineError> {
+    start_with_faults(config, loaded, None).await
+}
+
+/// [`start`], with panics injected into the matcher: for tests of the failure isolation only.
+#[doc(hidden)]
+pub async fn start_with_faults(
+    config: Config,
+    loaded: Loaded,
+    faults: Option<FaultInjection>,
+) -> Result<Running, PipelineError> {
+    let config = Arc::new(config);
+    let health = Health::new(config.admin.stall_timeout);
+    let stop = Stop::new();
+    health.set_kb_version(loaded.version());
+    let loaded = Arc::new(loaded);
+    let (kb_tx, kb_rx) = watch::channel(Arc::clone(&loaded));
+    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
+    let mut tasks = Vec::new();
+
+    let metrics = Arc::new(crate::metrics::Metrics::new(config.metrics.clone())?);
+    metrics.set_kb(&loaded.engine.kb);
+    let telemetry = crate::telemetry::Telemetry::start(
+        &config.telemetry,
+        crate::telemetry::SpanDropCounters::of(&metrics),
+    )?;
+    let admin = match config.admin.listen {
+        Some(addr) => {
+            let listener = server::bind(addr)
+                .await
+                .map_err(|error| PipelineError::Admin { addr, error })?;
+            let bound = listener.local_addr().unwrap_or(addr);
+            let h = Arc::clone(&health);
+            let m = Arc::clone(&metrics);
+            let routes =
+                server::health_routes(move || h.readiness()).route("/metrics", move || {
+                    server::Reply {
+                        status: 200,
+                        content_type: crate::metrics::CONTENT_TYPE,
+                        body: m.render(),
+                    }
+                });
+            tasks.push(tokio::spawn(server::serve(
+                listener,
+                routes,
+                stop.subscribe(),
+            )));
+            tracing::info!(addr = %bound, "admin server listening (/healthz, /readyz, /metrics)");
+            Some(bound)
+        }
+        None => None,
+    };
+    tasks.push(tokio::spawn(reload::watch(
+        KbSource::from_dir(config.kb.dir.as_deref()),
+        config.kb.dir.as_ref().and(config.kb.watch_interval),
+        kb_tx,
+        reload_rx,
+        Arc::clone(&health.reload),
+        Arc::clone(&metrics),
+        stop.subscribe(),
+    )));
+
+    let settings = kafka_settings(&config.kafka);
+    let rules = config.redact.rules()?;
+    let redactor = config.redact.enabled.then(|| Arc::clone(&rules));
+    let sink = Arc::new(
+        KafkaSink::new(
+            &settings,
+            &config.output.topic,
+            &config.dead_letter.topic,
+            Arc::clone(&health.tracker),
+            Arc::clone(&health.delivered),
+        )?
+        .with_dead_letter_redactor(config.dead_letter.redact.then_some(rules)),
+    );
+    let source = KafkaSource::new(
+        &config.kafka,
+        &settings,
+        config.pipeline.batch,
+        Arc::clone(&health),
+        Arc::clone(&metrics),
+    )?;
+    let (incidents, webhook) = match &config.incidents {
+        Some(c) => {
+            let (stage, thread) = incidents::IncidentStage::start(
+                c,
+                config.webhook.as_ref(),
+                Arc::clone(&sink),
+                Arc::clone(&health.tracker),
+                Arc::clone(&stop),
+                &metrics,
+                telemetry
+                    .as_ref()
+                    .map(crate::telemetry::Telemetry::incident_tracer),
+            )?;
+            (Some(stage), thread.map(|t| (t, config.kafka.drain_timeout)))
+        }
+        None => (None, None),
+    };
+    let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);
+    let stage = MatchStage::new(StageParts {
+        config: Arc::clone(&config),
+        sink,
+        health: Arc::clone(&health),
+        stop: Arc::clone(&stop),
+        kb: kb_rx,
+        loaded,
+        metrics: Arc::clone(&metrics),
+        tracer: telemetry.as_ref().map(crate::telemetry::Telemetry::tracer),
+        redactor,
+        faults,
+        incidents,
+    })?;
+    let mut threads = Vec::new();
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(f)
+            .map_err(PipelineError::Thread)
+    };
+    threads.push(spawn("faultline-match", Box::new(move || stage.run(rx)))?);
+    let s = Arc::clone(stop.shutdown());
+    threads.push(spawn(
+        "faultline-source",
+        Box::new(move || source.run(tx, s)),
+    )?);
+    tracing::info!(
+        topics = ?config.kafka.topics.iter().map(|t| t.as_subscription()).collect::<Vec<_>>(),
+        group = %config.kafka.group_id,
+        output = %config.output.topic,
+        "consuming"
+    );
+    Ok(Running {
+        health,
+        stop,
+        reload: reload_tx,
+        admin,
+        threads,
+        webhook,
+        tasks,
+        telemetry,
+    })
+}
+
+impl Running {
+    /// The counters and readiness the admin server reports.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> Stats {
+        self.health.stats()
+    }
+
+    /// The admin server's address, when it runs.
+    pub fn admin_addr(&self) -> Option<std::net::SocketAddr> {
+        self.admin
+    }
+
+    /// Asks for a graceful stop (SIGTERM, SIGINT): drain, commit, exit.
+    pub fn shutdown(&self) {
+        self.stop.request();
+    }
+
+    /// A handle that requests a stop, for signal handlers.
+    pub fn stopper(&self) -> Arc<Stop> {
+        Arc::clone(&self.stop)
+    }
+
+    /// Asks for a KB reload (SIGHUP).
+    pub fn reload(&self) {
+        let _ = self.reload.try_send(());
+    }
+
+    /// A handle that requests reloads.
+    pub fn reloader(&self) -> tokio::sync::mpsc::Sender<()> {
+        self.reload.clone()
+    }
+
+    /// Waits for the pipeline to stop (after [`Running::shutdown`] or an error).
+    pub async fn wait(self) -> Result<Report, PipelineError> {
+        let Running {
+            health,
+            stop,
+            threads,
+            webhook,
+            tasks,
+            telemetry,
+            ..
+        } = self;
+        let joined =
+            tokio::task::spawn_blocking(move || threads.into_iter().all(|t| t.join().is_ok()))
+                .await
+                .unwrap_or(false);
+        stop.request();
+        if let Some((thread, limit)) = webhook {
+            // Its queue is closed with the matcher; an attempt in progress may take its timeout.
+            let joining = tokio::task::spawn_blocking(move || thread.join().is_ok());
+            if tokio::time::timeout(limit, joining).await.is_err() {
+                tracing::warn!("the webhook thread is still sending; not waiting for it");
+            }
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        if let Some(t) = telemetry {
+            let flushed = tokio::task::spawn_blocking(move || t.shutdown()).await;
+            if let Ok(Err(e)) = flushed {
+                tracing::warn!(error = %e, "exporting the last spans");
+            }
+        }
+        if let Some(e) = stop.take_error() {
+            return Err(e);
+        }
+        if !joined {
+            return Err(PipelineError::Panicked);
+        }
+        Ok(Report {
+            stats: health.stats(),
+        })
+    }
+}
+
+/// `faultline run`: start, then stop gracefully on SIGTERM or SIGINT, reload on SIGHUP.
+pub async fn run(config: Config) -> Result<Report, PipelineError> {
+    let c = config.clone();
+    let loaded = tokio::task::spawn_blocking(move || load_kb(&c))
+        .await
+        .map_err(|_| PipelineError::Panicked)??;
+    tracing::info!(kb_version = %loaded.version(), entries = loaded.engine.kb.entries.len(),
+        origin = %loaded.engine.kb.origin, "knowledge base loaded");
+    let running = start(config, loaded).await?;
+    let signals = tokio::spawn(signals::handle_signals(
+        Arc::clone(running.stopper().shutdown()),
+        running.reloader(),
+    ));
+    let result = running.wait().await;
+    signals.abort();
+    result
+}

@@ -1,0 +1,186 @@
+//! What the service did and whether it is ready: the counters the stages bump, the KB reload
+//! status, the acknowledged deliveries, and the `/readyz` verdict built from them.
+//!
+//! Plain atomics and a mutex, no Kafka types: the source sets the assignment, the sink's
+//! delivery callbacks count acknowledgements, the matcher counts records, the reload task
+//! records reloads, and the admin server reads a [`Stats`] snapshot.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::offsets::{TopicPartition, Tracker};
+
+/// Reload outcomes, for /readyz and logs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReloadStatus {
+    /// The version of the KB in use; empty until one is loaded.
+    pub version: String,
+    /// Successful reloads.
+    pub reloads: u64,
+    /// Failed reloads (the previous KB stays in use).
+    pub failures: u64,
+    /// The last failure, for people.
+    pub last_error: Option<String>,
+}
+
+/// Deliveries the broker acknowledged, counted by the sink's callbacks.
+#[derive(Debug, Default)]
+pub struct Delivered {
+    /// Match events.
+    pub events: AtomicU64,
+    /// Dead letters.
+    pub dead_letters: AtomicU64,
+    /// Incident changes.
+    pub incidents: AtomicU64,
+}
+
+/// State shared by the stages, the admin server and the caller.
+#[derive(Debug)]
+pub struct Health {
+    /// The offset tracker: records in flight, watermarks, stalls.
+    pub tracker: Arc<Tracker>,
+    /// Acknowledged deliveries.
+    pub delivered: Arc<Delivered>,
+    /// KB reloads.
+    pub reload: Arc<Mutex<ReloadStatus>>,
+    /// Records consumed (each counted once, whatever happened to it).
+    pub records: AtomicU64,
+    /// Payload bytes consumed.
+    pub bytes: AtomicU64,
+    /// Match events handed to the producer.
+    pub events_sent: AtomicU64,
+    /// Records found undecodable.
+    pub invalid: AtomicU64,
+    assigned: AtomicUsize,
+    stall_timeout: Duration,
+}
+
+/// A snapshot of what the service did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records consumed.
+    pub records: u64,
+    /// Payload bytes consumed.
+    pub bytes: u64,
+    /// Match events handed to the producer.
+    pub events_sent: u64,
+    /// Match events acknowledged by the broker.
+    pub events_acked: u64,
+    /// Records found undecodable.
+    pub invalid: u64,
+    /// Dead letters acknowledged.
+    pub dead_letters_acked: u64,
+    /// Partitions this member owns.
+    pub assigned_partitions: usize,
+    /// Records read and not yet terminal.
+    pub in_flight: usize,
+    /// KB reloads.
+    pub kb: ReloadStatus,
+    /// The next offset to commit of every partition seen.
+    pub watermarks: Vec<(TopicPartition, i64)>,
+}
+
+impl Health {
+    /// Fresh counters; `/readyz` fails when records make no progress for `stall_timeout`.
+    pub fn new(stall_timeout: Duration) -> Arc<Self> {
+        Arc::new(Health {
+            tracker: Tracker::new(),
+            delivered: Arc::new(Delivered::default()),
+            reload: Arc::new(Mutex::new(ReloadStatus::default())),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            events_sent: AtomicU64::new(0),
+            invalid: AtomicU64::new(0),
+            assigned: AtomicUsize::new(0),
+            stall_timeout,
+        })
+    }
+
+    /// The source's partition count after a rebalance.
+    pub fn set_assigned(&self, n: usize) {
+        self.assigned.store(n, Ordering::Relaxed);
+    }
+
+    /// Records the version of the KB in use.
+    pub fn set_kb_version(&self, version: &str) {
+        self.reload
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .version = version.to_string();
+    }
+
+    /// A snapshot of every counter.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            records: self.records.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            events_sent: self.events_sent.load(Ordering::Relaxed),
+            events_acked: self.delivered.events.load(Ordering::Relaxed),
+            invalid: self.invalid.load(Ordering::Relaxed),
+            dead_letters_acked: self.delivered.dead_letters.load(Ordering::Relaxed),
+            assigned_partitions: self.assigned.load(Ordering::Relaxed),
+            in_flight: self.tracker.in_flight(None),
+            kb: self
+                .reload
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            watermarks: self.tracker.watermarks(),
+        }
+    }
+
+    /// /readyz: the KB is loaded, partitions are assigned, records are not stuck.
+    pub fn readiness(&self) -> Result<String, String> {
+        let s = self.stats();
+        let mut problems = Vec::new();
+        if s.kb.version.is_empty() {
+            problems.push("knowledge base not loaded".to_string());
+        }
+        if s.assigned_partitions == 0 {
+            problems.push("no partitions assigned".to_string());
+        }
+        if self.tracker.stalled(self.stall_timeout) {
+            problems.push(format!(
+                "stalled: {} record(s) in flight and none finished for {} s",
+                s.in_flight,
+                self.stall_timeout.as_secs()
+            ));
+        }
+        let body = format!(
+            "kb_version {}\nassigned_partitions {}\nin_flight {}\nrecords {}\nevents {}\ndead_letters {}\nkb_reload_failures {}\n",
+            s.kb.version,
+            s.assigned_partitions,
+            s.in_flight,
+            s.records,
+            s.events_acked,
+            s.dead_letters_acked,
+            s.kb.failures
+        );
+        if problems.is_empty() {
+            Ok(body)
+        } else {
+            Err(format!("not ready: {}\n{body}", problems.join("; ")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_with_a_kb_and_partitions() {
+        let h = Health::new(Duration::from_secs(60));
+        let not = h.readiness().expect_err("nothing loaded");
+        assert!(not.contains("knowledge base not loaded"), "{not}");
+        assert!(not.contains("no partitions assigned"), "{not}");
+        h.set_kb_version("v1");
+        h.set_assigned(3);
+        let body = h.readiness().expect("ready");
+        assert!(
+            body.contains("kb_version v1\nassigned_partitions 3\n"),
+            "{body}"
+        );
+    }
+}
