@@ -325,9 +325,7 @@ pub fn incidents(
         let mut e = xid.clone();
         e.job_id.clone_from(&job);
         e.host = Some(format!("node-{:04}", j % 4096));
-        e.timestamp = Some(crate::envelope::rfc3339_from_unix_nanos(
-            t as u128 * 1_000_000,
-        ));
+        e.timestamp = Some(crate::time::rfc3339_from_unix_nanos(t as u128 * 1_000_000));
         c.observe(&e, &mut out);
         events += 1;
         for r in 0..cascades {
@@ -335,7 +333,7 @@ pub fn incidents(
             e.job_id.clone_from(&job);
             e.rank = Some(r);
             e.host = Some(format!("node-{:04}", (j + u64::from(r) / 8) % 4096));
-            e.timestamp = Some(crate::envelope::rfc3339_from_unix_nanos(
+            e.timestamp = Some(crate::time::rfc3339_from_unix_nanos(
                 (t + 1_000) as u128 * 1_000_000,
             ));
             c.observe(&e, &mut out);

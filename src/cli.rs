@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::engine::{ChunkInfo, Engine};
 use crate::enrich::Enricher;
-use crate::incident::{self, IncidentConfig};
+use crate::incident::IncidentConfig;
 use crate::kb::{self, KnowledgeBase};
 use crate::record::Provenance;
 use crate::redact::{Redactor, RuleSpec};
@@ -481,7 +481,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 
 /// A `--incident-*` duration: `90s`, `5m`, `1h30m`, `250ms` or seconds.
 fn parse_duration(text: &str) -> std::result::Result<i64, String> {
-    match incident::time::parse_duration_ms(text) {
+    match crate::time::parse_duration_ms(text) {
         Some(ms) if ms > 0 => Ok(ms),
         _ => Err(format!(
             "{text:?} is not a duration: write 90s, 5m, 1h30m or 250ms"

@@ -281,6 +281,17 @@ pub struct MatchEvent {
     pub cluster: Option<String>,
 }
 
+impl MatchEvent {
+    /// The rank of a match: the envelope's or launcher prefix's, else a `rank` capture.
+    pub fn any_rank(&self) -> Option<u32> {
+        self.rank.or_else(|| {
+            self.captures
+                .get("rank")
+                .and_then(|r| r.trim().parse().ok())
+        })
+    }
+}
+
 /// Builds events for one KB version.
 #[derive(Debug, Clone)]
 pub struct Enricher {

@@ -201,7 +201,7 @@ fn decode_otlp_record(record: &Value, resource: &Map<String, Value>, out: &mut C
             .find_map(|k| record.get(*k).and_then(as_text))
             .and_then(|nanos| nanos.parse::<u128>().ok())
             .filter(|n| *n > 0)
-            .map(rfc3339_from_unix_nanos),
+            .map(crate::time::rfc3339_from_unix_nanos),
         cluster: get(&["k8s.cluster.name", "cluster"]),
     };
     push_lines(&message, meta, out);
@@ -281,34 +281,10 @@ fn as_timestamp(v: &Value) -> Option<String> {
             if !(0.0..1e11).contains(&secs) {
                 return None;
             }
-            Some(rfc3339_from_unix_nanos((secs * 1e9) as u128))
+            Some(crate::time::rfc3339_from_unix_nanos((secs * 1e9) as u128))
         }
         _ => None,
     }
-}
-
-/// Formats Unix nanoseconds as `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` (UTC).
-pub fn rfc3339_from_unix_nanos(nanos: u128) -> String {
-    let secs = (nanos / 1_000_000_000) as i64;
-    let frac = (nanos % 1_000_000_000) as u32;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil-from-days algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{frac:09}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// `2024-05-01T12:00:00.123456789Z stderr F message` -> (timestamp, message).
@@ -560,15 +536,6 @@ mod tests {
         assert_eq!(
             decode_json(br#"{"level":"info"}"#, &mut out),
             Err(EnvelopeError::NoMessage)
-        );
-    }
-
-    #[test]
-    fn unix_nanos_to_rfc3339() {
-        assert_eq!(rfc3339_from_unix_nanos(0), "1970-01-01T00:00:00.000000000Z");
-        assert_eq!(
-            rfc3339_from_unix_nanos(951_782_400_000_000_000),
-            "2000-02-29T00:00:00.000000000Z"
         );
     }
 }

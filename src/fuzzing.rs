@@ -14,7 +14,7 @@ use crate::incident::multiline::{self, ContextBuf, Streams, MAX_CONTEXT_LINE_BYT
 use crate::incident::{ContextInfo, Correlator, IncidentConfig};
 use crate::kb::{self, KnowledgeBase};
 use crate::matcher::{HyperscanMatcher, RegexMatcher};
-use crate::pipeline::decode::{EnvelopeMode, InputConfig, JobIdFrom};
+use crate::pipeline::config::{EnvelopeMode, InputConfig, JobIdFrom};
 use crate::record::Provenance;
 use crate::redact::Redactor;
 use crate::source::file::ChunkReader;

@@ -76,3 +76,4 @@ pub mod source;
 pub mod telemetry;
 #[cfg(test)]
 mod testutil;
+pub mod time;

@@ -978,7 +978,12 @@ impl BatchCounts {
     /// are looked up by `kb_id` like any other; an id the batch's KB lacks is not counted.
     pub fn matched(&mut self, event: &MatchEvent) {
         if self.log_times.len() < MAX_LATENCY_SAMPLES {
-            if let Some(t) = event.timestamp.as_deref().and_then(parse_rfc3339) {
+            if let Some(t) = event
+                .timestamp
+                .as_deref()
+                .and_then(crate::time::parse)
+                .and_then(|s| s.exact_seconds())
+            {
                 self.log_times.push(t);
             }
         }
@@ -1008,95 +1013,6 @@ fn unix_now() -> f64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
-}
-
-/// Parses an RFC 3339 timestamp (`2024-05-01T12:00:00.123456Z`, `...+02:00`; `t`, `z` and a
-/// space separator accepted) into Unix seconds. A timestamp without a zone is ambiguous (Slurm
-/// prints local time) and gives `None`, as does anything malformed.
-pub fn parse_rfc3339(s: &str) -> Option<f64> {
-    let b = s.as_bytes();
-    let num = |range: std::ops::Range<usize>| -> Option<i64> {
-        let digits = b.get(range)?;
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        Some(
-            digits
-                .iter()
-                .fold(0i64, |n, d| n * 10 + i64::from(d - b'0')),
-        )
-    };
-    let year = num(0..4)?;
-    let month = num(5..7)?;
-    let day = num(8..10)?;
-    let hour = num(11..13)?;
-    let minute = num(14..16)?;
-    let second = num(17..19)?;
-    if b.get(4) != Some(&b'-')
-        || b.get(7) != Some(&b'-')
-        || !matches!(b.get(10), Some(b'T' | b't' | b' '))
-        || b.get(13) != Some(&b':')
-        || b.get(16) != Some(&b':')
-    {
-        return None;
-    }
-    if !(1..=12).contains(&month)
-        || !(1..=days_in_month(year, month)).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let mut i = 19;
-    let mut frac = 0.0;
-    if b.get(i) == Some(&b'.') {
-        let start = i + 1;
-        let mut end = start;
-        while b.get(end).is_some_and(u8::is_ascii_digit) {
-            end += 1;
-        }
-        if end == start {
-            return None;
-        }
-        // At most nanoseconds matter; more digits are read but ignored.
-        let digits = &s[start..end.min(start + 9)];
-        frac = digits.parse::<f64>().ok()? / 10f64.powi(digits.len() as i32);
-        i = end;
-    }
-    let offset = match b.get(i) {
-        Some(b'Z' | b'z') if i + 1 == b.len() => 0,
-        Some(&sign @ (b'+' | b'-')) => {
-            let oh = num(i + 1..i + 3)?;
-            let (om, end) = if b.get(i + 3) == Some(&b':') {
-                (num(i + 4..i + 6)?, i + 6)
-            } else {
-                (num(i + 3..i + 5)?, i + 5)
-            };
-            if end != b.len() || oh > 23 || om > 59 {
-                return None;
-            }
-            let off = oh * 3600 + om * 60;
-            if sign == b'+' {
-                off
-            } else {
-                -off
-            }
-        }
-        _ => return None,
-    };
-    let days = crate::incident::time::days_from_civil(year, month, day);
-    let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset;
-    Some(secs as f64 + frac)
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
 }
 
 #[cfg(test)]
@@ -1497,8 +1413,7 @@ mod tests {
         let k = kb(&[("nccl/x", "NCCL_TIMEOUT", "cascade")]);
         m.set_kb(&k);
         let mut b = m.batch();
-        let ten_s_ago =
-            crate::envelope::rfc3339_from_unix_nanos(((unix_now() - 10.0) * 1e9) as u128);
+        let ten_s_ago = crate::time::rfc3339_from_unix_nanos(((unix_now() - 10.0) * 1e9) as u128);
         b.matched(&event(&k, 0, None, Some(&ten_s_ago)));
         b.matched(&event(&k, 0, None, Some("2024-05-01T12:00:00.123"))); // no zone: skipped
         b.matched(&event(&k, 0, None, None));
@@ -1576,35 +1491,5 @@ mod tests {
             ),
             Some(7.0)
         );
-    }
-
-    #[test]
-    fn rfc3339_timestamps() {
-        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0.0));
-        assert_eq!(parse_rfc3339("2024-05-01T00:00:00Z"), Some(1_714_521_600.0));
-        assert_eq!(
-            parse_rfc3339("2024-05-01T12:00:00.5+02:00"),
-            Some(1_714_557_600.5)
-        );
-        assert_eq!(
-            parse_rfc3339("2024-05-01 12:00:00-0130"),
-            Some(1_714_570_200.0)
-        );
-        assert_eq!(parse_rfc3339("2024-02-29t00:00:00z"), Some(1_709_164_800.0));
-        let nanos = parse_rfc3339("2024-05-01T00:00:00.123456789123Z").expect("parses");
-        assert!((nanos - 1_714_521_600.123_456_7).abs() < 1e-5);
-        for bad in [
-            "2023-02-29T00:00:00Z",
-            "2024-05-01T12:00:00",
-            "2024-05-01T12:00:00.Z",
-            "2024-05-01T24:00:00Z",
-            "2024-13-01T00:00:00Z",
-            "2024-05-01T12:00:00Zjunk",
-            "2024-05-01T12:00:00+2",
-            "1714521600",
-            "",
-        ] {
-            assert_eq!(parse_rfc3339(bad), None, "{bad}");
-        }
     }
 }

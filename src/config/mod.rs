@@ -22,8 +22,9 @@ use serde::Deserialize;
 use crate::incident::config::{IncidentsConfig, RawIncidentsConfig};
 use crate::kafka::{KafkaConfig, RawKafka};
 use crate::metrics::{MetricsConfig, RawMetricsConfig};
-use crate::pipeline::decode::{DeadLetterConfig, InputConfig, RawDeadLetter, RawInput};
-use crate::pipeline::{PipelineConfig, RawPipeline};
+use crate::pipeline::config::{
+    DeadLetterConfig, InputConfig, PipelineConfig, RawDeadLetter, RawInput, RawPipeline,
+};
 use crate::redact::{RawRedact, RedactConfig};
 use crate::reload::{KbConfig, RawKb};
 use crate::server::{AdminConfig, RawAdmin};
@@ -468,7 +469,7 @@ impl Config {
 mod tests {
     use super::*;
     use crate::kafka::{kafka_settings, TopicSpec};
-    use crate::pipeline::decode::{EnvelopeMode, JobIdFrom};
+    use crate::pipeline::config::{EnvelopeMode, JobIdFrom};
     use crate::server::DEFAULT_ADMIN_LISTEN;
     use crate::sink::kafka::DEFAULT_OUTPUT_TOPIC;
 

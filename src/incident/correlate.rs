@@ -20,22 +20,12 @@ use super::fleet::Fleet;
 use super::lifecycle::Incident;
 use super::lru::LruOrder;
 use super::multiline::{self, Appended, StreamKey, Streams};
-use super::time::Millis;
 use super::{ConfigError, IncidentConfig, IncidentEvent, Resolution, Status};
 use crate::enrich::MatchEvent;
+use crate::time::Millis;
 
 /// Past incidents remembered per job for restart-loop detection.
 const HISTORY: usize = 8;
-
-/// The rank of a match: the envelope's or launcher prefix's, else a `rank` capture.
-pub fn event_rank(event: &MatchEvent) -> Option<u32> {
-    event.rank.or_else(|| {
-        event
-            .captures
-            .get("rank")
-            .and_then(|r| r.trim().parse().ok())
-    })
-}
 
 #[derive(Debug, Clone)]
 struct Past {
@@ -232,7 +222,7 @@ impl Correlator {
         self.expire(out);
 
         let key = self.job_key(&event.job_id, out);
-        let rank = event_rank(event);
+        let rank = event.any_rank();
         let host: Option<Arc<str>> = event.host.as_deref().map(Arc::from);
         // A stream is where a line was printed: the launcher prefix or envelope rank, never a
         // capture (torchrun's summary row names another rank than the one printing it).
@@ -607,7 +597,7 @@ mod tests {
     use crate::kb::Role;
 
     fn ts(sec: i64) -> String {
-        super::super::time::format_ms(1_714_564_800_000 + sec * 1000)
+        crate::time::format_ms(1_714_564_800_000 + sec * 1000)
     }
 
     fn corr(cfg: IncidentConfig) -> Correlator {

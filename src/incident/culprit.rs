@@ -158,7 +158,7 @@ impl RankTable {
         self.enqueued.lagging() + self.completed.lagging()
     }
 
-    /// Records one match of `rank` (the event's rank, see `correlate::event_rank`). Returns
+    /// Records one match of `rank` (the event's rank, [`MatchEvent::any_rank`]). Returns
     /// whether culprit-relevant evidence changed.
     pub fn observe(
         &mut self,

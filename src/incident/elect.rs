@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::time::{self, Millis};
 use super::{GroupingInfo, RootInfo, RunnerUp};
 use crate::enrich::{Diagnosis, MatchEvent};
 use crate::kb::Role;
+use crate::time::{self, Millis};
 
 /// The rule that decided between the initiator and the runner-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -83,7 +83,7 @@ impl Candidate {
                 role: event.role,
                 severity: event.severity,
                 category: event.category.clone(),
-                rank: super::correlate::event_rank(event),
+                rank: event.any_rank(),
                 host: event.host.clone(),
                 gpu: event.captures.get("gpu").cloned(),
                 timestamp: event.timestamp.clone(),
@@ -197,7 +197,11 @@ impl Election {
 
 /// The log time of an event, if its timestamp parses.
 pub fn log_ms(event: &MatchEvent) -> Option<Millis> {
-    event.timestamp.as_deref().and_then(time::parse_ms)
+    event
+        .timestamp
+        .as_deref()
+        .and_then(time::parse)
+        .and_then(|s| s.millis())
 }
 
 #[cfg(test)]

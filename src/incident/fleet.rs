@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::lru::LruOrder;
-use super::time::Millis;
+use crate::time::Millis;
 
 /// Recent jobs remembered per host, to count distinct jobs.
 const RECENT_JOBS: usize = 16;

@@ -23,13 +23,13 @@ use super::culprit::{RankTable, LISTED};
 use super::elect::Election;
 use super::fingerprint::{self, FingerprintInput};
 use super::multiline::{ContextBuf, StreamKey, Streams};
-use super::time::{format_ms, Millis};
 use super::{
     Cascades, Counts, Culprit, CulpritMethod, IncidentConfig, IncidentEvent, Resolution, Status,
     Ticket, TicketReason,
 };
 use crate::enrich::{MatchEvent, SCHEMA_VERSION};
 use crate::kb::Role;
+use crate::time::{format_ms, Millis};
 
 /// One open incident.
 #[derive(Debug, Clone)]

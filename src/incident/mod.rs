@@ -37,7 +37,6 @@ pub mod lru;
 pub mod multiline;
 #[cfg(test)]
 pub(crate) mod testutil;
-pub mod time;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,7 +48,7 @@ pub use correlate::{Correlator, CorrelatorStats};
 use crate::enrich::Diagnosis;
 use crate::kb::{Role, Severity};
 use crate::record::Provenance;
-use time::Millis;
+use crate::time::Millis;
 
 /// How the correlator groups, bounds and tickets. Build with [`IncidentConfig::default`] and
 /// override fields; [`IncidentConfig::validate`] runs in [`Correlator::new`].

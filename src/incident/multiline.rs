@@ -32,9 +32,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::time::Millis;
 use super::{ContextInfo, ContextLine};
 use crate::enrich::MatchEvent;
+use crate::time::Millis;
 
 /// The most bytes of one context line; longer lines are cut and the block marked truncated.
 pub const MAX_CONTEXT_LINE_BYTES: usize = 2048;

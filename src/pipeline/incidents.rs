@@ -47,7 +47,6 @@ use std::time::{Duration, Instant};
 use super::Stop;
 use crate::enrich::MatchEvent;
 use crate::incident::config::IncidentsConfig;
-use crate::incident::time::Millis;
 use crate::incident::{Correlator, CorrelatorStats, IncidentEvent, Status};
 use crate::metrics::{IncidentFamilies, Metrics};
 use crate::offsets::{RecordId, Release, Tracker};
@@ -57,6 +56,7 @@ use crate::sink::webhook::{
 };
 use crate::source::kafka::SourceRecord;
 use crate::telemetry::IncidentTracer;
+use crate::time::Millis;
 
 /// The correlator's clock when no match tells the time: the last log time seen plus the wall
 /// time since. Log times only move it forward.

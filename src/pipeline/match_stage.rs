@@ -22,9 +22,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::decode::{
-    decode_record, header_pairs, record_job, Disposition, InvalidCounter, JobIdFrom,
-};
+use super::config::JobIdFrom;
+use super::decode::{decode_record, header_pairs, record_job, Disposition, InvalidCounter};
 use super::{incidents, PipelineError, Stop};
 use crate::config::Config;
 use crate::engine::{ChunkInfo, Worker};

@@ -16,7 +16,8 @@
 //! because both block (a revoke waits for the drain inside librdkafka's callback, and matching
 //! is CPU work).
 //!
-//! - [`decode`]: `[input]`, `[dead_letter]`, what a record is and whether it can be read.
+//! - [`config`]: the `[pipeline]`, `[input]` and `[dead_letter]` tables.
+//! - [`decode`]: what a record is and whether it can be read.
 //! - [`match_stage`]: decode, scan, enrich, produce, resolve; panics isolated there.
 //! - [`incidents`]: the correlator, the incidents topic and the webhook thread.
 //! - [`signals`]: SIGTERM, SIGINT, SIGHUP.
@@ -24,10 +25,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Deserialize;
 use tokio::sync::watch;
 
-use crate::config::section::{Errors, Printer};
 use crate::config::Config;
 use crate::kafka::kafka_settings;
 use crate::matcher::MatchError;
@@ -35,8 +34,9 @@ use crate::reload::{self, KbSource, Loaded, ReloadError};
 use crate::runtime::{queue, Health, Shutdown, Stats};
 use crate::server;
 use crate::sink::kafka::{KafkaSink, SinkError};
-use crate::source::kafka::{Batch, BatchLimits, KafkaSource, SourceError};
+use crate::source::kafka::{Batch, KafkaSource, SourceError};
 
+pub mod config;
 pub mod decode;
 pub mod incidents;
 pub mod match_stage;
@@ -45,64 +45,6 @@ pub mod signals;
 pub use decode::LimitExceeded;
 pub use match_stage::{FaultInjection, FaultPoint};
 use match_stage::{MatchStage, StageParts};
-
-/// `[pipeline]` as written.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawPipeline {
-    /// Records per batch.
-    pub batch_max_records: Option<usize>,
-    /// Payload bytes per batch.
-    pub batch_max_bytes: Option<usize>,
-    /// Longest wait to fill a batch.
-    pub batch_linger_ms: Option<u64>,
-    /// Batches queued between the consumer and the matcher.
-    pub queue_batches: Option<usize>,
-}
-
-/// Validated `[pipeline]`.
-#[derive(Debug, Clone)]
-pub struct PipelineConfig {
-    /// How the source cuts batches.
-    pub batch: BatchLimits,
-    /// Batches queued between the consumer and the matcher.
-    pub queue_batches: usize,
-}
-
-impl PipelineConfig {
-    /// Validates `[pipeline]`, applying defaults.
-    pub fn from_raw(p: RawPipeline, errors: &mut Errors<'_>) -> PipelineConfig {
-        let max_records = p.batch_max_records.unwrap_or(1_000);
-        if max_records == 0 {
-            errors.push("batch_max_records", "must be positive");
-        }
-        let max_bytes = p.batch_max_bytes.unwrap_or(1 << 20);
-        if max_bytes == 0 {
-            errors.push("batch_max_bytes", "must be positive");
-        }
-        let queue_batches = p.queue_batches.unwrap_or(4);
-        if queue_batches == 0 {
-            errors.push("queue_batches", "must be positive");
-        }
-        PipelineConfig {
-            batch: BatchLimits {
-                max_records,
-                max_bytes,
-                linger: Duration::from_millis(p.batch_linger_ms.unwrap_or(20)),
-            },
-            queue_batches,
-        }
-    }
-
-    /// The effective `[pipeline]` table.
-    pub fn print(&self, p: &mut Printer) {
-        p.table("pipeline");
-        p.number("batch_max_records", self.batch.max_records);
-        p.number("batch_max_bytes", self.batch.max_bytes);
-        p.number("batch_linger_ms", self.batch.linger.as_millis());
-        p.number("queue_batches", self.queue_batches);
-    }
-}
 
 /// Why the pipeline stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,7 @@ use crate::support::{hyperscan, repo, scan_paths};
 const T0: i64 = 1_733_000_000; // 2024-11-30T20:53:20Z
 
 fn ts(sec: i64) -> String {
-    faultline::envelope::rfc3339_from_unix_nanos(((T0 + sec) as u128) * 1_000_000_000)
+    faultline::time::rfc3339_from_unix_nanos(((T0 + sec) as u128) * 1_000_000_000)
 }
 
 /// A Vector-style JSON envelope line.

@@ -49,7 +49,7 @@ pub fn busy_metrics() -> Metrics {
     batch.scanned(4_000);
     batch.dead_lettered("not_an_envelope");
     batch.scan_time(Duration::from_millis(12));
-    let now = faultline::envelope::rfc3339_from_unix_nanos(
+    let now = faultline::time::rfc3339_from_unix_nanos(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("clock")
