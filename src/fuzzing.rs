@@ -405,7 +405,10 @@ pub fn kafka_record(data: &[u8]) {
             (other, mode) => panic!("{other:?} under {mode:?}"),
         }
         if let Disposition::Invalid(why) = &d.disposition {
-            assert!(crate::metrics::DEAD_LETTER_REASONS.contains(&why.code()));
+            assert_eq!(
+                crate::metrics::DeadLetterReason::parse(why.code()),
+                Some(why.reason())
+            );
         }
         if d.disposition != Disposition::Scan {
             assert_eq!(d.lines, 0);

@@ -8,6 +8,7 @@
 use super::config::{EnvelopeMode, InputConfig, InvalidLimits, JobIdFrom};
 use crate::envelope;
 use crate::kafka::RecordView;
+use crate::metrics::DeadLetterReason;
 
 /// Why the Arroyo-style invalid-record limit tripped.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -148,13 +149,18 @@ pub enum Invalid {
 }
 
 impl Invalid {
-    /// The `faultline.reason` header: a closed set.
-    pub fn code(&self) -> &'static str {
+    /// Why, as a closed set.
+    pub fn reason(&self) -> DeadLetterReason {
         match self {
-            Invalid::TooLarge { .. } => "too_large",
-            Invalid::NotUtf8 { .. } => "invalid_utf8",
-            Invalid::NotEnvelope { .. } => "not_an_envelope",
+            Invalid::TooLarge { .. } => DeadLetterReason::TooLarge,
+            Invalid::NotUtf8 { .. } => DeadLetterReason::InvalidUtf8,
+            Invalid::NotEnvelope { .. } => DeadLetterReason::NotAnEnvelope,
         }
+    }
+
+    /// The `faultline.reason` header.
+    pub fn code(&self) -> &'static str {
+        self.reason().as_str()
     }
 }
 

@@ -48,7 +48,7 @@ use super::Stop;
 use crate::enrich::MatchEvent;
 use crate::incident::config::IncidentsConfig;
 use crate::incident::{Correlator, CorrelatorStats, IncidentEvent, Status};
-use crate::metrics::{IncidentFamilies, Metrics};
+use crate::metrics::{Eviction, IncidentFamilies, Metrics, ResolutionLabel, WebhookResult};
 use crate::offsets::{RecordId, Release, Tracker};
 use crate::sink::kafka::KafkaSink;
 use crate::sink::webhook::{
@@ -294,14 +294,10 @@ impl IncidentStage {
                 Status::Open => self.families.opened.inc(),
                 Status::Updated => {}
                 Status::Resolved => {
-                    let label = change.resolution.map_or("quiet", |r| match r {
-                        crate::incident::Resolution::Quiet => "quiet",
-                        crate::incident::Resolution::NextIncident => "next_incident",
-                        crate::incident::Resolution::Restart => "restart",
-                        crate::incident::Resolution::Evicted => "evicted",
-                        crate::incident::Resolution::Shutdown => "shutdown",
-                    });
-                    self.families.resolved.with_label_values(&[label]).inc();
+                    let label = change
+                        .resolution
+                        .map_or(ResolutionLabel::Quiet, ResolutionLabel::from);
+                    self.families.resolved(label);
                 }
             }
             if let Some(t) = &self.tracer {
@@ -349,7 +345,7 @@ impl IncidentStage {
                 TrySendError::Full((change, release))
                 | TrySendError::Disconnected((change, release)),
             ) => {
-                self.families.webhook.with_label_values(&["dropped"]).inc();
+                self.families.webhook(WebhookResult::Dropped);
                 let now = Instant::now();
                 let resolved = change.status == Status::Resolved;
                 // At most one line a second (a stuck receiver and an incident storm).
@@ -378,12 +374,11 @@ impl IncidentStage {
         let f = &self.families;
         let s = self.correlator.stats().clone();
         let p = &self.published;
-        f.evictions
-            .with_label_values(&["incident"])
-            .inc_by(s.evicted_incidents - p.evicted_incidents);
-        f.evictions
-            .with_label_values(&["job"])
-            .inc_by(s.evicted_jobs - p.evicted_jobs);
+        f.evicted(
+            Eviction::Incident,
+            s.evicted_incidents - p.evicted_incidents,
+        );
+        f.evicted(Eviction::Job, s.evicted_jobs - p.evicted_jobs);
         f.restart_loops.inc_by(s.restart_loops - p.restart_loops);
         f.tickets_raised.inc_by(s.tickets - p.tickets);
         f.open.set(self.correlator.open_incidents() as i64);
@@ -403,22 +398,22 @@ impl IncidentStage {
 fn deliver(rx: Receiver<Job>, mut hook: WebhookSink, f: &IncidentFamilies, stop: &Stop) {
     while let Ok((change, release)) = rx.recv() {
         if stop.requested() {
-            f.webhook.with_label_values(&["abandoned"]).inc();
+            f.webhook(WebhookResult::Abandoned);
             continue;
         }
         let retries = hook.stats().retries;
         match hook.send(&change) {
             Ok(Delivery::Delivered { .. }) => {
-                f.webhook.with_label_values(&["delivered"]).inc();
+                f.webhook(WebhookResult::Delivered);
             }
             Ok(Delivery::DeadLettered { attempts, error }) => {
-                f.webhook.with_label_values(&["dead_lettered"]).inc();
+                f.webhook(WebhookResult::DeadLettered);
                 tracing::error!(fingerprint = %change.fingerprint, attempts, error = %error,
                     "webhook change dead-lettered");
             }
             Ok(Delivery::Skipped) => {}
             Err(e) => {
-                f.webhook.with_label_values(&["dead_lettered"]).inc();
+                f.webhook(WebhookResult::DeadLettered);
                 tracing::error!(fingerprint = %change.fingerprint, error = %e,
                     "webhook change lost: the dead letter could not be written");
             }

@@ -29,6 +29,7 @@ use crate::config::Config;
 use crate::engine::{ChunkInfo, Worker};
 use crate::enrich::MatchEvent;
 use crate::matcher::{HyperscanMatcher, MatchError};
+use crate::metrics::{DeadLetterReason, PanicStage};
 use crate::record::Provenance;
 use crate::redact::Redactor;
 use crate::reload::Loaded;
@@ -305,7 +306,7 @@ impl MatchStage {
             Ok(done) => return Attempt::Done(done),
             Err(message) => message,
         };
-        self.metrics.panicked("match");
+        self.metrics.panicked(PanicStage::Match);
         // Only this thread writes these counts: the batch's are taken back, and counted again
         // by whatever processes its records next.
         self.health.records.store(consumed.0, Ordering::Relaxed);
@@ -385,7 +386,7 @@ impl MatchStage {
         sent: u32,
         message: &str,
     ) -> Result<(), PipelineError> {
-        self.counts.dead_lettered("panic");
+        self.counts.dead_lettered(DeadLetterReason::Panic);
         self.metrics.flush(&mut self.counts);
         let kb_version = self.loaded.version().to_string();
         let error = format!("processing the record panicked: {message}");
@@ -527,7 +528,7 @@ impl MatchStage {
                 Disposition::Skip => (0, Ok(())),
                 Disposition::Invalid(why) => {
                     self.health.invalid.fetch_add(1, Ordering::Relaxed);
-                    self.counts.dead_lettered(why.code());
+                    self.counts.dead_lettered(why.reason());
                     tracing::warn!(source = %r.id.tp, offset = r.id.offset, reason = why.code(),
                         error = %why, "dead-lettering an undecodable record");
                     let sent = self.sink.send_dead_letter(

@@ -47,7 +47,7 @@ pub fn busy_metrics() -> Metrics {
     let mut batch = m.batch();
     batch.consumed(120, 48_000);
     batch.scanned(4_000);
-    batch.dead_lettered("not_an_envelope");
+    batch.dead_lettered(faultline::metrics::DeadLetterReason::NotAnEnvelope);
     batch.scan_time(Duration::from_millis(12));
     let now = faultline::time::rfc3339_from_unix_nanos(
         std::time::SystemTime::now()
@@ -83,11 +83,13 @@ pub fn busy_metrics() -> Metrics {
     let inc = m.incidents();
     inc.open.set(2);
     inc.opened.inc_by(3);
-    inc.resolved.with_label_values(&["quiet"]).inc();
-    inc.evictions.with_label_values(&["incident"]).inc();
+    inc.resolved(faultline::metrics::ResolutionLabel::Quiet);
+    inc.evicted(faultline::metrics::Eviction::Incident, 1);
     inc.restart_loops.inc();
     inc.tickets_raised.inc_by(2);
-    inc.webhook.with_label_values(&["delivered"]).inc_by(5);
+    for _ in 0..5 {
+        inc.webhook(faultline::metrics::WebhookResult::Delivered);
+    }
     inc.webhook_retries.inc();
     inc.bad_node_score_max.set(1.5);
     inc.holds.set(2);
@@ -465,7 +467,7 @@ impl Exporter {
                 }
                 batch.consumed(10, 4_000);
                 batch.scanned(400);
-                batch.dead_lettered("not_an_envelope");
+                batch.dead_lettered(faultline::metrics::DeadLetterReason::NotAnEnvelope);
                 batch.scan_time(Duration::from_millis(2));
                 // rate() over 10 minutes of a young series is small: a burst of NCCL timeouts
                 // per scrape makes the NcclTimeoutSpike condition true.

@@ -1,0 +1,74 @@
+//! The Kafka side: consumer lag and committed offset per assigned partition (from librdkafka's
+//! statistics), and produce errors by output.
+
+use prometheus::{IntCounterVec, IntGaugeVec, Registry};
+
+use super::labels::Output;
+use super::{counter_vec, gauge_vec, MetricsError};
+
+/// The Kafka families.
+#[derive(Debug)]
+pub struct KafkaFamilies {
+    lag: IntGaugeVec,
+    committed: IntGaugeVec,
+    produce_errors: IntCounterVec,
+}
+
+impl KafkaFamilies {
+    /// Registers the families, every output at zero.
+    pub fn register(r: &Registry) -> Result<Self, MetricsError> {
+        let f = KafkaFamilies {
+            lag: gauge_vec(
+                r,
+                "faultline_consumer_lag_records",
+                "Records between the consumer's position (what faultline has read) and the end \
+                 of each assigned partition; not from the committed offset, which open \
+                 incidents may hold back.",
+                &["topic", "partition"],
+            )?,
+            committed: gauge_vec(
+                r,
+                "faultline_committed_offset",
+                "Last offset committed for each assigned partition.",
+                &["topic", "partition"],
+            )?,
+            produce_errors: counter_vec(
+                r,
+                "faultline_produce_errors_total",
+                "Records the producer failed to deliver, by output.",
+                &["output"],
+            )?,
+        };
+        for o in Output::ALL {
+            f.produce_errors.with_label_values(&[o.as_str()]);
+        }
+        Ok(f)
+    }
+
+    /// Sets the lag and the committed offset of one assigned partition (per poll or commit).
+    pub fn set_partition(&self, topic: &str, partition: i32, lag: i64, committed: Option<i64>) {
+        let p = partition.to_string();
+        self.lag
+            .with_label_values(&[topic, p.as_str()])
+            .set(lag.max(0));
+        if let Some(offset) = committed {
+            self.committed
+                .with_label_values(&[topic, p.as_str()])
+                .set(offset);
+        }
+    }
+
+    /// Drops a revoked partition's series: a stale lag would page someone for nothing.
+    pub fn forget_partition(&self, topic: &str, partition: i32) {
+        let p = partition.to_string();
+        let _ = self.lag.remove_label_values(&[topic, p.as_str()]);
+        let _ = self.committed.remove_label_values(&[topic, p.as_str()]);
+    }
+
+    /// Counts `n` records the producer failed to deliver.
+    pub fn produce_errors(&self, output: Output, n: u64) {
+        self.produce_errors
+            .with_label_values(&[output.as_str()])
+            .inc_by(n);
+    }
+}
