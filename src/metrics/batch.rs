@@ -6,9 +6,24 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus::IntCounter;
+
 use super::labels::{DeadLetterReason, Dimension};
-use super::matches::{EntryTable, MAX_DIMS};
 use crate::enrich::MatchEvent;
+
+/// The most dimensions a match series can carry.
+pub(super) const MAX_DIMS: usize = Dimension::ALL.len();
+
+/// The match-counter labels of every entry of one KB version, and where each kb_id sits.
+#[derive(Debug)]
+pub(super) struct EntryTable {
+    pub(super) version: String,
+    pub(super) index: HashMap<String, usize>,
+    /// error_code, domain, category, role, severity.
+    pub(super) labels: Vec<[String; 5]>,
+    /// The series of each entry when no dimension is enabled: resolved once per KB.
+    pub(super) counters: Vec<IntCounter>,
+}
 
 /// Timestamps remembered per batch for the latency histogram; a batch with more matches
 /// observes the first ones only, so a burst never grows the buffer without bound.

@@ -9,27 +9,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Registry};
+use prometheus::{IntCounterVec, IntGaugeVec, Registry};
 
-use super::batch::BatchCounts;
+use super::batch::{BatchCounts, EntryTable};
 use super::config::{DimensionConfig, MetricsConfig};
-use super::labels::Dimension;
 use super::{counter_vec, gauge_vec, MetricsError, OTHER, UNKNOWN};
 use crate::kb::KnowledgeBase;
-
-/// The most dimensions a match series can carry.
-pub(super) const MAX_DIMS: usize = Dimension::ALL.len();
-
-/// The match-counter labels of every entry of one KB version, and where each kb_id sits.
-#[derive(Debug)]
-pub(super) struct EntryTable {
-    pub(super) version: String,
-    pub(super) index: HashMap<String, usize>,
-    /// error_code, domain, category, role, severity.
-    pub(super) labels: Vec<[String; 5]>,
-    /// The series of each entry when no dimension is enabled: resolved once per KB.
-    pub(super) counters: Vec<IntCounter>,
-}
 
 /// The values of one dimension admitted as labels so far.
 #[derive(Debug)]
