@@ -29,7 +29,7 @@ fn embedded_kb_is_the_kb_directory() {
 
 #[test]
 fn coverage_md_is_current() {
-    let expected = faultline::cli::list_markdown(&kb());
+    let expected = faultline::kb::list::markdown(&kb());
     let actual = fs::read_to_string(repo().join("kb/COVERAGE.md")).unwrap_or_default();
     assert!(
         actual == expected,
