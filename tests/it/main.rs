@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
+mod architecture;
 mod cli;
 mod compose;
 mod corpus;
