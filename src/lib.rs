@@ -2,50 +2,48 @@
 //!
 //! It matches every log line of a training job against a knowledge base of failure signatures
 //! (PyTorch, NCCL, CUDA, the NVIDIA driver, the kernel, Slurm, Kubernetes...) in one Hyperscan
-//! pass, and attaches to each match its diagnosis: root cause, workarounds ranked by success
-//! rate, dead ends, version compatibility and the fields it extracted (rank, op, timeout, GPU).
+//! pass, attaches to each match its diagnosis (root cause, workarounds in the author's order,
+//! dead ends, version compatibility, the fields it extracted), and correlates the matches of a
+//! job into one incident per failure.
 //!
 //! # Layout
 //!
+//! Modules in flow order, lowest first; imports point down this list, never up and never in a
+//! circle (`tests/it/architecture.rs` checks it):
+//!
 //! ```text
-//!  source::file ──chunks of lines──▶ engine ──Hit──▶ enrich ──MatchEvent──▶ sink::stdout
-//!                                      │   ▲                    │
-//!                  envelope (JSON, ────┘   └── matcher          ▼
-//!                  launcher prefixes)            ▲          incident ──IncidentEvent──▶ sink::stdout,
-//!                                                │                                     sink::webhook
-//!                                                └── kb (TOML entries -> validated Entry)
+//!  source::file ─chunks─┐                          ┌─batches─ source::kafka
+//!                       ▼                          ▼
+//!     envelope ──▶ engine (matcher, kb) ──Hit──▶ enrich ──MatchEvent──▶ incident
+//!                                                                          │
+//!     sink::stdout ◀── scan                  pipeline ──▶ sink::kafka, sink::webhook
 //! ```
 //!
-//! - [`record`]: the input vocabulary (a line, its job, rank, host, timestamp, provenance).
+//! - Leaves: [`record`] (a line, its job, rank, host, provenance; the one line count),
+//!   [`time`] (the one timestamp parser), [`offsets`] (the contiguous per-partition watermark),
+//!   [`runtime`] (shutdown, the bounded queue, health), [`config::section`] (what every
+//!   configuration table shares).
 //! - [`envelope`]: raw lines and shipper JSON envelopes -> [`record::LogRecord`].
-//! - [`kb`]: the knowledge base: format, validation, `kb check`, importers.
-//! - [`matcher`]: the multi-pattern engines behind one trait.
-//! - [`engine`]: a chunk of lines -> confirmed matches with captures.
-//! - [`enrich`]: a match -> the schema_version 1 event with its diagnosis, secrets redacted
-//!   ([`redact`]) before the event leaves.
-//! - [`incident`]: matches of a job -> incidents: root versus cascade, the culprit rank and
-//!   host, context lines, lifecycle, tickets.
-//! - [`metrics`]: every Prometheus family, counted per batch, rendered for `/metrics`.
-//! - [`telemetry`]: one OpenTelemetry span per match, exported over OTLP.
-//! - [`source`], [`sink`]: inputs and outputs; [`scan`] wires them for `faultline scan`.
-//! - [`bench`]: generated corpora for the benchmarks.
-//! - [`cli`]: the command line.
-//!
-//! `faultline run` streams from Kafka (see `docs/kafka.md`):
-//!
-//! ```text
-//!  source::kafka ──Batch──▶ pipeline (engine + enrich) ──events──▶ sink::kafka
-//!        ▲  store watermark        │ resolve      │ incidents          │ delivery acks
-//!        └───────────────── offsets::Tracker ◀──┼─────(holds)────────┘
-//!                                                 └─▶ correlator ──▶ incidents topic, webhook
-//! ```
-//!
-//! - [`config`]: `faultline.toml`, flags and environment -> validated [`config::Config`].
-//! - [`offsets`]: the contiguous per-partition watermark of terminal records, capped by the
-//!   holds of open incidents.
-//! - [`pipeline`]: the stages wired with bounded queues ([`pipeline::incidents`]: the
-//!   correlator, the incidents topic and the webhook thread); [`reload`]: KB hot reload;
-//!   [`server`]: `/healthz`, `/readyz`; [`demo`]: the whole pipeline on an embedded broker.
+//! - [`kb`]: the knowledge base: format ([`kb::spec`] -> [`kb::entry`]), `kb check`, listing,
+//!   importers.
+//! - [`matcher`]: the multi-pattern engines behind one trait (Hyperscan, and the `regex` oracle).
+//! - [`engine`]: a chunk of lines -> confirmed hits with captures.
+//! - [`redact`]: secrets out of everything that quotes a log line.
+//! - [`enrich`]: a hit -> the schema_version 1 event with its diagnosis.
+//! - [`incident`]: matches of a job -> incidents: election, culprit, context, lifecycle,
+//!   fingerprint, and its `[incidents]` table.
+//! - [`metrics`]: every Prometheus family, one file per group; [`telemetry`]: OTLP spans.
+//! - [`kafka`]: librdkafka settings in one function, the log bridge, the record view, lag.
+//! - [`source`]: [`source::file`], [`source::kafka`]; [`sink`]: [`sink::stdout`],
+//!   [`sink::kafka`], [`sink::webhook`].
+//! - [`reload`]: KB hot reload; [`server`]: the admin HTTP server; [`isolation`]: panics caught,
+//!   redacted and retried, for every driver ([`panic_hook`] prints them the same way).
+//! - [`pipeline`]: `faultline run`'s stages ([`pipeline::config`], [`pipeline::decode`],
+//!   [`pipeline::match_stage`], [`pipeline::incidents`], [`pipeline::signals`]).
+//! - [`scan`]: the file and stdin driver.
+//! - [`config`]: composes every component's table into `faultline.toml`.
+//! - [`demo`]: the whole pipeline on an embedded broker; [`bench`]: benchmark inputs;
+//!   [`cli`]: the command line.
 
 pub mod bench;
 pub mod cli;
