@@ -293,6 +293,8 @@ pub fn incidents(
         captures: BTreeMap::new(),
         kb_version: "bench".into(),
         diagnosis: diagnosis(code),
+        scope: crate::enrich::Scope::Job,
+        also: Vec::new(),
         cluster: None,
     };
     let mut xid = template(

@@ -26,6 +26,8 @@ pub struct Hit<'a> {
     pub record: &'a LogRecord<'a>,
     /// Named groups of the confirming pattern that took part in the match, in pattern order.
     pub captures: Vec<(String, String)>,
+    /// Other entries that matched the same line and yielded to this one (one line, one event).
+    pub also: Vec<usize>,
 }
 
 /// A compiled KB: the knowledge base and its matcher. Share it with `Arc`.
@@ -33,9 +35,11 @@ pub struct Hit<'a> {
 pub struct Engine<M: Matcher = HyperscanMatcher> {
     pub kb: Arc<KnowledgeBase>,
     pub matcher: M,
-    /// Drop fallback entries' matches on lines a specific entry also matched (the default;
-    /// `kb check` turns it off to test every entry's own examples).
-    pub suppress_fallbacks: bool,
+    /// One event per line (the default): when several entries match one line, the winner
+    /// ([`KnowledgeBase::wins`]) carries it and lists the others in [`Hit::also`]; context
+    /// entries pass through beside it. `kb check` turns it off to test every entry's own
+    /// examples.
+    pub one_event_per_line: bool,
 }
 
 /// Per-worker state: the matcher's scratch and reusable buffers. Not shared.
@@ -69,7 +73,7 @@ impl Engine<HyperscanMatcher> {
         Ok(Engine {
             kb: Arc::new(kb),
             matcher,
-            suppress_fallbacks: true,
+            one_event_per_line: true,
         })
     }
 }
@@ -98,7 +102,7 @@ impl<M: Matcher> Engine<M> {
         Engine {
             kb,
             matcher,
-            suppress_fallbacks: true,
+            one_event_per_line: true,
         }
     }
 
@@ -217,8 +221,8 @@ impl<M: Matcher> Engine<M> {
     }
 
     /// Confirms the raw `hits` of one line on its decoded message: one match per entry, from
-    /// the entry's first pattern that matches the message. Fallback entries are reported only
-    /// when no other entry matched.
+    /// the entry's first pattern that matches the message; then one event per line (see
+    /// [`Engine::one_event_per_line`]).
     fn confirm(
         &self,
         w: &mut Worker<M>,
@@ -266,12 +270,33 @@ impl<M: Matcher> Engine<M> {
                 line,
                 record,
                 captures,
+                also: Vec::new(),
             });
         }
-        let specific =
-            self.suppress_fallbacks && confirmed.iter().any(|h| !self.kb.entries[h.entry].fallback);
-        for hit in confirmed {
-            if specific && self.kb.entries[hit.entry].fallback {
+        if !self.one_event_per_line || confirmed.len() < 2 {
+            confirmed.into_iter().for_each(on_hit);
+            return;
+        }
+        // Context entries are block lines: they never compete and always pass through.
+        let kb = &self.kb;
+        let competes = |h: &Hit<'_>| kb.entries[h.entry].category != "context";
+        let winner = confirmed
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| competes(h))
+            .map(|(i, h)| (i, h.entry))
+            .reduce(|best, next| if kb.wins(next.1, best.1) { next } else { best })
+            .map(|(i, _)| i);
+        let also: Vec<usize> = confirmed
+            .iter()
+            .enumerate()
+            .filter(|(i, h)| competes(h) && Some(*i) != winner)
+            .map(|(_, h)| h.entry)
+            .collect();
+        for (i, mut hit) in confirmed.into_iter().enumerate() {
+            if Some(i) == winner {
+                hit.also.clone_from(&also);
+            } else if competes(&hit) {
                 continue;
             }
             on_hit(hit);

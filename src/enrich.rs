@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::engine::Hit;
 use crate::kb::spec::VersionSpec;
 use crate::kb::{Entry, KnowledgeBase, Role, Severity};
-use crate::record::Provenance;
+use crate::record::{Origin, Provenance};
 use crate::redact::Redactor;
 
 /// Version of the event and incident JSON contract. Bumped only for breaking changes.
@@ -276,9 +276,36 @@ pub struct MatchEvent {
     pub kb_version: String,
     #[serde(serialize_with = "serialize_diagnosis")]
     pub diagnosis: Arc<Diagnosis>,
+    /// `node` for a node's own event (a kernel, journald or node-daemon line, or an envelope
+    /// naming a host and no job): it belongs to whichever jobs ran on `host`, and `job_id` is
+    /// `node:<host>`. `job` otherwise.
+    pub scope: Scope,
+    /// Other entries that matched the same line and yielded to this one (one line, one event).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
     /// Envelope `cluster`, for metrics dimensions; not part of the JSON contract.
     #[serde(skip)]
     pub cluster: Option<String>,
+}
+
+/// Whose event a match is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// A job's own line.
+    #[default]
+    Job,
+    /// A node's own line: joined to the jobs on its host by the correlator.
+    Node,
+}
+
+/// The job of a line that does not name one itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobName<'a> {
+    /// Said by the caller (`--job-id`, a Kafka key or header): the line is that job's.
+    Given(&'a str),
+    /// Guessed (a file name, a default): a node's own line keeps its host instead.
+    Guessed(&'a str),
 }
 
 impl MatchEvent {
@@ -330,10 +357,25 @@ impl Enricher {
         &self.kb
     }
 
-    /// The event for `hit`; `default_job` names the job when the line itself does not.
+    /// The event for `hit`; `default_job`, a guess, names the job when the line itself does
+    /// not.
     pub fn event(&self, hit: &Hit<'_>, default_job: &str, source: Provenance) -> MatchEvent {
+        self.event_for(hit, JobName::Guessed(default_job), source)
+    }
+
+    /// The event for `hit`, of job `job` when the line names none.
+    pub fn event_for(&self, hit: &Hit<'_>, job: JobName<'_>, source: Provenance) -> MatchEvent {
         let entry = &self.kb.entries[hit.entry];
         let meta = &hit.record.meta;
+        let node_line = matches!(meta.origin, Origin::NodeLog | Origin::Envelope);
+        let (job_id, scope) = match (&meta.job_id, job, &meta.host) {
+            (Some(j), _, _) => (j.clone(), Scope::Job),
+            (None, JobName::Given(j), _) => (j.to_string(), Scope::Job),
+            (None, JobName::Guessed(_), Some(host)) if node_line => {
+                (format!("node:{host}"), Scope::Node)
+            }
+            (None, JobName::Guessed(j), _) => (j.to_string(), Scope::Job),
+        };
         let message = self.redact(&hit.record.message);
         let mut cut = message.len() > MAX_EVENT_LINE_BYTES;
         let shown = if cut {
@@ -360,10 +402,7 @@ impl Enricher {
             category: entry.category.clone(),
             role: entry.role,
             severity: entry.severity,
-            job_id: meta
-                .job_id
-                .clone()
-                .unwrap_or_else(|| default_job.to_string()),
+            job_id,
             rank: meta.rank,
             // Captured fields win over envelope fields only where the envelope says nothing.
             host: meta.host.clone().or_else(|| captures.get("host").cloned()),
@@ -375,6 +414,12 @@ impl Enricher {
             captures,
             kb_version: self.kb.version.clone(),
             diagnosis: Arc::clone(&self.diagnoses[hit.entry]),
+            scope,
+            also: hit
+                .also
+                .iter()
+                .map(|&e| self.kb.entries[e].id.clone())
+                .collect(),
             cluster: meta.cluster.clone(),
         }
     }

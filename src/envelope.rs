@@ -15,7 +15,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
-use crate::record::{LineMeta, LogRecord};
+use crate::record::{LineMeta, LogRecord, Origin};
 
 /// Why a JSON line is not an envelope. Lenient callers fall back to treating it as raw text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,14 +50,95 @@ pub fn decode_raw(line: &[u8]) -> LogRecord<'_> {
     }
     let (rank, stripped) = strip_launcher_prefixes(rest);
     meta.rank = rank;
-    if meta.timestamp.is_none() {
-        meta.timestamp = leading_timestamp(stripped);
-    }
+    read_line_header(stripped, &mut meta);
     LogRecord {
         message: Cow::Borrowed(stripped),
         meta,
         truncated: false,
     }
+}
+
+/// What the start of a message tells beyond launcher prefixes: a syslog or journald header
+/// (timestamp, host, and that the line is a node's own log), an NCCL prefix
+/// (`host:pid:tid [dev]`: the host), or a leading ISO timestamp. The message keeps them:
+/// patterns match it as the program printed it.
+fn read_line_header(message: &[u8], meta: &mut LineMeta) {
+    if let Some((ts, host)) = syslog_header(message) {
+        if meta.timestamp.is_none() {
+            meta.timestamp = Some(ts);
+        }
+        if meta.host.is_none() {
+            meta.host = Some(host);
+        }
+        meta.origin = Origin::NodeLog;
+        return;
+    }
+    if meta.host.is_none() {
+        meta.host = nccl_prefix_host(message);
+    }
+    if meta.timestamp.is_none() {
+        meta.timestamp = leading_timestamp(message);
+    }
+}
+
+/// A syslog (RFC 3164: `Nov 29 09:02:41 host tag[pid]: `) or ISO (rsyslog, `journalctl -o
+/// short-iso`: `2024-11-29T09:02:41+0000 host tag: `) header: (timestamp text, host).
+pub fn syslog_header(line: &[u8]) -> Option<(String, String)> {
+    let text = std::str::from_utf8(&line[..line.len().min(128)]).ok()?;
+    let (ts, rest) = if text.len() >= 15 && crate::time::parse(&text[..15]).is_some() {
+        (&text[..15], text.get(15..)?)
+    } else {
+        let end = text.find(' ')?;
+        let ts = &text[..end];
+        if !ts.as_bytes().first().is_some_and(u8::is_ascii_digit) || crate::time::parse(ts).is_none() {
+            return None;
+        }
+        (ts, &text[end..])
+    };
+    let rest = rest.strip_prefix(' ')?;
+    let (host, rest) = rest.split_once(' ')?;
+    let host_ok = !host.is_empty()
+        && host.len() <= 64
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+    // The tag: `kernel:`, `slurmd[1234]:`, `systemd-journald[1]:`.
+    let tag_end = rest.find(':')?;
+    let tag = &rest[..tag_end];
+    let tag_name = tag.split('[').next().unwrap_or("");
+    let tag_ok = !tag_name.is_empty()
+        && tag_name.len() <= 48
+        && tag_name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'/'))
+        && (tag.len() == tag_name.len()
+            || tag[tag_name.len()..]
+                .strip_prefix('[')
+                .and_then(|p| p.strip_suffix(']'))
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())));
+    (host_ok && tag_ok).then(|| (ts.to_string(), host.to_string()))
+}
+
+/// The host of NCCL's line prefix `host:pid:tid [dev] `.
+pub fn nccl_prefix_host(line: &[u8]) -> Option<String> {
+    let colon = memchr::memchr(b':', &line[..line.len().min(80)])?;
+    let host = &line[..colon];
+    if host.is_empty()
+        || !host[0].is_ascii_alphanumeric()
+        || !host
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+    {
+        return None;
+    }
+    let rest = &line[colon + 1..];
+    let pid = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let rest = rest.get(pid..)?.strip_prefix(b":")?;
+    let tid = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let rest = rest.get(tid..)?.strip_prefix(b" [")?;
+    let dev = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if pid == 0 || tid == 0 || dev == 0 || rest.get(dev) != Some(&b']') {
+        return None;
+    }
+    Some(String::from_utf8_lossy(host).into_owned())
 }
 
 /// Decodes a JSON envelope into one record per message line (an OTLP export request holds many
@@ -126,6 +207,7 @@ pub fn decode_json(line: &[u8], out: &mut Vec<LogRecord<'static>>) -> Result<(),
             .iter()
             .find_map(|k| obj.get(*k).and_then(as_timestamp)),
         cluster: field(&["cluster"]).or_else(|| label(&["cluster"])),
+        origin: Origin::Envelope,
     };
     push_lines(&message, meta, &mut out);
     out.finish(before);
@@ -203,6 +285,7 @@ fn decode_otlp_record(record: &Value, resource: &Map<String, Value>, out: &mut C
             .filter(|n| *n > 0)
             .map(crate::time::rfc3339_from_unix_nanos),
         cluster: get(&["k8s.cluster.name", "cluster"]),
+        origin: Origin::Envelope,
     };
     push_lines(&message, meta, out);
 }
@@ -222,8 +305,9 @@ fn push_lines(message: &str, meta: LineMeta, out: &mut Capped<'_>) {
         if meta.rank.is_none() {
             meta.rank = rank;
         }
-        if meta.timestamp.is_none() {
-            meta.timestamp = leading_timestamp(stripped);
+        read_line_header(stripped, &mut meta);
+        if meta.origin == Origin::Text {
+            meta.origin = Origin::Envelope;
         }
         out.push(LogRecord {
             message: Cow::Owned(stripped.to_vec()),

@@ -50,6 +50,22 @@ pub struct LineMeta {
     pub timestamp: Option<String>,
     /// Extra envelope fields kept for metrics dimensions (for example `cluster`).
     pub cluster: Option<String>,
+    /// Where the line came from, as far as the line itself tells.
+    pub origin: Origin,
+}
+
+/// What kind of stream a line came from, as far as the line itself tells: a node's own log
+/// (kernel, journald, a node daemon: its events belong to the jobs on that host), a shipper's
+/// JSON envelope (a job only when the envelope names one), or plain text (a job's output).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Origin {
+    /// Plain text, nothing says whose.
+    #[default]
+    Text,
+    /// A syslog or journald line (`Nov 29 09:02:41 host kernel: ...`): a node's own log.
+    NodeLog,
+    /// A JSON envelope of a log shipper.
+    Envelope,
 }
 
 /// One decoded log line: the message to match and what is known about it.

@@ -25,7 +25,7 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use crate::engine::{ChunkInfo, Engine, Worker};
-use crate::enrich::{Enricher, MatchEvent};
+use crate::enrich::{Enricher, JobName, MatchEvent};
 use crate::incident::{self, multiline, Correlator, IncidentConfig, IncidentEvent, Status};
 use crate::isolation;
 use crate::matcher::Matcher;
@@ -425,7 +425,12 @@ impl<M: Matcher> Chunks<'_, M> {
                         path: input.name.clone(),
                         line: hit.line,
                     };
-                    events.push(self.enricher.event(&hit, &input.job_id, source));
+                    let job = if input.job_given {
+                        JobName::Given(&input.job_id)
+                    } else {
+                        JobName::Guessed(&input.job_id)
+                    };
+                    events.push(self.enricher.event_for(&hit, job, source));
                 })?;
                 Ok((lines, events))
             },

@@ -65,6 +65,7 @@ pub fn event(
         line: 1,
         record: &record,
         captures: Vec::new(),
+        also: Vec::new(),
     };
     let source = Provenance::File {
         path: "-".into(),

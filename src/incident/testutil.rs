@@ -40,6 +40,8 @@ pub fn event(error_code: &str, role: Role, category: &str) -> EventBuilder {
             verification: "ai_generated".into(),
             ..Default::default()
         }),
+        scope: crate::enrich::Scope::Job,
+        also: Vec::new(),
         cluster: None,
     })
 }

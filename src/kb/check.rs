@@ -71,7 +71,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
     let kb = Arc::new(kb);
     let oracle = match RegexMatcher::compile(&sources) {
         Ok(m) => Engine {
-            suppress_fallbacks: false,
+            one_event_per_line: false,
             ..Engine::with_matcher(Arc::clone(&kb), m)
         },
         Err(e) => {
@@ -88,7 +88,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
     let hyperscan = if hs_ok {
         match HyperscanMatcher::compile(&sources) {
             Ok(m) => Some(Engine {
-                suppress_fallbacks: false,
+                one_event_per_line: false,
                 ..Engine::with_matcher(Arc::clone(&kb), m)
             }),
             Err(e) => {

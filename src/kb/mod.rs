@@ -67,6 +67,8 @@ pub struct KnowledgeBase {
     pub version: String,
     /// Where it came from, for messages (`<embedded>` or a directory).
     pub origin: String,
+    /// `(winner, loser)` entry indices of every `supersedes` declaration.
+    pub beats: std::collections::HashSet<(usize, usize)>,
 }
 
 /// A KB file's path (relative to the root) and its text.
@@ -160,13 +162,55 @@ impl KnowledgeBase {
                 }
             }
         }
+        let index: std::collections::HashMap<&str, usize> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.id.as_str(), i))
+            .collect();
+        let beats = entries
+            .iter()
+            .enumerate()
+            .flat_map(|(w, e)| {
+                e.supersedes
+                    .iter()
+                    .filter_map(|l| index.get(l.as_str()).map(|&l| (w, l)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         let kb = KnowledgeBase {
             entries,
             patterns,
             version,
             origin: origin.to_string(),
+            beats,
         };
         (kb, problems)
+    }
+
+    /// Which of two entries matching one line carries the event: the one a `supersedes` names
+    /// as winner, else a specific entry over a catch-all (`fallback`), else by role (root,
+    /// symptom, cascade, info), severity, and the entries' order (their ids). Context entries
+    /// never compete: they are block lines, kept beside the event.
+    pub fn wins(&self, a: usize, b: usize) -> bool {
+        if self.beats.contains(&(a, b)) {
+            return true;
+        }
+        if self.beats.contains(&(b, a)) {
+            return false;
+        }
+        let (x, y) = (&self.entries[a], &self.entries[b]);
+        (x.fallback, x.role, x.severity, a) < (y.fallback, y.role, y.severity, b)
+    }
+
+    /// Whether the KB states who wins when `a` and `b` match one line: a `supersedes` between
+    /// them, or exactly one of them is a catch-all (or a context entry, which never competes).
+    pub fn winner_stated(&self, a: usize, b: usize) -> bool {
+        let (x, y) = (&self.entries[a], &self.entries[b]);
+        self.beats.contains(&(a, b))
+            || self.beats.contains(&(b, a))
+            || x.fallback != y.fallback
+            || x.category == "context"
+            || y.category == "context"
     }
 
     /// The entry owning pattern `id`.

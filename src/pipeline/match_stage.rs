@@ -27,7 +27,7 @@ use super::decode::{decode_record, header_pairs, record_job, Disposition, Invali
 use super::{incidents, PipelineError, Stop};
 use crate::config::Config;
 use crate::engine::{ChunkInfo, Worker};
-use crate::enrich::MatchEvent;
+use crate::enrich::{JobName, MatchEvent};
 use crate::matcher::{HyperscanMatcher, MatchError};
 use crate::metrics::{DeadLetterReason, PanicStage};
 use crate::record::Provenance;
@@ -496,10 +496,15 @@ impl MatchStage {
                     };
                     let job =
                         record_job(r.key, header_pairs(r), job_from).map(String::from_utf8_lossy);
-                    let mut event =
-                        enricher.event(&hit, job.as_deref().unwrap_or(default_job), source);
+                    let name = match job.as_deref() {
+                        Some(j) => JobName::Given(j),
+                        None => JobName::Guessed(default_job),
+                    };
+                    let mut event = enricher.event_for(&hit, name, source);
                     if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
+                        // The key or header names the job: it wins over the envelope's.
                         event.job_id = job.to_string();
+                        event.scope = crate::enrich::Scope::Job;
                     }
                     counts.matched(&event);
                     if let Some(tracer) = tracer {

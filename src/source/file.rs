@@ -24,6 +24,9 @@ pub struct Input {
     pub path: Option<PathBuf>,
     /// The job a raw line of this input belongs to, unless its envelope says otherwise.
     pub job_id: String,
+    /// `job_id` was given (`--job-id`), not guessed from the file name: even a node's own
+    /// lines (kernel, journald) then belong to that job.
+    pub job_given: bool,
     /// Size on disk, when known (for the progress bar).
     pub size: Option<u64>,
 }
@@ -47,6 +50,7 @@ pub fn expand(paths: &[String], job_override: Option<&str>) -> (Vec<Input>, Vec<
                 name: "-".into(),
                 path: None,
                 job_id: job_override.unwrap_or("stdin").to_string(),
+                job_given: job_override.is_some(),
                 size: None,
             });
             continue;
@@ -82,6 +86,7 @@ fn walk(path: &Path, job: Option<&str>, inputs: &mut Vec<Input>, errors: &mut Ve
             name: path.display().to_string(),
             path: Some(path.to_path_buf()),
             job_id: job.map_or_else(|| job_from_file_name(path), str::to_string),
+            job_given: job.is_some(),
             size: Some(meta.len()),
         });
     }
