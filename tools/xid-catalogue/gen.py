@@ -149,9 +149,10 @@ def root_cause(r):
         parts.append("Xid %d (%s): %s." % (n, names, desc.rstrip(".")))
     elif desc == "Unused":
         what = (" Older GPUs (Volta and earlier) used it for: %s." % older) if older and older not in ("Unused", "Reserved") else ""
-        parts.append("Xid %d (%s) is marked unused in NVIDIA's catalog for Ampere and newer GPUs.%s "
-                     "Seeing it on a current GPU is unexpected: collect an nvidia-bug-report and contact NVIDIA."
-                     % (n, names, what))
+        tail = ("" if imm == "IGNORE" else
+                " Seeing it on a current GPU is unexpected: collect an nvidia-bug-report and contact NVIDIA.")
+        parts.append("Xid %d (%s) is marked unused in NVIDIA's catalog for Ampere and newer GPUs.%s%s"
+                     % (n, names, what, tail))
     else:
         parts.append("Xid %d (%s): %s." % (n, names, (older or "no catalog description").rstrip(".")))
     same = sorted(older.lower().replace("robust channel ", "").split()) == sorted(desc.lower().split())
@@ -165,7 +166,7 @@ def root_cause(r):
     elif n >= 162:
         parts.append("The catalog version read here gives no resolution bucket for it.")
     cls = r["role"]
-    if r["category"] == "kernel_bug":
+    if inv == "CHECK_APP/CUDA":
         parts.append("The catalog points at the application or its CUDA stack (CHECK_APP/CUDA): look at the "
                      "process named by pid/name and the CUDA error it reported; the GPU itself is usually fine.")
     elif imm == "IGNORE":
@@ -184,6 +185,9 @@ def root_cause(r):
                      "Nonfatal statuses need no action and Fatal statuses need a GPU reset; a Link Fatal event "
                      "can be caused by the device at the other end of the link. A Nonfatal line is kept as a "
                      "symptom; this entry is the Fatal (and unspecified) form.")
+    if n == 173:
+        parts.append("NVIDIA's catalog copy used here ends at Xid 172; the name comes from nverror.h (driver 580 "
+                     "and later). Treat it as a hardware fault of the GPU module: drain the node and involve NVIDIA.")
     if n in (171, 172):
         parts.append("It comes with Xid 48 and tells whether the uncorrectable error was in DRAM (171) or SRAM "
                      "(172); row remapping only repairs DRAM.")
@@ -244,7 +248,7 @@ def workarounds(r):
 
 
 def dead_ends(r):
-    if r["category"] == "kernel_bug":
+    if r["investigatory"] == "CHECK_APP/CUDA":
         return [("Replace or RMA the GPU at the first occurrence",
                  "The catalog attributes this Xid to the application or CUDA stack (CHECK_APP/CUDA); the GPU "
                  "recovers when the process exits.")]
@@ -260,6 +264,8 @@ def render(r, reals):
     role, sev, cat = r["role"], r["severity"], r["category"]
     eid = "nvidia/xid-%d-%s" % (n, slug(r["mnemonic"]))
     title_desc = r["description"] if r["description"] not in ("", "Unused") else (r["older_description"] or r["mnemonic"])
+    if len(title_desc) > 60 and r["older_description"]:
+        title_desc = r["older_description"]
     title = "Xid %d: %s" % (n, title_desc.rstrip("."))
     if r["description"] == "Unused":
         title += " (unused on current GPUs)"
