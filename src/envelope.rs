@@ -84,9 +84,14 @@ fn read_line_header(message: &[u8], meta: &mut LineMeta) {
 /// A syslog (RFC 3164: `Nov 29 09:02:41 host tag[pid]: `) or ISO (rsyslog, `journalctl -o
 /// short-iso`: `2024-11-29T09:02:41+0000 host tag: `) header: (timestamp text, host).
 pub fn syslog_header(line: &[u8]) -> Option<(String, String)> {
-    let text = std::str::from_utf8(&line[..line.len().min(128)]).ok()?;
-    let (ts, rest) = if text.len() >= 15 && crate::time::parse(&text[..15]).is_some() {
-        (&text[..15], text.get(15..)?)
+    let head = &line[..line.len().min(128)];
+    // A cut inside a multi-byte character at 128 bytes: read up to it.
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
+    };
+    let (ts, rest) = if let Some(ts) = text.get(..15).filter(|t| crate::time::parse(t).is_some()) {
+        (ts, text.get(15..)?)
     } else {
         let end = text.find(' ')?;
         let ts = &text[..end];

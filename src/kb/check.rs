@@ -144,18 +144,25 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
                     ));
                 }
             }
-            let others: Vec<&str> = by_regex
+            // One line, one event: two entries matching one example need a stated winner
+            // (supersedes, or a catch-all against a specific entry).
+            let mut others: Vec<&str> = by_regex
                 .iter()
-                // A catch-all overlapping a specific entry is its purpose, not a conflict.
-                .filter(|(x, _)| *x != e && !kb.entries[*x].fallback && !entry.fallback)
+                .filter(|(x, _)| *x != e && !kb.winner_stated(e, *x))
                 .map(|(x, _)| kb.entries[*x].id.as_str())
                 .collect();
+            others.sort_unstable();
+            others.dedup();
             if !others.is_empty() {
                 warnings.push(problem(
                     &kb,
                     e,
                     field,
-                    format!("also matches {}", others.join(", ")),
+                    format!(
+                        "also matches {} with no stated winner: add `supersedes` to the entry \
+                         that should carry the line",
+                        others.join(", ")
+                    ),
                 ));
             }
         }

@@ -1,0 +1,416 @@
+#!/usr/bin/env python3
+"""Generate one KB entry per documented NVIDIA Xid number from xid-catalogue.tsv.
+
+Usage (from the repository root):
+
+    python3 tools/xid-catalogue/gen.py            # writes kb/nvidia/xid-<n>-<slug>.toml
+    python3 tools/xid-catalogue/gen.py --check    # exits 1 if a generated file is stale
+
+The data and where it comes from are described in README.md next to this script. Xids that
+already have a hand-written entry (EXISTING below) are skipped: those entries keep their ids
+and codes. Numbers the catalogue does not document stay with the generic `nvidia/xid` entry.
+"""
+import csv
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+OUT = os.path.join(ROOT, "kb", "nvidia")
+
+# Xids with a hand-written entry in kb/nvidia (never generated).
+EXISTING = {13, 31, 43, 45, 48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154}
+
+BY = "faultline maintainers (AI-assisted), 2026-11"
+CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+CATALOG_AGAINST = (
+    "NVIDIA Xid catalog (" + CATALOG_URL + "; rows 1-13 read on the page, every row read through "
+    "leptonai/gpud components/accelerator/nvidia/xid/catalog_generated.go, generated 2025-10-29 from "
+    "NVIDIA's catalog spreadsheet); NVIDIA/dcgm-exporter internal/pkg/collector/xid_errors.go "
+    "(Xid texts, older catalog); NVIDIA/open-gpu-kernel-modules src/common/sdk/nvidia/inc/nverror.h (names)"
+)
+FORMAT_REF = (
+    "NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c krcReportXid_IMPL "
+    "(XID_PRINT_WITH_ATTR: 'NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, "
+    "[pid=%s, name=%s, ]%s'; examples without a public log are built from this format)"
+)
+REFS_COMMON = [
+    "NVIDIA Xid catalog: " + CATALOG_URL,
+    "NVIDIA/open-gpu-kernel-modules src/common/sdk/nvidia/inc/nverror.h (Xid number definitions)",
+    "NVIDIA/dcgm-exporter internal/pkg/collector/xid_errors.go (xidErrCodeToText, the catalog's Xid texts)",
+    "leptonai/gpud components/accelerator/nvidia/xid/catalog_generated.go (machine copy of the catalog "
+    "spreadsheet: mnemonic, description, immediate and investigatory resolution buckets)",
+    FORMAT_REF,
+]
+NVLINK5_REFS = [
+    "leptonai/gpud components/accelerator/nvidia/xid/catalog_generated.go nvlinkRules (copy of the "
+    "catalog's 'XID 144-150 Decode' sheet: unit, error status, Fatal/Non-fatal, resolution)",
+    "Real lines: leptonai/gpud#1160, leptonai/gpud#1174, NVIDIA/nccl#2241 (redacted PCI field)",
+]
+
+# What each resolution bucket of the catalog asks for, in words.
+BUCKET = {
+    "RESTART_APP": "restart the application",
+    "RESET_GPU": "reset the GPU",
+    "RESTART_BM": "restart the bare-metal node",
+    "RESTART_VM": "restart the virtual machine",
+    "IGNORE": "no action for this Xid by itself",
+    "CONTACT_SUPPORT": "contact NVIDIA support",
+    "CHECK_MECHANICALS": "check the mechanical installation (power connectors, seating)",
+    "UPDATE_SWFW": "update the software and firmware",
+    "CHECK_APP/CUDA": "check the application and its CUDA code",
+    "INVESTIGATE_SW": "investigate the driver/software",
+    "INVESTIGATE_SW_USER": "investigate the software and the user workload",
+    "INVESTIGATE_LINK_SI": "investigate the link's signal integrity",
+    "XID_137_FLOW": "follow the catalog's Xid 137 flow",
+    "WORKFLOW_NVLINK5_ERR": "decode the NVLink5 unit and status",
+    "CHECK_UVM": "check UVM",
+    "SYMPATHETIC_REPORT_SOLO": "report it when it appears alone (otherwise it is sympathetic)",
+}
+
+
+def bucket_words(b):
+    if not b:
+        return ""
+    return BUCKET.get(b, b.lower().replace("_", " "))
+
+
+def slug(mnemonic):
+    s = mnemonic.split("/")[0].strip()
+    s = re.sub(r"^ROBUST_CHANNEL_", "", s)
+    s = s.lower().replace("_", "-")
+    s = re.sub(r"[^a-z0-9-]", "", s)
+    return s[:40].strip("-")
+
+
+def q(s):
+    """A TOML string for one log line or pattern."""
+    if "'" not in s and "\n" not in s:
+        return "'" + s + "'"
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def xid_pattern(n, tail=""):
+    # Tolerant of odd or redacted PCI fields ("PCI:...", "PCI:0000:XX:00", no "PCI:" prefix).
+    return (r"NVRM: Xid \((?:PCI:)?(?P<gpu>[^)\s]{0,32})(?: GPU-I:\d+)?(?: GPU-CI:\d+)?\): "
+            r"(?P<xid>%d)\b%s" % (n, tail))
+
+
+def caused_by_pattern(n):
+    return (r"NVRM: Xid \([^)\n]{0,48}\): 45, [^\n]*caused by previous Xid (?P<xid>%d)\b" % n)
+
+
+def examples_for(n, reals, nonfatal=None):
+    lines = [l for l in reals.get(n, [])]
+    if nonfatal is True:
+        return [l for l in lines if " Nonfatal " in l]
+    if nonfatal is False:
+        lines = [l for l in lines if " Nonfatal " not in l]
+    built = [
+        "[ 9021.402113] NVRM: Xid (PCI:0000:3b:00): %d, pid='<unknown>', name=<unknown>, " % n,
+        "NVRM: Xid (PCI:0000:3b:00): %d, pid=48213, name=python3, Ch 00000008" % n,
+    ]
+    if 144 <= n <= 150:
+        built = ["NVRM: Xid (PCI:0008:01:00): %d, pid=11436, name=python3, UNIT Fatal XC0 i0 Link 03 "
+                 "(0x00000000 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)" % n]
+    out = [l for l in lines if "caused by previous" not in l]
+    caused = [l for l in lines if "caused by previous" in l]
+    if not out:
+        out = built
+    elif len(out) < 2:
+        out = out + built[:1]
+    return out + caused
+
+
+def negatives_for(n):
+    other = 13 if n != 13 else 31
+    neg = [
+        "NVRM: Xid (PCI:0000:3b:00): %d, pid=48213, name=python3, hypothetical longer Xid number" % (n * 10 + 1),
+        "[11039.523185] NVRM: Xid (PCI:0000:07:00): 43, pid=916085, name=python3, Ch 00000008",
+        "NVRM: GPU at PCI:0000:3b:00: GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae",
+    ]
+    if n != 1:
+        neg.insert(0, "NVRM: Xid (PCI:0000:3b:00): %d, pid=48213, name=python3, a neighbouring Xid" % (n + 1 if n + 1 not in (13,) else n + 2))
+    return neg
+
+
+def root_cause(r):
+    n = int(r["xid"])
+    mn = r["mnemonic"]
+    desc = r["description"]
+    older = r["older_description"]
+    imm, inv = r["immediate"], r["investigatory"]
+    parts = []
+    names = mn
+    if r["nverror_name"]:
+        names += ", " + r["nverror_name"] + " in nverror.h"
+    if desc and desc != "Unused":
+        parts.append("Xid %d (%s): %s." % (n, names, desc.rstrip(".")))
+    elif desc == "Unused":
+        what = (" Older GPUs (Volta and earlier) used it for: %s." % older) if older and older not in ("Unused", "Reserved") else ""
+        tail = ("" if imm == "IGNORE" else
+                " Seeing it on a current GPU is unexpected: collect an nvidia-bug-report and contact NVIDIA.")
+        parts.append("Xid %d (%s) is marked unused in NVIDIA's catalog for Ampere and newer GPUs.%s%s"
+                     % (n, names, what, tail))
+    else:
+        parts.append("Xid %d (%s): %s." % (n, names, (older or "no catalog description").rstrip(".")))
+    same = sorted(older.lower().replace("robust channel ", "").split()) == sorted(desc.lower().split())
+    if older and desc not in ("Unused", "") and older not in ("Unused", "Reserved") and not same:
+        parts.append("The older catalog text reads \"%s\"." % older)
+    if imm or inv:
+        s = "The catalog's resolution buckets: immediate action %s (%s)" % (imm or "none", bucket_words(imm) or "-")
+        if inv:
+            s += ", investigatory action %s (%s)" % (inv, bucket_words(inv))
+        parts.append(s + ".")
+    elif n >= 162:
+        parts.append("The catalog version read here gives no resolution bucket for it.")
+    cls = r["role"]
+    if inv == "CHECK_APP/CUDA":
+        parts.append("The catalog points at the application or its CUDA stack (CHECK_APP/CUDA): look at the "
+                     "process named by pid/name and the CUDA error it reported; the GPU itself is usually fine.")
+    elif imm == "IGNORE":
+        parts.append("On its own it needs no action: look for another Xid on the same GPU (PCI address in the "
+                     "line) around the same time, which is the one to act on; if it repeats alone, follow the "
+                     "investigatory action.")
+    elif imm == "RESET_GPU":
+        parts.append("The GPU should be reset before it gets new work; Xid 154 (GPU recovery action) on "
+                     "drivers 565+ states the action the driver wants.")
+    elif imm == "RESTART_APP":
+        parts.append("An engine fault on the channel of the process named in the line: the process dies, the "
+                     "GPU is normally usable again; if it repeats on the same GPU, follow the investigatory action.")
+    if r["variant"] == "nvlink5":
+        parts.append("NVLink5 (Blackwell/GB200 class) errors name the unit and say Fatal or Nonfatal in the line "
+                     "(for example 'RLW_RXPIPE Nonfatal XC0 i0 Link 13 (...)'). In the catalog's decode most "
+                     "Nonfatal statuses need no action and Fatal statuses need a GPU reset; a Link Fatal event "
+                     "can be caused by the device at the other end of the link. A Nonfatal line is kept as a "
+                     "symptom; this entry is the Fatal (and unspecified) form.")
+    if n == 173:
+        parts.append("NVIDIA's catalog copy used here ends at Xid 172; the name comes from nverror.h (driver 580 "
+                     "and later). Treat it as a hardware fault of the GPU module: drain the node and involve NVIDIA.")
+    if n in (171, 172):
+        parts.append("It comes with Xid 48 and tells whether the uncorrectable error was in DRAM (171) or SRAM "
+                     "(172); row remapping only repairs DRAM.")
+    return " ".join(parts)
+
+
+def workarounds(r):
+    imm, inv = r["immediate"], r["investigatory"]
+    n = int(r["xid"])
+    w = []
+    if imm == "RESET_GPU":
+        w.append(("Stop the work on that GPU (drain the node in the scheduler), then reset the GPU (catalog "
+                  "immediate action RESET_GPU). The reset needs every process on the GPU gone; if it fails, "
+                  "reboot the node.", "nvidia-smi -r -i $GPU_INDEX"))
+    elif imm == "RESTART_APP":
+        w.append(("Restart the application or job (catalog immediate action RESTART_APP).", None))
+    elif imm == "RESTART_BM":
+        w.append(("Drain the node and reboot it (catalog immediate action RESTART_BM).", None))
+    elif imm == "RESTART_VM":
+        w.append(("Restart the virtual machine (catalog immediate action RESTART_VM).", None))
+    elif imm == "IGNORE":
+        w.append(("No action for this Xid alone (catalog immediate action IGNORE); act on any other Xid the "
+                  "same GPU logged around it.", None))
+    elif imm == "CHECK_MECHANICALS":
+        w.append(("Check that the board's auxiliary power cables are connected and seated (catalog immediate "
+                  "action CHECK_MECHANICALS).", None))
+    elif imm == "UPDATE_SWFW":
+        w.append(("Update the vGPU software and firmware so that host and guest driver versions are compatible "
+                  "(catalog action UPDATE_SWFW).", None))
+    elif imm == "CHECK_UVM":
+        w.append(("Check the UVM driver (nvidia-uvm) on the node (catalog immediate action CHECK_UVM).", None))
+    elif imm == "WORKFLOW_NVLINK5_ERR":
+        w.append(("Read the unit and Fatal/Nonfatal in the line: a Nonfatal NVLink5 error alone needs no action; "
+                  "a Fatal one needs the GPU reset after its jobs are stopped (catalog WORKFLOW_NVLINK5_ERR). "
+                  "Check the peer GPU/switch of the named link too.", None))
+    if inv == "CHECK_APP/CUDA":
+        w.append(("If it repeats, debug the application: rerun the failing step with CUDA_LAUNCH_BLOCKING=1 or "
+                  "under compute-sanitizer to find the faulting kernel (catalog investigatory action CHECK_APP/CUDA).", None))
+    elif inv == "INVESTIGATE_SW":
+        w.append(("If it repeats, compare the driver version against NVIDIA's release notes and known issues and "
+                  "update the driver (catalog investigatory action INVESTIGATE_SW).", None))
+    elif inv == "INVESTIGATE_SW_USER":
+        w.append(("If it repeats, review the software stack and the workload that drove the link (catalog "
+                  "investigatory action INVESTIGATE_SW_USER).", None))
+    elif inv == "INVESTIGATE_LINK_SI":
+        w.append(("If it repeats on the same link, have the NVLink connections (cables, connectors, trays) "
+                  "inspected for signal integrity (catalog investigatory action INVESTIGATE_LINK_SI).", None))
+    elif inv == "XID_137_FLOW":
+        w.append(("Follow the catalog's Xid 137 flow: it is usually reported alongside another NVLink error on "
+                  "the same link; act on that one.", None))
+    elif inv == "SYMPATHETIC_REPORT_SOLO":
+        w.append(("If it appears alone (no other Xid on the GPU), report it to NVIDIA (catalog investigatory "
+                  "action SYMPATHETIC_REPORT_SOLO).", None))
+    if imm == "CONTACT_SUPPORT" or inv == "CONTACT_SUPPORT" or (not imm and not inv):
+        w.append(("If it repeats on the same GPU, collect a bug report on the node and open a case with NVIDIA "
+                  "(catalog action CONTACT_SUPPORT).", "sudo nvidia-bug-report.sh"))
+    return w
+
+
+def dead_ends(r):
+    if r["investigatory"] == "CHECK_APP/CUDA":
+        return [("Replace or RMA the GPU at the first occurrence",
+                 "The catalog attributes this Xid to the application or CUDA stack (CHECK_APP/CUDA); the GPU "
+                 "recovers when the process exits.")]
+    if r["immediate"] == "IGNORE":
+        return [("Drain the node for this Xid alone",
+                 "The catalog's immediate action is IGNORE; the Xid to act on is the one logged with it.")]
+    return []
+
+
+def render(r, reals):
+    n = int(r["xid"])
+    nvl = r["variant"] == "nvlink5"
+    role, sev, cat = r["role"], r["severity"], r["category"]
+    eid = "nvidia/xid-%d-%s" % (n, slug(r["mnemonic"]))
+    title_desc = r["description"] if r["description"] not in ("", "Unused") else (r["older_description"] or r["mnemonic"])
+    if len(title_desc) > 60 and r["older_description"]:
+        title_desc = r["older_description"]
+    title = "Xid %d: %s" % (n, title_desc.rstrip("."))
+    if r["description"] == "Unused":
+        title += " (unused on current GPUs)"
+    pats = [xid_pattern(n, r"(?:, pid=(?P<pid>\d+))?")]
+    supersedes = []
+    if role == "root":
+        pats.append(caused_by_pattern(n))
+        supersedes.append("nvidia/xid-45-preemptive-cleanup")
+    exs = examples_for(n, reals, nonfatal=False if nvl else None)
+    if role == "root":
+        if not any("caused by previous" in e for e in exs):
+            exs.append("NVRM: Xid (PCI:0000:3b:00): 45, pid=48213, name=python3, Ch 00000008 caused by previous Xid %d" % n)
+    negs = negatives_for(n)
+    verification = "community_reported" if nvl else "source_verified"
+    pat_level = "community_reported" if nvl else "source_verified"
+    pat_against = FORMAT_REF + "; redacted PCI fields seen in NVIDIA/nccl#2241; 'caused by previous Xid' from kernel_rc.c (bPrintRootCause)"
+    if nvl:
+        pat_against += "; the unit and Fatal/Nonfatal text comes from GSP firmware and was checked against real lines (" + NVLINK5_REFS[1].split(": ", 1)[1] + ")"
+    refs = list(REFS_COMMON) + (NVLINK5_REFS if nvl else [])
+    src_real = sorted({s for (x, s, l) in reals.get(("src", n), [])})
+    if src_real:
+        refs.append("Real lines: " + ", ".join(src_real))
+    out = []
+    out.append("# Generated by tools/xid-catalogue/gen.py from tools/xid-catalogue/xid-catalogue.tsv; edit the table, not this file.")
+    out.append("id = %s" % q(eid))
+    out.append("title = %s" % q(title))
+    out.append('domain = "nvidia"')
+    out.append('category = "%s"' % cat)
+    out.append('error_code = "XID_%d"' % n)
+    out.append('role = "%s"' % role)
+    out.append('severity = "%s"' % sev)
+    out.append('verification = "%s"' % verification)
+    out.append('patterns_verified = "%s"' % ("real_log" if nvl else "source"))
+    if supersedes:
+        out.append("supersedes = [%s]" % ", ".join('"%s"' % s for s in supersedes))
+    out.append('root_cause = """\n%s\n"""' % wrap(root_cause(r)))
+    out.append("patterns = [\n%s\n]" % "\n".join("  %s," % q(p) for p in pats))
+    out.append("examples = [\n%s\n]" % "\n".join("  %s," % q(e) for e in exs))
+    out.append("negative_examples = [\n%s\n]" % "\n".join("  %s," % q(e) for e in negs))
+    out.append("references = [\n%s\n]" % "\n".join("  %s," % q(x) for x in refs))
+    first = r.get("first_open_driver", "")
+    if first and n >= 136:
+        out.append('\n[[versions]]\ncomponent = "driver"\nrange = ">=%s"\nstatus = "active"\nintroduced = %s' % (
+            first, q("first defined in nverror.h of NVIDIA/open-gpu-kernel-modules %s (the catalog may list it "
+                     "for a later branch)" % first)))
+    for text, cmd in workarounds(r):
+        out.append("\n[[workarounds]]\ntext = %s" % q(text) + ("\ncommand = %s" % q(cmd) if cmd else ""))
+    for action, why in dead_ends(r):
+        out.append("\n[[dead_ends]]\naction = %s\nwhy = %s" % (q(action), q(why)))
+    out.append('\n[[review]]\npart = "patterns"\nlevel = "%s"\nby = "%s"\nagainst = %s' % (pat_level, BY, q(pat_against)))
+    out.append('\n[[review]]\npart = "root_cause"\nlevel = "source_verified"\nby = "%s"\nagainst = %s' % (BY, q(CATALOG_AGAINST)))
+    if workarounds(r):
+        out.append('\n[[review]]\npart = "advice"\nlevel = "source_verified"\nby = "%s"\nagainst = %s' % (
+            BY, q("NVIDIA Xid catalog resolution buckets (immediate and investigatory action) for Xid %d, read as in "
+                  "the root_cause review; nvidia-smi -r is the reset NVIDIA documents in its GPU memory error "
+                  "management guide (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt)" % n)))
+    if first and n >= 136:
+        out.append('\n[[review]]\npart = "versions"\nlevel = "source_verified"\nby = "%s"\nagainst = %s' % (
+            BY, q("git history of src/common/sdk/nvidia/inc/nverror.h over the release tags of "
+                  "NVIDIA/open-gpu-kernel-modules (first tag defining Xid %d: %s)" % (n, first))))
+    text = "\n".join(out) + "\n"
+    files = [("xid-%d-%s.toml" % (n, slug(r["mnemonic"])), text)]
+    if nvl:
+        files.append(render_nonfatal(r, reals, eid))
+    return files
+
+
+def render_nonfatal(r, reals, main_id):
+    n = int(r["xid"])
+    eid = main_id + "-nonfatal"
+    ex = examples_for(n, reals, nonfatal=True) or [
+        "NVRM: Xid (PCI:0008:01:00): %d, pid=11436, name=python3, UNIT Nonfatal XC0 i0 Link 03 "
+        "(0x00000000 0x00000008 0x00000000 0x00000000 0x00000000 0x00000000)" % n]
+    pat = xid_pattern(n, r", (?:pid=[^,\n]*, name=[^,\n]*, )?[A-Z][A-Z0-9_/]* Nonfatal\b")
+    negs = ["NVRM: Xid (PCI:0008:01:00): %d, pid=11436, name=python3, UNIT Fatal XC0 i0 Link 03 "
+            "(0x00000000 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)" % n,
+            "NVRM: Xid (PCI:0008:01:00): %d, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008)" % (n * 10 + 1)]
+    rc = ("Xid %d (%s) reported as Nonfatal: an NVLink5 unit (named in the line) logged a non-fatal error. "
+          "In NVIDIA's catalog decode of Xids 144-150 most Nonfatal statuses need no action (IGNORE) and a few "
+          "predict a later Xid 48/94/95 or packet loss; the job normally keeps running. Keep it as context for "
+          "any fatal NVLink Xid, Xid 45 or NCCL error on the same GPU; if Nonfatal errors repeat on one link, "
+          "have the link inspected." % (n, r["mnemonic"]))
+    out = [
+        "# Generated by tools/xid-catalogue/gen.py from tools/xid-catalogue/xid-catalogue.tsv; edit the table, not this file.",
+        "id = %s" % q(eid),
+        "title = %s" % q("Xid %d: %s, non-fatal" % (n, r["description"])),
+        'domain = "nvidia"', 'category = "interconnect_nvlink"', 'error_code = "XID_%d"' % n,
+        'role = "symptom"', 'severity = "warning"', 'verification = "community_reported"',
+        'patterns_verified = "real_log"',
+        'supersedes = ["%s"]' % main_id,
+        'root_cause = """\n%s\n"""' % wrap(rc),
+        "patterns = [\n  %s,\n]" % q(pat),
+        "examples = [\n%s\n]" % "\n".join("  %s," % q(e) for e in ex),
+        "negative_examples = [\n%s\n]" % "\n".join("  %s," % q(e) for e in negs),
+        "references = [\n%s\n]" % "\n".join("  %s," % q(x) for x in (REFS_COMMON[:2] + NVLINK5_REFS)),
+        "\n[[workarounds]]\ntext = %s" % q("No action for a Nonfatal NVLink5 error alone; if the same link keeps "
+                                          "logging them, drain the node and have the link inspected."),
+        '\n[[review]]\npart = "patterns"\nlevel = "community_reported"\nby = "%s"\nagainst = %s' % (
+            BY, q("Real lines in leptonai/gpud#1160, leptonai/gpud#1174 and NVIDIA/nccl#2241; the unit text comes "
+                  "from GSP firmware (not in the open driver)")),
+        '\n[[review]]\npart = "root_cause"\nlevel = "community_reported"\nby = "%s"\nagainst = %s' % (
+            BY, q("NVIDIA catalog 'XID 144-150 Decode' sheet as copied in leptonai/gpud catalog_generated.go nvlinkRules")),
+        '\n[[review]]\npart = "advice"\nlevel = "community_reported"\nby = "%s"\nagainst = %s' % (
+            BY, q("Same decode sheet: Non-fatal rows mostly IGNORE; INVESTIGATE_LINK_SI_AND_CABLES for BER events")),
+    ]
+    return ("xid-%d-%s-nonfatal.toml" % (n, slug(r["mnemonic"])), "\n".join(out) + "\n")
+
+
+def wrap(text, width=110):
+    words, lines, cur = text.split(), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = (cur + " " + w) if cur else w
+    if cur:
+        lines.append(cur)
+    return "\n".join(lines)
+
+
+def main():
+    check = "--check" in sys.argv
+    rows = list(csv.DictReader(open(os.path.join(HERE, "xid-catalogue.tsv"), encoding="utf-8"), delimiter="\t"))
+    reals = {}
+    for x in csv.DictReader(open(os.path.join(HERE, "real-examples.tsv"), encoding="utf-8"), delimiter="\t"):
+        n = int(x["xid"])
+        reals.setdefault(n, []).append(x["line"])
+        reals.setdefault(("src", n), []).append((n, x["source"], x["line"]))
+    stale = 0
+    for r in rows:
+        if int(r["xid"]) in EXISTING:
+            continue
+        for name, text in render(r, reals):
+            path = os.path.join(OUT, name)
+            if check:
+                if not os.path.exists(path) or open(path, encoding="utf-8").read() != text:
+                    print("stale:", path)
+                    stale += 1
+            else:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+    if check and stale:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
