@@ -89,6 +89,22 @@ Examples:
   faultline demo --follow
   faultline demo --logs my-job.log --format json")]
     Demo(crate::demo::DemoArgs),
+    /// Measure recognition on a corpus of real logs (tests/corpus/real/README.md): detection,
+    /// headline top-1 and false alarms, per label and overall, with every miss.
+    #[command(after_help = "\
+Examples:
+  faultline eval tests/corpus/real
+  faultline eval --format json tests/corpus/real > eval.json")]
+    Eval {
+        /// The corpus directory (every *.log below it).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        #[command(flatten)]
+        kb: KbArg,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// Generate benchmark inputs (see scripts/bench-scan.sh).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -334,6 +350,17 @@ pub enum ListFormat {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Scan(args) => run_scan(args),
+        Command::Eval { dir, kb, format } => {
+            let engine = Engine::new(kb.load()?).context("compiling the knowledge base")?;
+            let excerpts = crate::eval::read_corpus(&dir)?;
+            let report = crate::eval::evaluate(&engine, &excerpts, &dir)?;
+            let text = match format {
+                Format::Json => serde_json::to_string_pretty(&report)? + "\n",
+                Format::Text => crate::eval::render_text(&report),
+            };
+            write_stdout(text.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Kb(KbCommand::Check { dir, warnings }) => run_check(dir, warnings),
         Command::Kb(KbCommand::List { kb, format }) => {
             let kb = kb.load()?;

@@ -42,6 +42,7 @@
 //!   [`pipeline::match_stage`], [`pipeline::incidents`], [`pipeline::signals`]).
 //! - [`scan`]: the file and stdin driver.
 //! - [`config`]: composes every component's table into `faultline.toml`.
+//! - [`eval`]: recognition measured on the real-log corpus.
 //! - [`demo`]: the whole pipeline on an embedded broker; [`bench`]: benchmark inputs;
 //!   [`cli`]: the command line.
 
@@ -52,6 +53,7 @@ pub mod demo;
 pub mod engine;
 pub mod enrich;
 pub mod envelope;
+pub mod eval;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod incident;
