@@ -33,6 +33,9 @@ pub const MAX_CAPTURE_BYTES: usize = 1024;
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Diagnosis {
     pub title: String,
+    /// Where the failure comes from (`node`, `device`, `network`, `framework`, `launcher`,
+    /// `teardown`): the headline election's tie-break.
+    pub cause_class: crate::kb::CauseClass,
     pub root_cause: String,
     pub fix_rate: Option<f64>,
     pub verification: String,
@@ -226,6 +229,7 @@ impl Diagnosis {
         }
         Diagnosis {
             title: entry.title.clone(),
+            cause_class: entry.class,
             root_cause: entry.root_cause.clone(),
             fix_rate: entry.fix_rate.filter(|_| v == "measured"),
             verification: entry.verification.clone(),

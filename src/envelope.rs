@@ -95,7 +95,9 @@ pub fn syslog_header(line: &[u8]) -> Option<(String, String)> {
     } else {
         let end = text.find(' ')?;
         let ts = &text[..end];
-        if !ts.as_bytes().first().is_some_and(u8::is_ascii_digit) || crate::time::parse(ts).is_none() {
+        if !ts.as_bytes().first().is_some_and(u8::is_ascii_digit)
+            || crate::time::parse(ts).is_none()
+        {
             return None;
         }
         (ts, &text[end..])
@@ -104,7 +106,9 @@ pub fn syslog_header(line: &[u8]) -> Option<(String, String)> {
     let (host, rest) = rest.split_once(' ')?;
     let host_ok = !host.is_empty()
         && host.len() <= 64
-        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
     // The tag: `kernel:`, `slurmd[1234]:`, `systemd-journald[1]:`.
     let tag_end = rest.find(':')?;
     let tag = &rest[..tag_end];
@@ -406,9 +410,13 @@ fn is_iso_timestamp(s: &[u8]) -> bool {
 }
 
 /// A leading ISO-8601 timestamp, bare or in brackets (`[2024-05-01T12:00:00.123]` as Slurm
-/// prints it), up to the first space or `]`.
+/// prints it), up to the first space or `]`; or glog's `E1129 09:12:40.200` (PyTorch's C++
+/// log, bare or in brackets), which names no year.
 fn leading_timestamp(message: &[u8]) -> Option<String> {
     let body = message.strip_prefix(b"[").unwrap_or(message);
+    if let Some(glog) = glog_stamp(body) {
+        return Some(glog);
+    }
     if !is_iso_timestamp(body) {
         return None;
     }
@@ -420,6 +428,20 @@ fn leading_timestamp(message: &[u8]) -> Option<String> {
             .position(|&b| b == b' ' || b == b']' || b == b',')
             .unwrap_or(tail.len());
     Some(String::from_utf8_lossy(&body[..end]).into_owned())
+}
+
+/// glog's `LMMDD HH:MM:SS[.frac]` at the start of `s`.
+fn glog_stamp(s: &[u8]) -> Option<String> {
+    if !matches!(s.first(), Some(b'I' | b'W' | b'E' | b'F')) || s.get(5) != Some(&b' ') {
+        return None;
+    }
+    let end = s
+        .iter()
+        .skip(6)
+        .position(|&b| b == b' ' || b == b']')
+        .map_or(s.len(), |p| p + 6);
+    let text = std::str::from_utf8(&s[..end]).ok()?;
+    crate::time::parse(text).map(|_| text.to_string())
 }
 
 /// Strips launcher prefixes (up to three, as in `0: [rank0]: ...`) and returns the rank they

@@ -263,7 +263,11 @@ pub fn evaluate<M: Matcher>(
         .kb
         .entries
         .iter()
-        .flat_map(|e| e.aliases.iter().map(|a| (a.as_str(), e.error_code.as_str())))
+        .flat_map(|e| {
+            e.aliases
+                .iter()
+                .map(|a| (a.as_str(), e.error_code.as_str()))
+        })
         .collect();
     let cfg = IncidentConfig::default();
     let mut report = Report::default();

@@ -244,8 +244,23 @@ impl RankTable {
         changed
     }
 
-    fn host_of(&self, rank: u32) -> Option<&Arc<str>> {
+    /// The host rank `rank` ran on, as far as the incident's lines said.
+    pub fn host_of(&self, rank: u32) -> Option<&Arc<str>> {
         self.ranks.get(&rank).and_then(|s| s.host.as_ref())
+    }
+
+    /// Records that `rank` ran on `host` (a launcher's task map, an envelope), without counting
+    /// a match; true when it was new.
+    pub fn place(&mut self, rank: u32, host: &Arc<str>) -> bool {
+        if !self.ranks.contains_key(&rank) && self.ranks.len() >= self.cap {
+            return false;
+        }
+        let state = self.ranks.entry(rank).or_default();
+        if state.host.is_none() {
+            state.host = Some(Arc::clone(host));
+            return true;
+        }
+        false
     }
 
     /// The NCCL evidence, with bounded lists.
@@ -468,15 +483,7 @@ mod tests {
 
     fn root_unknown() -> RootInfo {
         let e = timeout(0, 1);
-        super::super::elect::Candidate::of(
-            &e,
-            super::super::elect::Standing {
-                role: Role::Cascade,
-                log_ms: None,
-                arrival: 0,
-            },
-        )
-        .info
+        super::super::elect::Candidate::of(&e, super::super::elect::Standing::of(&e, None, 0)).info
     }
 
     #[test]

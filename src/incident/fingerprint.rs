@@ -1,8 +1,12 @@
-//! Incident fingerprints: the stable key of "this failure of this job on this hardware".
+//! Incident keys: the fingerprint (`fp2`, "this failure of this job": what tickets, alert
+//! labels and idempotency keys are keyed on) and the signature (`fp1`, "this root on this
+//! hardware in this job": what restart-loop detection compares across a job's incidents).
 //!
-//! A fingerprint is what tickets, alert labels and restart-loop detection are keyed on, so a
-//! given algorithm version must produce the same text for the same inputs forever. A change of
-//! inputs or hashing is a new version with a new prefix (`fp2:`), never an edit of `fp1`.
+//! A given algorithm version must produce the same text for the same inputs forever. A change
+//! of inputs or hashing is a new version with a new prefix, never an edit of an old one. `fp1`
+//! was the fingerprint of schema_version 1's first releases; it moved to `signature` when a
+//! node event learned after the job's own lines could re-elect the root (and so change an
+//! `fp1` key) of an incident whose ticket was already raised.
 //!
 //! # `fp1`
 //!
@@ -22,7 +26,29 @@
 //! printed as `fp1:` and sixteen lower-case hex digits.
 
 /// The version tag of the current algorithm, carried as `fingerprint_version`.
-pub const VERSION: &str = "fp1";
+pub const VERSION: &str = "fp2";
+
+/// The version tag of the signature ([`fp1`]): what failed where, carried as `signature`.
+pub const SIGNATURE_VERSION: &str = "fp1";
+
+/// The `fp2` identity of an incident: its job and its anchor, the earliest of the job's own
+/// lines that could open an incident (by log time, then text; lines without a time after those
+/// with one). Node events that join later, and re-elections of the root, leave it as it is:
+/// a ticket keyed on it follows one failure whatever is learned about its cause.
+///
+/// Hash: 64-bit FNV-1a over `fp2`, then the job id, the anchor's log time in decimal
+/// milliseconds (empty without one) and the anchor's text, each preceded by a 0x1f unit
+/// separator; printed as `fp2:` and sixteen lower-case hex digits.
+pub fn fp2(job_id: &str, anchor_ms: Option<i64>, anchor_line: &str) -> String {
+    let time = anchor_ms.map(|t| t.to_string()).unwrap_or_default();
+    let mut hash = Fnv1a::new();
+    hash.write(b"fp2");
+    for part in [job_id, &time, anchor_line] {
+        hash.write(&[0x1f]);
+        hash.write(part.as_bytes());
+    }
+    format!("fp2:{:016x}", hash.0)
+}
 
 /// What a fingerprint is computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,12 +67,12 @@ pub fn fp1(input: &FingerprintInput<'_>) -> String {
         .unwrap_or_default();
     let gpu = input.gpu.map(normalize_pci).unwrap_or_default();
     let mut hash = Fnv1a::new();
-    hash.write(VERSION.as_bytes());
+    hash.write(SIGNATURE_VERSION.as_bytes());
     for part in [input.job_id, input.error_code, &host, &gpu] {
         hash.write(&[0x1f]);
         hash.write(part.as_bytes());
     }
-    format!("{VERSION}:{:016x}", hash.0)
+    format!("{SIGNATURE_VERSION}:{:016x}", hash.0)
 }
 
 /// A PCI address as the `fp1` key spells it: `0000:3b:00`.

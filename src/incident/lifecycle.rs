@@ -24,9 +24,12 @@ use super::elect::Election;
 use super::fingerprint::{self, FingerprintInput};
 use super::multiline::{ContextBuf, StreamKey, Streams};
 use super::{
-    Cascades, Counts, Culprit, CulpritMethod, IncidentConfig, IncidentEvent, Resolution, Status,
-    Ticket, TicketReason,
+    Cascades, Contributor, Counts, Culprit, CulpritMethod, IncidentConfig, IncidentEvent,
+    Resolution, Status, Ticket, TicketReason,
 };
+
+/// Contributing roots, and distinct cascade ops, kept per incident.
+pub const MAX_CONTRIBUTING: usize = 8;
 use crate::enrich::{MatchEvent, SCHEMA_VERSION};
 use crate::kb::Role;
 use crate::time::{format_ms, Millis};
@@ -44,6 +47,17 @@ pub struct Incident {
     pub last_ms: Millis,
     pub first_log_ms: Option<Millis>,
     pub last_log_ms: Option<Millis>,
+    /// The log time range with collective timeouts back-dated to when their hang began: what
+    /// node events are joined against.
+    pub first_effective_ms: Option<Millis>,
+    pub last_effective_ms: Option<Millis>,
+    /// The earliest of the job's own lines that could open an incident: (log time, text).
+    anchor: Option<(Option<Millis>, String)>,
+    /// Root-role matches seen, distinct by code, rank and host (at most [`MAX_CONTRIBUTING`]).
+    roots: Vec<Contributor>,
+    /// The collective op, sequence number and timeout the cascade names most.
+    cascade_op: BTreeMap<(String, Option<i64>), u64>,
+    cascade_timeout_ms: Option<i64>,
     pub matches: u64,
     by_role: [u64; 4],
     by_code: BTreeMap<String, u64>,
@@ -99,7 +113,7 @@ impl Incident {
         cfg: &IncidentConfig,
         kb_version: &str,
     ) -> Self {
-        let fingerprint = fingerprint_of(&job_id, &election);
+        let fingerprint = fingerprint::fp2(&job_id, None, "");
         Incident {
             serial,
             job_id,
@@ -110,6 +124,12 @@ impl Incident {
             last_ms: t,
             first_log_ms: log_ms,
             last_log_ms: log_ms,
+            first_effective_ms: None,
+            last_effective_ms: None,
+            anchor: None,
+            roots: Vec::new(),
+            cascade_op: BTreeMap::new(),
+            cascade_timeout_ms: None,
             matches: 0,
             by_role: [0; 4],
             by_code: BTreeMap::new(),
@@ -156,6 +176,11 @@ impl Incident {
             self.last_ms = t;
             self.ticket_window_start = t;
         }
+    }
+
+    /// Node events no job claimed: job `node:<host>`.
+    pub fn is_node_incident(&self) -> bool {
+        self.job_id.starts_with("node:")
     }
 
     pub fn root_known(&self) -> bool {
@@ -206,9 +231,197 @@ impl Incident {
         self.minor = true;
     }
 
-    /// Recomputes the fingerprint after a re-election; true when it changed.
+    /// Widens the effective log time range.
+    pub fn note_effective(&mut self, t: Option<Millis>) {
+        if let Some(t) = t {
+            self.first_effective_ms = Some(self.first_effective_ms.map_or(t, |f| f.min(t)));
+            self.last_effective_ms = Some(self.last_effective_ms.map_or(t, |l| l.max(t)));
+        }
+    }
+
+    /// Remembers a root-role match among the contributing roots, and a cascade's op and
+    /// sequence number.
+    pub fn note_root(&mut self, event: &MatchEvent) {
+        if event.role == Role::Cascade {
+            if let Some(op) = event.captures.get("op") {
+                let seq = event
+                    .captures
+                    .get("seq")
+                    .and_then(|s| s.trim().parse().ok());
+                let key = (op.to_ascii_uppercase(), seq);
+                if let Some(n) = self.cascade_op.get_mut(&key) {
+                    *n += 1;
+                } else if self.cascade_op.len() < MAX_CONTRIBUTING {
+                    self.cascade_op.insert(key, 1);
+                }
+            }
+            if let Some(ms) = event
+                .captures
+                .get("timeout_ms")
+                .and_then(|s| s.trim().parse().ok())
+            {
+                self.cascade_timeout_ms = Some(ms);
+            }
+        }
+        if event.role != Role::Root || self.roots.len() >= MAX_CONTRIBUTING {
+            return;
+        }
+        let c = Contributor {
+            kb_id: event.kb_id.clone(),
+            error_code: event.error_code.clone(),
+            rank: event.any_rank(),
+            host: event.host.clone(),
+            gpu: event.captures.get("gpu").cloned(),
+            timestamp: event.timestamp.clone(),
+            consequence: false,
+        };
+        let same = |o: &Contributor| {
+            o.error_code == c.error_code && o.rank == c.rank && o.host == c.host && o.gpu == c.gpu
+        };
+        if !self.roots.iter().any(same) {
+            self.roots.push(c);
+        }
+    }
+
+    /// Offers a job's own initiating line as the anchor; true when the anchor moved (the
+    /// fingerprint changes with it).
+    pub fn note_anchor(&mut self, event: &MatchEvent, log_ms: Option<Millis>) -> bool {
+        let candidate = (log_ms, event.line.clone());
+        let key = |a: &(Option<Millis>, String)| (a.0.is_none(), a.0, a.1.clone());
+        let better = self
+            .anchor
+            .as_ref()
+            .is_none_or(|old| key(&candidate) < key(old));
+        if better {
+            self.anchor = Some(candidate);
+        }
+        better
+    }
+
+    /// The `fp1` signature: the job, the root's code, and its host and GPU when the root is
+    /// known.
+    pub fn signature(&self) -> String {
+        fingerprint_of(&self.job_id, &self.election)
+    }
+
+    /// The cascade, with its most named op and one line for people.
+    fn cascades(&self) -> Cascades {
+        let top = self
+            .cascade_op
+            .iter()
+            .max_by_key(|(k, n)| (**n, std::cmp::Reverse((*k).clone())))
+            .map(|(k, _)| k.clone());
+        let (op, seq) = match top {
+            Some((op, seq)) => (Some(op), seq),
+            None => (None, None),
+        };
+        let ranks = self.ranks.cascade_ranks;
+        let summary = (self.cascade_matches > 0).then(|| {
+            let who = if ranks > 0 {
+                format!("{ranks} rank{}", if ranks == 1 { "" } else { "s" })
+            } else {
+                format!("{} match(es)", self.cascade_matches)
+            };
+            let timed_out = self.cascade_by_code.keys().any(|c| c.contains("TIMEOUT"));
+            let mut line = format!("{who} {}", if timed_out { "timed out" } else { "followed" });
+            if let Some(op) = &op {
+                line.push_str(&format!(" in {op}"));
+                if let Some(seq) = seq {
+                    line.push_str(&format!(" SeqNum {seq}"));
+                }
+            }
+            if let Some(ms) = self.cascade_timeout_ms.filter(|_| timed_out) {
+                line.push_str(&format!(" after {} s", ms / 1000));
+            }
+            line
+        });
+        Cascades {
+            matches: self.cascade_matches,
+            ranks,
+            by_error_code: self.cascade_by_code.clone(),
+            op,
+            seq,
+            timeout_ms: self.cascade_timeout_ms,
+            summary,
+        }
+    }
+
+    /// The roots other than the elected one; those on a node-event root's host after it are
+    /// marked consequences.
+    fn contributing(&self) -> Vec<Contributor> {
+        let root = &self.election.initiator;
+        let node_root = root
+            .standing
+            .node
+            .then_some(root.info.host.as_deref())
+            .flatten();
+        let on_root_host = |c: &Contributor| {
+            let Some(h) = node_root else {
+                return false;
+            };
+            c.host.as_deref() == Some(h)
+                || c.rank.and_then(|r| self.ranks.host_of(r)).map(|x| &**x) == Some(h)
+        };
+        self.roots
+            .iter()
+            .filter(|c| {
+                !(c.kb_id == root.info.kb_id
+                    && c.rank == root.info.rank
+                    && c.host == root.info.host)
+            })
+            .map(|c| Contributor {
+                consequence: on_root_host(c),
+                ..c.clone()
+            })
+            .collect()
+    }
+
+    /// One line for people: what broke, where, whom it killed, and the cascade.
+    fn summary(&self) -> String {
+        let r = &self.election.initiator.info;
+        let mut s = r.error_code.clone();
+        if !self.root_known() {
+            s = format!("root unknown: {s}");
+        }
+        match (&r.host, r.rank) {
+            (Some(h), Some(rank)) => s.push_str(&format!(" on {h} (rank {rank})")),
+            (Some(h), None) => s.push_str(&format!(" on {h}")),
+            (None, Some(rank)) => s.push_str(&format!(" on rank {rank}")),
+            (None, None) => {}
+        }
+        if let Some(gpu) = &r.gpu {
+            s.push_str(&format!(" (GPU {gpu})"));
+        }
+        if !self.job_id.starts_with("node:") {
+            let verb = if self.root_known() { "killed" } else { "in" };
+            s.push_str(&format!(" {verb} {}", self.job_id));
+        }
+        let consequences = self.contributing().iter().filter(|c| c.consequence).count();
+        if consequences > 0 {
+            s.push_str(&format!("; {consequences} consequence(s) on that host"));
+        }
+        if let Some(c) = self.cascades().summary {
+            s.push_str(&format!("; {c}"));
+        }
+        s
+    }
+
+    /// Sets the fingerprint from the anchor without recording a change (a new incident).
+    pub fn fresh_fingerprint(&mut self) {
+        self.refingerprint();
+        self.previous_fingerprint = None;
+    }
+
+    /// Recomputes the fingerprint from the anchor; true when it changed.
     pub fn refingerprint(&mut self) -> bool {
-        let fp = fingerprint_of(&self.job_id, &self.election);
+        let fp = match &self.anchor {
+            Some((t, line)) => fingerprint::fp2(&self.job_id, *t, line),
+            // A node incident: no job line, the root line is its anchor.
+            None => {
+                let root = &self.election.initiator;
+                fingerprint::fp2(&self.job_id, root.standing.log_ms, &root.info.line)
+            }
+        };
         if fp == self.fingerprint {
             return false;
         }
@@ -301,7 +514,7 @@ impl Incident {
 
     /// Raises the ticket when the policy says so; true when it was raised now.
     pub fn check_ticket(&mut self, cfg: &IncidentConfig) -> bool {
-        if self.ticket.is_some() {
+        if self.ticket.is_some() || (self.is_node_incident() && !cfg.node_tickets) {
             return false;
         }
         let reason = if self.root_known() {
@@ -366,7 +579,12 @@ impl Incident {
         for role in Role::ALL {
             by_role.insert(role.as_str(), self.by_role[role_index(*role)]);
         }
-        let by_rank: BTreeMap<u32, u64> = self.ranks.iter().map(|(r, s)| (*r, s.matches)).collect();
+        let by_rank: BTreeMap<u32, u64> = self
+            .ranks
+            .iter()
+            .filter(|(_, s)| s.matches > 0)
+            .map(|(r, s)| (*r, s.matches))
+            .collect();
         let by_host: BTreeMap<String, u64> = self
             .hosts
             .iter()
@@ -396,11 +614,10 @@ impl Incident {
                 by_host,
                 untracked: self.ranks.untracked + self.host_untracked,
             },
-            cascades: Cascades {
-                matches: self.cascade_matches,
-                ranks: self.ranks.cascade_ranks,
-                by_error_code: self.cascade_by_code.clone(),
-            },
+            cascades: self.cascades(),
+            signature: self.signature(),
+            summary: self.summary(),
+            contributing: self.contributing(),
             first_seen: self.first_log_ms.map(format_ms),
             last_seen: self.last_log_ms.map(format_ms),
             context: self.context.info(),

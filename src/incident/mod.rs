@@ -35,6 +35,7 @@ pub mod fleet;
 pub mod lifecycle;
 pub mod lru;
 pub mod multiline;
+pub mod nodes;
 #[cfg(test)]
 pub(crate) mod testutil;
 
@@ -94,6 +95,13 @@ pub struct IncidentConfig {
     pub restart_markers: Vec<String>,
     /// Half-life of a bad-node score.
     pub bad_node_half_life_ms: Millis,
+    /// A node's event (Xid, ECC, AER, OOM killer...) joins a job's incident when it falls at
+    /// most this long before the job's first error on that host (or within the window after
+    /// its last).
+    pub node_join_ms: Millis,
+    /// Raise tickets for node incidents (node events that no job claimed); off by default:
+    /// they feed the bad-node score and the lemon-node view, not a page.
+    pub node_tickets: bool,
 }
 
 impl Default for IncidentConfig {
@@ -120,6 +128,8 @@ impl Default for IncidentConfig {
                 "kubernetes/kubeflow-replica-restarting".into(),
             ],
             bad_node_half_life_ms: 24 * 3_600_000,
+            node_join_ms: 10 * 60_000,
+            node_tickets: false,
         }
     }
 }
@@ -139,7 +149,8 @@ pub enum ConfigError {
 
 impl IncidentConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, i128); 13] = [
+        let positive: [(&'static str, i128); 14] = [
+            ("node_join", self.node_join_ms.into()),
             ("window", self.window_ms.into()),
             ("quiet", self.quiet_ms.into()),
             ("max_open_incidents", self.max_open_incidents as i128),
@@ -231,6 +242,12 @@ pub struct IncidentEvent {
     pub resolution: Option<Resolution>,
     pub fingerprint: String,
     pub fingerprint_version: &'static str,
+    /// What failed where (`fp1`: job, root code, root host and GPU): equal across a job's
+    /// incidents with the same root, which is how restart loops are told.
+    pub signature: String,
+    /// One line for people: "XID_79 on gpu-node-02 (GPU 0000:3b:00) killed llama-pretrain-4821;
+    /// 15 ranks timed out in ALLREDUCE SeqNum 4417 after 600 s".
+    pub summary: String,
     /// The fingerprint this incident had before its root was re-elected in this change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub previous_fingerprint: Option<String>,
@@ -241,6 +258,9 @@ pub struct IncidentEvent {
     /// holds the symptom or cascade that started the incident.
     pub root_known: bool,
     pub root: RootInfo,
+    /// The other roots the incident saw (at most eight): causes of their own, or consequences
+    /// of a node event's root.
+    pub contributing: Vec<Contributor>,
     pub culprit: Culprit,
     pub grouping_info: GroupingInfo,
     pub counts: Counts,
@@ -264,6 +284,21 @@ pub struct IncidentEvent {
     /// Unique per correlator; keys "the same incident" for sinks that keep the latest state.
     #[serde(skip)]
     pub serial: u64,
+}
+
+/// Another root-role match of the incident (the primary one is `root`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Contributor {
+    pub kb_id: String,
+    pub error_code: String,
+    pub rank: Option<u32>,
+    pub host: Option<String>,
+    /// PCI address, from a `gpu` capture.
+    pub gpu: Option<String>,
+    pub timestamp: Option<String>,
+    /// On the host of a node-event root, after it: a consequence of the root (a CUDA error
+    /// after the GPU fell off the bus), not a cause of its own.
+    pub consequence: bool,
 }
 
 /// The elected initiator.
@@ -384,6 +419,13 @@ pub struct Cascades {
     pub matches: u64,
     pub ranks: u64,
     pub by_error_code: BTreeMap<String, u64>,
+    /// The collective op the cascade names most (`ALLREDUCE`), its sequence number, and the
+    /// timeout it ran into.
+    pub op: Option<String>,
+    pub seq: Option<i64>,
+    pub timeout_ms: Option<i64>,
+    /// One line for people: "15 ranks timed out in ALLREDUCE SeqNum 4417 after 600 s".
+    pub summary: Option<String>,
 }
 
 /// The lines that explain the root: its rank's traceback or c10 block, torchrun's summary.

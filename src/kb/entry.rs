@@ -60,6 +60,59 @@ macro_rules! str_enum {
     };
 }
 
+/// Where a failure comes from, for the headline election: among roots logged at the same
+/// time, the node's hardware and driver come first, then the device (CUDA), the network and
+/// collectives, the framework and the job's own code, the launcher; teardown, abort, exit and
+/// launcher-summary lines never headline while anything else stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CauseClass {
+    /// GPU hardware and driver, memory ECC, NVLink, PCIe, the kernel, host memory.
+    Node,
+    /// CUDA and device memory.
+    Device,
+    /// NCCL, InfiniBand, sockets, collectives, rendezvous.
+    Network,
+    /// The framework and the job's own code, data, storage.
+    #[default]
+    Framework,
+    /// Schedulers and launchers.
+    Launcher,
+    /// Teardown, abort, exit and launcher-summary lines: they report a failure, never cause it.
+    Teardown,
+}
+
+impl CauseClass {
+    /// The class of an entry without a `class` field, from its category and domain.
+    pub fn derive(category: &str, domain: &str) -> CauseClass {
+        match (domain, category) {
+            ("nvidia" | "linux", _) => CauseClass::Node,
+            ("cuda", _) => CauseClass::Device,
+            (
+                _,
+                "gpu_hardware"
+                | "gpu_memory_ecc"
+                | "gpu_firmware"
+                | "interconnect_nvlink"
+                | "kernel_bug"
+                | "host_oom",
+            ) => CauseClass::Node,
+            (_, "device_oom") => CauseClass::Device,
+            ("nccl" | "rdma", _)
+            | (
+                _,
+                "network_ib" | "network_tcp" | "collective_timeout" | "collective_error"
+                | "rendezvous",
+            ) => CauseClass::Network,
+            ("slurm" | "kubernetes" | "submitit" | "ray", _) | (_, "scheduler") => {
+                CauseClass::Launcher
+            }
+            _ => CauseClass::Framework,
+        }
+    }
+}
+
+str_enum!(CauseClass { Node => "node", Device => "device", Network => "network", Framework => "framework", Launcher => "launcher", Teardown => "teardown" });
 str_enum!(Role { Root => "root", Symptom => "symptom", Cascade => "cascade", Info => "info" });
 str_enum!(Severity { Critical => "critical", Error => "error", Warning => "warning", Info => "info" });
 
@@ -134,6 +187,8 @@ pub struct Entry {
     pub severity: Severity,
     /// Reported only when no non-fallback entry matches the same line.
     pub fallback: bool,
+    /// Where the failure comes from, for the headline election.
+    pub class: CauseClass,
     /// Ids of entries this one beats on the same line.
     pub supersedes: Vec<String>,
     pub verification: String,
@@ -372,7 +427,24 @@ impl Entry {
             );
         }
 
-        let (Some(role), Some(severity), true) = (role, severity, problems.is_empty()) else {
+        let class = match &spec.class {
+            None => Some(CauseClass::derive(&spec.category, &spec.domain)),
+            Some(c) => {
+                let parsed = CauseClass::parse(c);
+                if parsed.is_none() {
+                    problem(
+                        "class",
+                        format!(
+                            "`{c}` is not one of node, device, network, framework, launcher, teardown"
+                        ),
+                    );
+                }
+                parsed
+            }
+        };
+        let (Some(role), Some(severity), Some(class), true) =
+            (role, severity, class, problems.is_empty())
+        else {
             return Err(problems);
         };
         Ok(Entry {
@@ -385,6 +457,7 @@ impl Entry {
             role,
             severity,
             fallback: spec.fallback,
+            class,
             supersedes: spec.supersedes,
             verification: spec.verification,
             patterns_verified: spec.patterns_verified,

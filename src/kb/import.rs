@@ -595,6 +595,7 @@ pub(crate) fn draft(p: DraftParts) -> EntrySpec {
         role: if cascade { "cascade" } else { "root" }.to_string(),
         severity: "error".to_string(),
         fallback: false,
+        class: None,
         supersedes: Vec::new(),
         verification,
         patterns_verified: "unverified".to_string(),

@@ -17,7 +17,7 @@ use regex_automata::meta::{self, Regex};
 use regex_automata::util::syntax;
 use regex_syntax::hir::{Hir, HirKind, Look};
 
-pub use entry::{rate_kind, Entry, Problem, Role, Severity};
+pub use entry::{rate_kind, CauseClass, Entry, Problem, Role, Severity};
 pub use spec::EntrySpec;
 
 mod embedded {

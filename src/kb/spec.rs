@@ -31,6 +31,11 @@ pub struct EntrySpec {
     /// the same line, so one line is not counted twice.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fallback: bool,
+    /// Cause class for the headline election: `node`, `device`, `network`, `framework`,
+    /// `launcher` or `teardown`; derived from the category when absent
+    /// ([`super::entry::CauseClass`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     /// Ids of entries this one beats when both match one line: the event carries this entry
     /// and lists the other under `also`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

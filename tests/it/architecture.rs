@@ -61,13 +61,16 @@ fn code_only(text: &str) -> String {
 fn paths(code: &str, module: &[String], is_mod_file: bool) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     let ident = |c: char| c.is_alphanumeric() || c == '_';
-    for (prefix, base) in [("crate::", Vec::new()), ("super::", {
-        // `super` of a mod.rs is its parent; of a plain file, the enclosing module.
-        let mut b = module.to_vec();
-        b.pop();
-        let _ = is_mod_file;
-        b
-    })] {
+    for (prefix, base) in [
+        ("crate::", Vec::new()),
+        ("super::", {
+            // `super` of a mod.rs is its parent; of a plain file, the enclosing module.
+            let mut b = module.to_vec();
+            b.pop();
+            let _ = is_mod_file;
+            b
+        }),
+    ] {
         let mut rest = code;
         while let Some(at) = rest.find(prefix) {
             let before_ok = at == 0 || !rest[..at].ends_with(|c: char| ident(c) || c == ':');
@@ -78,7 +81,10 @@ fn paths(code: &str, module: &[String], is_mod_file: bool) -> Vec<Vec<String>> {
             // `crate::{a::b, c}` expands to each item.
             let groups: Vec<String> = if let Some(inner) = rest.strip_prefix('{') {
                 let end = inner.find('}').unwrap_or(inner.len());
-                inner[..end].split(',').map(|s| s.trim().to_string()).collect()
+                inner[..end]
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .collect()
             } else {
                 let end = rest
                     .find(|c: char| !(ident(c) || c == ':'))
@@ -104,7 +110,10 @@ fn no_import_cycle_between_files_of_src() {
     let files = sources();
     let modules: BTreeSet<Vec<String>> = files.keys().cloned().collect();
     let resolve = |p: &[String]| -> Option<Vec<String>> {
-        (1..=p.len()).rev().map(|k| p[..k].to_vec()).find(|m| modules.contains(m))
+        (1..=p.len())
+            .rev()
+            .map(|k| p[..k].to_vec())
+            .find(|m| modules.contains(m))
     };
     let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
     for (module, text) in &files {
@@ -139,8 +148,7 @@ fn no_import_cycle_between_files_of_src() {
                 0 => visit(d, edges, state, stack, cycles),
                 1 => {
                     let at = stack.iter().position(|s| s == d).unwrap_or(0);
-                    let cycle: Vec<String> =
-                        stack[at..].iter().map(|s| s.join("::")).collect();
+                    let cycle: Vec<String> = stack[at..].iter().map(|s| s.join("::")).collect();
                     cycles.push(format!("{} -> {}", cycle.join(" -> "), d.join("::")));
                 }
                 _ => {}
@@ -161,8 +169,18 @@ fn no_import_cycle_between_files_of_src() {
 
 #[test]
 fn the_cycle_finder_sees_a_cycle() {
-    let a = paths("use crate::b::X;\nfn f() { super::c::g() }", &["a".into()], false);
-    assert_eq!(a, vec![vec!["b".to_string(), "X".into()], vec!["c".into(), "g".into()]]);
+    let a = paths(
+        "use crate::b::X;\nfn f() { super::c::g() }",
+        &["a".into()],
+        false,
+    );
+    assert_eq!(
+        a,
+        vec![
+            vec!["b".to_string(), "X".into()],
+            vec!["c".into(), "g".into()]
+        ]
+    );
     let grouped = paths("use crate::{kafka::RecordView, offsets};", &[], true);
     assert_eq!(grouped.len(), 2);
 }
@@ -182,5 +200,8 @@ fn files_stay_small_and_functions_take_few_arguments() {
             module.join("::")
         );
     }
-    assert!(long.is_empty(), "files over 900 lines before their tests: {long:?}");
+    assert!(
+        long.is_empty(),
+        "files over 900 lines before their tests: {long:?}"
+    );
 }

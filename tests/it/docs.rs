@@ -129,7 +129,10 @@ fn the_readme_is_a_landing_page_that_starts_with_the_two_commands() {
     assert!(first_block[0].starts_with("scripts/run.sh"));
     assert!(first_block[1].starts_with("scripts/test.sh"));
     let ci = std::fs::read_to_string(repo().join(".ci/run")).expect(".ci/run");
-    assert!(ci.contains("scripts/test.sh"), ".ci/run runs the README's test command");
+    assert!(
+        ci.contains("scripts/test.sh"),
+        ".ci/run runs the README's test command"
+    );
 }
 
 #[test]
@@ -139,5 +142,8 @@ fn broken_links_are_caught() {
     assert!(resolve(&page, "docs/no-such-page.md").is_err());
     assert!(resolve(&page, "docs/runbooks.md#runbook-nccltimeoutspike").is_ok());
     assert!(resolve(&page, "docs/runbooks.md#no-such-anchor").is_err());
-    assert_eq!(slug(" Output contract (schema_version 1)"), "output-contract-schema_version-1");
+    assert_eq!(
+        slug(" Output contract (schema_version 1)"),
+        "output-contract-schema_version-1"
+    );
 }

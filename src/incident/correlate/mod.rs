@@ -20,8 +20,9 @@ use super::fleet::Fleet;
 use super::lifecycle::Incident;
 use super::lru::LruOrder;
 use super::multiline::{self, Appended, StreamKey, Streams};
+use super::nodes::{self, NodeEvent, Nodes};
 use super::{ConfigError, IncidentConfig, IncidentEvent, Resolution, Status};
-use crate::enrich::MatchEvent;
+use crate::enrich::{MatchEvent, Scope};
 use crate::time::Millis;
 
 /// Past incidents remembered per job for restart-loop detection.
@@ -42,6 +43,10 @@ struct JobState {
     incident: Option<Box<Incident>>,
     streams: Streams,
     history: VecDeque<Past>,
+    /// Hosts the job's lines named, in order (bounded by `max_hosts_per_incident`).
+    hosts: Vec<Arc<str>>,
+    /// Where each rank ran, as the job's lines said (bounded by `max_ranks_per_incident`).
+    placements: BTreeMap<u32, Arc<str>>,
 }
 
 /// What the correlator did, for logs and (later) metrics.
@@ -85,6 +90,7 @@ pub struct Correlator {
     open: BTreeMap<(Millis, u64), Arc<str>>,
     update_tick: u64,
     fleet: Fleet,
+    nodes: Nodes,
     clock: Option<Millis>,
     arrivals: u64,
     next_serial: u64,
@@ -96,6 +102,7 @@ impl Correlator {
         cfg.validate()?;
         Ok(Correlator {
             fleet: Fleet::new(cfg.max_hosts, cfg.bad_node_half_life_ms),
+            nodes: Nodes::new(cfg.max_hosts),
             cfg,
             jobs: HashMap::new(),
             job_lru: LruOrder::default(),
@@ -167,6 +174,9 @@ impl Correlator {
     /// Emits the current state of every open incident with unreported changes, leaving them
     /// open: `scan` calls it at the end of its input.
     pub fn flush(&mut self, out: &mut Vec<IncidentEvent>) {
+        for orphan in self.nodes.expire(|_| true) {
+            self.node_incident(&orphan, out);
+        }
         let keys: Vec<Arc<str>> = self.open.values().cloned().collect();
         for key in keys {
             let Some(job) = self.jobs.get_mut(&key) else {
@@ -214,13 +224,114 @@ impl Correlator {
     pub fn observe(&mut self, event: &MatchEvent, out: &mut Vec<IncidentEvent>) {
         self.stats.events += 1;
         self.arrivals += 1;
-        let log_ms = elect::log_ms(event);
+        // A stamp without a year is placed next to the clock, or today when nothing told the
+        // time yet.
+        let log_ms = elect::log_ms(event, self.clock.or_else(wall_now));
         if let Some(t) = log_ms {
             self.set_clock(t);
         }
         let t = log_ms.or(self.clock).unwrap_or(0);
         self.expire(out);
+        match (&event.scope, &event.host) {
+            (Scope::Node, Some(host)) if elect::can_initiate(event) => {
+                let host: Arc<str> = Arc::from(host.as_str());
+                self.observe_node(event, &host, t, log_ms, out);
+            }
+            _ => self.observe_job(event, t, log_ms, self.arrivals, out),
+        }
+    }
 
+    /// A node's own event: joined to the open incidents of the jobs on its host whose time
+    /// range it falls in, and kept for jobs that show up later ([`super::nodes`]).
+    fn observe_node(
+        &mut self,
+        event: &MatchEvent,
+        host: &Arc<str>,
+        t: Millis,
+        log_ms: Option<Millis>,
+        out: &mut Vec<IncidentEvent>,
+    ) {
+        let yearless = event
+            .timestamp
+            .as_deref()
+            .and_then(crate::time::parse)
+            .filter(|s| !s.year_known);
+        let mut ev = NodeEvent {
+            event: event.clone(),
+            t,
+            held_at: t.max(self.clock.unwrap_or(t)),
+            yearless,
+            log_ms,
+            arrival: self.arrivals,
+            claimed_by: Vec::new(),
+        };
+        for job in self.nodes.jobs_on(host) {
+            if self.node_fits(&job, &ev) {
+                self.join_node(&job, &ev, out);
+                ev.claimed_by.push(job);
+            }
+        }
+        if let Some(overflow) = self.nodes.hold(host, ev) {
+            if overflow.claimed_by.is_empty() {
+                self.node_incident(&overflow, out);
+            }
+        }
+    }
+
+    /// Whether node event `ev` falls in the time range of job `job`'s open incident: at most
+    /// `node_join_ms` before its first error, at most a window after its last match.
+    fn node_fits(&self, job: &Arc<str>, ev: &NodeEvent) -> bool {
+        let Some(inc) = self.jobs.get(job).and_then(|j| j.incident.as_ref()) else {
+            return false;
+        };
+        let first = inc.first_effective_ms.unwrap_or(inc.first_ms);
+        let last = inc.last_effective_ms.unwrap_or(inc.last_ms);
+        let t = ev.time_near(first);
+        t >= first - self.cfg.node_join_ms && t <= last + self.cfg.window_ms
+    }
+
+    /// Counts node event `ev` into job `job`'s open incident and offers it to its election.
+    fn join_node(&mut self, job: &Arc<str>, ev: &NodeEvent, out: &mut Vec<IncidentEvent>) {
+        let cfg = &self.cfg;
+        let Some(state) = self.jobs.get_mut(job) else {
+            return;
+        };
+        let Some(inc) = state.incident.as_mut() else {
+            return;
+        };
+        let host = ev.event.host.as_deref().map(Arc::from);
+        let t = ev.time_near(inc.first_effective_ms.unwrap_or(inc.first_ms));
+        let log_ms = ev.log_ms.map(|_| t);
+        inc.count(&ev.event, None, host.as_ref(), t, log_ms, cfg);
+        inc.note_root(&ev.event);
+        let standing = Standing::of(&ev.event, log_ms, ev.arrival);
+        if inc
+            .election
+            .offer(standing, || Candidate::of(&ev.event, standing))
+        {
+            inc.significant = true;
+            inc.evidence_dirty = true;
+            Self::re_sign(inc, &state.history, cfg);
+            inc.reset_context(&state.streams);
+        }
+        inc.significant = true;
+        self.finish_update(job, true, out);
+    }
+
+    /// A node event no job claimed: an incident of its own (job `node:<host>`).
+    fn node_incident(&mut self, ev: &NodeEvent, out: &mut Vec<IncidentEvent>) {
+        self.observe_job(&ev.event, ev.t, ev.log_ms, ev.arrival, out);
+    }
+
+    /// A job's own match (or a node event no job claimed, under its `node:<host>` key).
+    fn observe_job(
+        &mut self,
+        event: &MatchEvent,
+        t: Millis,
+        log_ms: Option<Millis>,
+        arrival: u64,
+        out: &mut Vec<IncidentEvent>,
+    ) {
         let key = self.job_key(&event.job_id, out);
         let rank = event.any_rank();
         let host: Option<Arc<str>> = event.host.as_deref().map(Arc::from);
@@ -232,9 +343,11 @@ impl Correlator {
             self.resolve(&key, Resolution::Restart, out);
             return;
         }
+        let (new_hosts, new_places) = self.learn_placements(&key, event, t);
 
         let window = self.cfg.window_ms;
         let max_backdate = self.cfg.max_backdate_ms;
+        let effective = log_ms.map(|l| l - backdate(event, max_backdate));
         let (appended, joins, has_incident) = {
             let Some(job) = self.jobs.get_mut(&key) else {
                 return;
@@ -268,6 +381,7 @@ impl Correlator {
             // Context lines ride along with the incident's next event.
             return;
         }
+        let mut opened = false;
         if !joins {
             if has_incident {
                 self.resolve(&key, Resolution::NextIncident, out);
@@ -275,14 +389,11 @@ impl Correlator {
             if !elect::can_initiate(event) {
                 return;
             }
-            self.open_incident(&key, event, t, log_ms, out);
+            self.open_incident(&key, event, t, log_ms, arrival, out);
+            opened = true;
         }
 
-        let standing = Standing {
-            role: event.role,
-            log_ms,
-            arrival: self.arrivals,
-        };
+        let standing = Standing::of(event, log_ms, arrival);
         let cfg = &self.cfg;
         let Some(job) = self.jobs.get_mut(&key) else {
             return;
@@ -291,8 +402,24 @@ impl Correlator {
             return;
         };
         inc.count(event, rank, host.as_ref(), t, log_ms, cfg);
+        inc.note_effective(effective);
+        inc.note_root(event);
+        if opened {
+            for (r, h) in &job.placements {
+                inc.ranks.place(*r, h);
+            }
+        } else {
+            for (r, h) in &new_places {
+                inc.ranks.place(*r, h);
+            }
+        }
         if appended.root_cause {
             inc.evidence_dirty = true;
+        }
+        if elect::can_initiate(event) && event.scope == Scope::Job && inc.note_anchor(event, log_ms)
+        {
+            inc.significant = true;
+            Self::re_sign(inc, &job.history, cfg);
         }
         if joins {
             if elect::can_initiate(event)
@@ -302,18 +429,82 @@ impl Correlator {
             {
                 inc.significant = true;
                 inc.evidence_dirty = true;
-                if inc.refingerprint() {
-                    let history = &job.history;
-                    let (recurrence, _) = recurrence_of(history, &inc.fingerprint, t, cfg);
-                    inc.recurrence = recurrence;
-                    inc.restart_loop = recurrence >= cfg.restart_loop_after;
-                }
+                Self::re_sign(inc, &job.history, cfg);
                 inc.reset_context(&job.streams);
             } else {
                 forward_context(inc, &stream_key, appended, event);
             }
         }
+        // Node events of this job's hosts: all of them when the incident opens, else those of
+        // a host the job was just seen on.
+        let hosts: Vec<Arc<str>> = if opened { job.hosts.clone() } else { new_hosts };
         self.finish_update(&key, true, out);
+        for h in hosts {
+            self.claim_node_events(&key, &h, out);
+        }
+    }
+
+    /// Records where job `key`'s line says its ranks ran; returns the hosts new for the job
+    /// and the rank placements new for it.
+    fn learn_placements(
+        &mut self,
+        key: &Arc<str>,
+        event: &MatchEvent,
+        t: Millis,
+    ) -> (Vec<Arc<str>>, Vec<(u32, Arc<str>)>) {
+        let placed = nodes::placements(event);
+        if placed.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let mut new_hosts = Vec::new();
+        let mut new_places = Vec::new();
+        let cap = self.cfg.max_ranks_per_incident;
+        let max_hosts = self.cfg.max_hosts_per_incident;
+        if let Some(job) = self.jobs.get_mut(key) {
+            for (rank, host) in &placed {
+                if !job.hosts.contains(host) && job.hosts.len() < max_hosts {
+                    job.hosts.push(Arc::clone(host));
+                    new_hosts.push(Arc::clone(host));
+                }
+                if let Some(r) = rank {
+                    let fresh = job.placements.get(r) != Some(host);
+                    if fresh && (job.placements.len() < cap || job.placements.contains_key(r)) {
+                        job.placements.insert(*r, Arc::clone(host));
+                        new_places.push((*r, Arc::clone(host)));
+                    }
+                }
+            }
+        }
+        for (_, host) in &placed {
+            self.nodes.saw_job(host, key, t);
+        }
+        (new_hosts, new_places)
+    }
+
+    /// Joins the waiting node events of `host` that fit job `key`'s open incident.
+    fn claim_node_events(&mut self, key: &Arc<str>, host: &Arc<str>, out: &mut Vec<IncidentEvent>) {
+        let Some(inc) = self.jobs.get(key).and_then(|j| j.incident.as_ref()) else {
+            return;
+        };
+        let first = inc.first_effective_ms.unwrap_or(inc.first_ms) - self.cfg.node_join_ms;
+        let last = inc.last_effective_ms.unwrap_or(inc.last_ms) + self.cfg.window_ms;
+        let reference = inc.first_effective_ms.unwrap_or(inc.first_ms);
+        let claimed = self.nodes.claim(host, key, |ev| {
+            let t = ev.time_near(reference);
+            t >= first && t <= last
+        });
+        for ev in claimed {
+            self.join_node(key, &ev, out);
+        }
+    }
+
+    /// After a re-election or a new anchor: the fingerprint and signature, and what the
+    /// signature says about restart loops.
+    fn re_sign(inc: &mut Incident, history: &VecDeque<Past>, cfg: &IncidentConfig) {
+        inc.refingerprint();
+        let (recurrence, _) = recurrence_of(history, &inc.signature(), inc.last_ms, cfg);
+        inc.recurrence = recurrence;
+        inc.restart_loop = recurrence >= cfg.restart_loop_after;
     }
 
     /// After a change: culprit, ticket, blame, index position, and the event if due.
@@ -333,10 +524,14 @@ impl Correlator {
         }
         let now = self.clock.unwrap_or(inc.last_ms);
         Self::refresh_blame(&mut self.fleet, inc, now);
-        // Re-index by last activity.
+        // Re-index by last activity: its log time, or the clock when it was updated if that is
+        // later (logs that arrive late still get their quiet period of clock time).
         self.open.remove(&inc.open_key);
         self.update_tick += 1;
-        inc.open_key = (inc.last_ms, self.update_tick);
+        inc.open_key = (
+            inc.last_ms.max(self.clock.unwrap_or(inc.last_ms)),
+            self.update_tick,
+        );
         self.open.insert(inc.open_key, Arc::clone(key));
         if inc.due() {
             let status = if inc.revision == 0 {
@@ -373,6 +568,7 @@ impl Correlator {
         event: &MatchEvent,
         t: Millis,
         log_ms: Option<Millis>,
+        arrival: u64,
         out: &mut Vec<IncidentEvent>,
     ) {
         while self.open.len() >= self.cfg.max_open_incidents {
@@ -383,11 +579,7 @@ impl Correlator {
             self.stats.evicted_incidents += 1;
             self.resolve_popped(&victim, Resolution::Evicted, out);
         }
-        let standing = Standing {
-            role: event.role,
-            log_ms,
-            arrival: self.arrivals,
-        };
+        let standing = Standing::of(event, log_ms, arrival);
         let election = Election::new(Candidate::of(event, standing));
         let serial = self.next_serial;
         self.next_serial += 1;
@@ -403,15 +595,19 @@ impl Correlator {
             &self.cfg,
             &event.kb_version,
         ));
-        let (recurrence, _) = recurrence_of(&job.history, &inc.fingerprint, t, &self.cfg);
+        let (recurrence, _) = recurrence_of(&job.history, &inc.signature(), t, &self.cfg);
         inc.recurrence = recurrence;
         inc.restart_loop = recurrence >= self.cfg.restart_loop_after;
         if inc.restart_loop {
             self.stats.restart_loops += 1;
         }
+        if event.scope == Scope::Job {
+            inc.note_anchor(event, log_ms);
+        }
+        inc.fresh_fingerprint();
         inc.reset_context(&job.streams);
         self.update_tick += 1;
-        inc.open_key = (t, self.update_tick);
+        inc.open_key = (t.max(self.clock.unwrap_or(t)), self.update_tick);
         self.open.insert(inc.open_key, Arc::clone(key));
         job.incident = Some(inc);
     }
@@ -466,7 +662,8 @@ impl Correlator {
         job.streams.root_cause = None;
         let now = self.clock.unwrap_or(inc.last_ms);
         Self::refresh_blame(&mut self.fleet, &mut inc, now);
-        let (_, slot) = recurrence_of(&job.history, &inc.fingerprint, inc.last_ms, &self.cfg);
+        let signature = inc.signature();
+        let (_, slot) = recurrence_of(&job.history, &signature, inc.last_ms, &self.cfg);
         match slot {
             Some(i) => {
                 job.history[i].ended_ms = inc.last_ms;
@@ -477,7 +674,7 @@ impl Correlator {
                     job.history.pop_front();
                 }
                 job.history.push_back(Past {
-                    fingerprint: inc.fingerprint.clone(),
+                    fingerprint: signature,
                     ended_ms: inc.last_ms,
                     occurrences: inc.recurrence,
                 });
@@ -492,6 +689,13 @@ impl Correlator {
         let Some(now) = self.clock else {
             return;
         };
+        let horizon = self.cfg.node_join_ms + self.cfg.window_ms;
+        for orphan in self
+            .nodes
+            .expire(|ev| now.saturating_sub(ev.held_at) > horizon)
+        {
+            self.node_incident(&orphan, out);
+        }
         while let Some((&(last, _), _)) = self.open.first_key_value() {
             if now.saturating_sub(last) <= self.cfg.quiet_ms {
                 break;
@@ -535,6 +739,8 @@ impl Correlator {
                     self.cfg.max_context_bytes,
                 ),
                 history: VecDeque::new(),
+                hosts: Vec::new(),
+                placements: BTreeMap::new(),
             },
         );
         key
@@ -546,6 +752,15 @@ impl Correlator {
             .iter()
             .any(|m| *m == event.error_code || *m == event.kb_id)
     }
+}
+
+/// The wall clock, in milliseconds since the epoch: the last resort to place a stamp that
+/// names no year.
+fn wall_now() -> Option<Millis> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_millis() as Millis)
 }
 
 /// Block lines that extend the incident's context stream, or a torchrun summary.
