@@ -253,6 +253,14 @@ pub struct ScanArgs {
     /// Also print traceback, c10 frame and torchrun summary lines as matches.
     #[arg(long)]
     pub context_events: bool,
+    /// Print every matched line too (`--format text` prints incidents only by default;
+    /// JSON always carries the matches).
+    #[arg(long)]
+    pub matches: bool,
+    /// A node's event (Xid, ECC, AER, OOM killer...) joins a job's incident when it falls at
+    /// most this long before the job's first error on that host.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub node_join: i64,
     /// Worker threads per input (0: one per core, at most 8, for inputs over 16 MiB or stdin).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -560,9 +568,11 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
         incidents: (!args.no_incidents).then(|| IncidentConfig {
             window_ms: args.incident_window,
             quiet_ms: args.incident_quiet,
+            node_join_ms: args.node_join,
             ..IncidentConfig::default()
         }),
         context_events: args.context_events,
+        print_matches: args.matches || args.format == Format::Json || args.no_incidents,
         redactor,
     };
     let stdout = io::stdout().lock();

@@ -47,6 +47,9 @@ pub struct ScanOptions {
     pub incidents: Option<IncidentConfig>,
     /// Also print (and count) the `context` domain's block lines as matches.
     pub context_events: bool,
+    /// Print each match (JSON, or `--matches` with text); off, matches are only counted and
+    /// correlated.
+    pub print_matches: bool,
     /// Worker threads scanning chunks of one input in parallel; 1 scans on the calling thread.
     /// Output is identical whatever the number.
     pub threads: usize,
@@ -63,6 +66,7 @@ impl Default for ScanOptions {
             progress: false,
             incidents: None,
             context_events: false,
+            print_matches: true,
             threads: 1,
             redactor: Some(Redactor::builtin()),
         }
@@ -369,7 +373,11 @@ impl<W: Write> Writer<'_, W> {
             .or_insert_with(|| JobSummary::new(&event.job_id))
             .add(event);
         (self.on_event)(event);
-        self.out.event(event)
+        if self.opts.print_matches {
+            self.out.event(event)
+        } else {
+            Ok(())
+        }
     }
 
     /// Writes resolved incidents early once too many wait.

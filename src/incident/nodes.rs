@@ -71,6 +71,8 @@ pub struct Nodes {
     hosts: HashMap<Arc<str>, Host>,
     lru: LruOrder<Arc<str>>,
     max_hosts: usize,
+    /// Every waiting node event by (held since, arrival): expiry pops from the front only.
+    waiting: std::collections::BTreeMap<(Millis, u64), Arc<str>>,
 }
 
 impl Nodes {
@@ -80,6 +82,7 @@ impl Nodes {
             hosts: HashMap::new(),
             lru: LruOrder::default(),
             max_hosts,
+            waiting: std::collections::BTreeMap::new(),
         }
     }
 
@@ -89,6 +92,7 @@ impl Nodes {
         if !self.hosts.contains_key(host) {
             while self.hosts.len() >= self.max_hosts {
                 match self.lru.pop_oldest() {
+                    // Its waiting events go with it; their index entries are skipped when due.
                     Some(victim) => {
                         self.hosts.remove(&victim);
                     }
@@ -140,11 +144,16 @@ impl Nodes {
     /// Keeps a node event for the jobs of its host; returns the one that no longer fits, if
     /// the host's list was full (the oldest).
     pub fn hold(&mut self, host: &str, ev: NodeEvent) -> Option<NodeEvent> {
+        let key = (ev.held_at, ev.arrival);
         let state = self.host(host);
         let out = (state.pending.len() >= MAX_PENDING)
             .then(|| state.pending.pop_front())
             .flatten();
         state.pending.push_back(ev);
+        if let Some(o) = &out {
+            self.waiting.remove(&(o.held_at, o.arrival));
+        }
+        self.waiting.insert(key, Arc::from(host));
         out
     }
 
@@ -169,29 +178,28 @@ impl Nodes {
         out
     }
 
-    /// Removes the node events whose time passed (`expired`), returning those no job took.
-    pub fn expire(&mut self, mut expired: impl FnMut(&NodeEvent) -> bool) -> Vec<NodeEvent> {
+    /// Removes the node events held since before `deadline` (oldest first), returning those
+    /// no job took. Costs nothing when none is due.
+    pub fn expire(&mut self, deadline: Millis) -> Vec<NodeEvent> {
         let mut orphans = Vec::new();
-        let mut hosts: Vec<&Arc<str>> = self.hosts.keys().collect();
-        hosts.sort();
-        let hosts: Vec<Arc<str>> = hosts.into_iter().cloned().collect();
-        for host in hosts {
+        while let Some((&(held_at, arrival), _)) = self.waiting.first_key_value() {
+            if held_at >= deadline {
+                break;
+            }
+            let Some((_, host)) = self.waiting.pop_first() else {
+                break;
+            };
             let Some(state) = self.hosts.get_mut(&host) else {
                 continue;
             };
-            let mut keep = VecDeque::new();
-            for ev in state.pending.drain(..) {
-                if expired(&ev) {
+            if let Some(i) = state.pending.iter().position(|e| e.arrival == arrival) {
+                if let Some(ev) = state.pending.remove(i) {
                     if ev.claimed_by.is_empty() {
                         orphans.push(ev);
                     }
-                } else {
-                    keep.push_back(ev);
                 }
             }
-            state.pending = keep;
         }
-        orphans.sort_by_key(|e| e.arrival);
         orphans
     }
 

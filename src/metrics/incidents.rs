@@ -1,6 +1,17 @@
-//! The incident and ticket families of `faultline run`.
+//! The incident and ticket families of `faultline run`: failures counted once each (not once per
+//! matched line), by the root's error code, domain and category; how many ranks each touched;
+//! the nodes blamed for node-class roots; and the ticket and webhook flow.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Registry};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Registry};
+
+use crate::incident::IncidentEvent;
+use crate::kb::{CauseClass, KnowledgeBase};
+
+/// Hosts `faultline_node_incidents_total` names before counting the rest as `other`.
+pub const MAX_BLAMED_HOSTS: usize = 1_000;
 
 use super::labels::{Eviction, ResolutionLabel, WebhookResult};
 use super::{counter_vec, register, MetricsError};
@@ -11,8 +22,10 @@ use super::{counter_vec, register, MetricsError};
 pub struct IncidentFamilies {
     /// `faultline_incidents_open`.
     pub open: IntGauge,
-    /// `faultline_incidents_opened_total`.
-    pub opened: IntCounter,
+    opened: IntCounterVec,
+    ranks_affected: Histogram,
+    blamed: IntCounterVec,
+    blamed_hosts: Arc<Mutex<HashSet<String>>>,
     resolved: IntCounterVec,
     evictions: IntCounterVec,
     /// `faultline_incident_restart_loops_total`.
@@ -41,10 +54,32 @@ impl IncidentFamilies {
                     "Incidents open in the correlator.",
                 )?,
             )?,
-            opened: register(
+            opened: counter_vec(
                 r,
-                IntCounter::new("faultline_incidents_opened_total", "Incidents opened.")?,
+                "faultline_incidents_opened_total",
+                "Incidents opened (one per failure of a job, not per matched line), by the \
+                 error code, domain and category of their root when they opened.",
+                &["error_code", "domain", "category"],
             )?,
+            ranks_affected: register(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "faultline_incident_ranks",
+                        "Ranks an incident touched (matched lines of), observed when it resolves.",
+                    )
+                    .buckets(prometheus::exponential_buckets(1.0, 2.0, 16)?),
+                )?,
+            )?,
+            blamed: counter_vec(
+                r,
+                "faultline_node_incidents_total",
+                "Incidents whose root is a node's hardware or driver (Xid, ECC, PCIe, NVLink, \
+                 the kernel), by the host blamed: lemon nodes. At most 1000 hosts are named; the \
+                 rest count as host=\"other\".",
+                &["host"],
+            )?,
+            blamed_hosts: Arc::new(Mutex::new(HashSet::new())),
             resolved: counter_vec(
                 r,
                 "faultline_incidents_resolved_total",
@@ -115,6 +150,7 @@ impl IncidentFamilies {
                 )?,
             )?,
         };
+        f.blamed.with_label_values(&[super::OTHER]);
         for res in ResolutionLabel::ALL {
             f.resolved.with_label_values(&[res.as_str()]);
         }
@@ -125,6 +161,52 @@ impl IncidentFamilies {
             f.webhook.with_label_values(&[res.as_str()]);
         }
         Ok(f)
+    }
+
+    /// Creates `faultline_incidents_opened_total`'s series at zero for every entry of `kb` that
+    /// can open an incident, so `rate()` sees the first one.
+    pub fn set_kb(&self, kb: &KnowledgeBase) {
+        for e in &kb.entries {
+            if e.role != crate::kb::Role::Info && e.category != "context" {
+                self.opened.with_label_values(&[
+                    e.error_code.as_str(),
+                    e.domain.as_str(),
+                    &e.category,
+                ]);
+            }
+        }
+    }
+
+    /// Counts an incident that opened, by its root.
+    pub fn opened(&self, i: &IncidentEvent) {
+        let domain = i.root.kb_id.split('/').next().unwrap_or("");
+        self.opened
+            .with_label_values(&[i.root.error_code.as_str(), domain, &i.root.category])
+            .inc();
+    }
+
+    /// Observes a resolved incident: the ranks it touched, and the node it blames when its
+    /// root is a node's hardware or driver.
+    pub fn resolved_incident(&self, i: &IncidentEvent) {
+        self.ranks_affected.observe(i.counts.ranks.max(1) as f64);
+        if i.diagnosis.cause_class != CauseClass::Node || !i.root_known {
+            return;
+        }
+        let Some(host) = i.blamed_host.as_deref().or(i.root.host.as_deref()) else {
+            return;
+        };
+        let label = {
+            let mut hosts = self.blamed_hosts.lock().unwrap_or_else(|p| p.into_inner());
+            if hosts.contains(host) {
+                host.to_string()
+            } else if hosts.len() < MAX_BLAMED_HOSTS {
+                hosts.insert(host.to_string());
+                host.to_string()
+            } else {
+                super::OTHER.to_string()
+            }
+        };
+        self.blamed.with_label_values(&[label.as_str()]).inc();
     }
 
     /// Counts a resolution.

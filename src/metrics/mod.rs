@@ -125,6 +125,7 @@ impl Metrics {
     pub fn set_kb(&self, kb: &KnowledgeBase) {
         self.matches.set_kb(kb);
         self.kb.set_kb(kb);
+        self.incidents.set_kb(kb);
     }
 
     /// A fresh local counter for one worker, bound to the current KB. Reuse it: [`flush`]

@@ -291,13 +291,14 @@ impl IncidentStage {
         let changes = std::mem::take(&mut self.changes);
         for change in &changes {
             match change.status {
-                Status::Open => self.families.opened.inc(),
+                Status::Open => self.families.opened(change),
                 Status::Updated => {}
                 Status::Resolved => {
                     let label = change
                         .resolution
                         .map_or(ResolutionLabel::Quiet, ResolutionLabel::from);
                     self.families.resolved(label);
+                    self.families.resolved_incident(change);
                 }
             }
             if let Some(t) = &self.tracer {

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::enrich::{MatchEvent, SCHEMA_VERSION};
-use crate::incident::{CulpritMethod, IncidentEvent};
+use crate::incident::IncidentEvent;
 
 /// Output format of `scan` and `kb explain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -165,86 +165,118 @@ pub fn write_event_text(out: &mut impl Write, e: &MatchEvent) -> io::Result<()> 
     writeln!(out)
 }
 
-/// An incident for people: what started it, who is to blame, how big it is, what to do.
+/// An incident for people, one block per failure: the headline (code and title), where (job,
+/// host, GPU, ranks), the summary line, the first evidence lines, the cascade, the two first
+/// workarounds and the first dead end, then how the headline was chosen.
 pub fn write_incident_text(out: &mut impl Write, i: &IncidentEvent) -> io::Result<()> {
+    let r = &i.root;
+    let d = &i.diagnosis;
     let status = match i.resolution {
-        Some(r) => format!("resolved ({})", serde_plain(&r)),
+        Some(res) => format!("resolved ({})", serde_plain(&res)),
         None => serde_plain(&i.status),
     };
-    writeln!(
-        out,
-        "== incident {} job={} {status}, {} match(es) from {} rank(s)",
-        i.fingerprint, i.job_id, i.counts.matches, i.counts.ranks
-    )?;
-    let r = &i.root;
-    let mut where_ = String::new();
-    if let Some(rank) = r.rank {
-        where_.push_str(&format!(" rank={rank}"));
-    }
-    if let Some(host) = &r.host {
-        where_.push_str(&format!(" host={host}"));
+    let known = if i.root_known { "" } else { "root unknown: " };
+    writeln!(out, "== {known}{} {}", r.error_code, d.title)?;
+    let mut where_ = vec![format!("job {}", i.job_id)];
+    let hosts: Vec<&str> = if i.culprit.hosts.is_empty() {
+        r.host.iter().map(String::as_str).collect()
+    } else {
+        i.culprit.hosts.iter().map(String::as_str).collect()
+    };
+    if !hosts.is_empty() {
+        where_.push(format!("host {}", hosts.join(", ")));
     }
     if let Some(gpu) = &r.gpu {
-        where_.push_str(&format!(" gpu={gpu}"));
+        where_.push(format!("GPU {gpu}"));
     }
-    let known = if i.root_known {
-        "root"
+    let ranks: Vec<u32> = if i.culprit.ranks.is_empty() {
+        r.rank.into_iter().collect()
     } else {
-        "root unknown, started by"
+        i.culprit.ranks.clone()
     };
+    if !ranks.is_empty() {
+        let text: Vec<String> = ranks.iter().map(u32::to_string).collect();
+        where_.push(format!("rank {}", text.join(", ")));
+    }
     writeln!(
         out,
-        "  {known}: {} ({}){where_} at {}",
-        r.error_code, r.kb_id, r.source
+        "   {} · {status} · {} match(es) · {} ({})",
+        where_.join(" · "),
+        i.counts.matches,
+        i.fingerprint,
+        d.verification.replace('_', " ")
     )?;
-    writeln!(out, "  | {}", r.line)?;
-    let c = &i.culprit;
-    if c.method == CulpritMethod::Unknown {
-        writeln!(out, "  culprit: unknown: {}", c.explanation)?;
-    } else {
-        let ranks: Vec<String> = c.ranks.iter().map(u32::to_string).collect();
-        writeln!(
-            out,
-            "  culprit: rank(s) [{}] host(s) [{}]: {}",
-            ranks.join(", "),
-            c.hosts.join(", "),
-            c.explanation
-        )?;
+    writeln!(out, "   {}", i.summary)?;
+    writeln!(out, "   evidence:")?;
+    let mut shown = 0;
+    let mut seen_root = false;
+    for line in &i.context.lines {
+        if shown >= 6 {
+            break;
+        }
+        seen_root |= line.text == r.line;
+        writeln!(out, "     | {}", line.text)?;
+        shown += 1;
     }
-    writeln!(out, "  election: {}", i.grouping_info.explanation)?;
-    if i.cascades.matches > 0 {
-        writeln!(
-            out,
-            "  cascades: {} match(es) on {} rank(s)",
-            i.cascades.matches, i.cascades.ranks
-        )?;
+    if !seen_root {
+        writeln!(out, "     | {}", r.line)?;
     }
-    if !i.context.lines.is_empty() {
-        writeln!(out, "  context:")?;
-        for (n, line) in i.context.lines.iter().enumerate() {
-            if i.context.omitted_at == Some(n) {
-                writeln!(out, "    ... {} line(s) left out", i.context.omitted_lines)?;
-            }
-            writeln!(out, "    | {}", line.text)?;
+    writeln!(out, "     ({})", source_text(&r.source))?;
+    for c in i.contributing.iter().take(3) {
+        let role = if c.consequence {
+            "consequence"
+        } else {
+            "also a root"
+        };
+        let mut at = String::new();
+        if let Some(rank) = c.rank {
+            at.push_str(&format!(" rank {rank}"));
+        }
+        if let Some(h) = &c.host {
+            at.push_str(&format!(" on {h}"));
+        }
+        writeln!(out, "   {role}: {}{at}", c.error_code)?;
+    }
+    if let Some(cascade) = &i.cascades.summary {
+        writeln!(out, "   cascade: {cascade}")?;
+    }
+    for w in d.verified_workarounds().take(2) {
+        let rate = w.rate_text().map(|t| format!(" ({t})")).unwrap_or_default();
+        writeln!(out, "   try: {}{rate}", w.text)?;
+        if let Some(cmd) = &w.command {
+            writeln!(out, "        $ {}", cmd.lines().next().unwrap_or(""))?;
         }
     }
-    writeln!(out, "  what: {}", i.diagnosis.title)?;
-    for w in i.diagnosis.verified_workarounds().take(2) {
-        writeln!(out, "  try: {}", w.text)?;
+    if let Some(dead) = d.verified_dead_ends().next() {
+        writeln!(out, "   don't: {} ({})", dead.action, dead.why)?;
     }
     if i.restart_loop {
         writeln!(
             out,
-            "  restart loop: this root came back {} times in this job",
+            "   restart loop: this root came back {} times in this job",
             i.recurrence
         )?;
     }
     if let (Some(host), Some(score)) = (&i.blamed_host, i.bad_node_score) {
         if score >= 2.0 {
-            writeln!(out, "  bad node: {host} (score {score})")?;
+            writeln!(out, "   bad node: {host} (score {score:.1})")?;
         }
     }
+    writeln!(out, "   why this headline: {}", i.grouping_info.explanation)?;
     writeln!(out)
+}
+
+/// Where a line was read, for people.
+fn source_text(source: &crate::record::Provenance) -> String {
+    match source {
+        crate::record::Provenance::File { path, line } => format!("{path}:{line}"),
+        crate::record::Provenance::Kafka {
+            topic,
+            partition,
+            offset,
+            line,
+        } => format!("{topic}/{partition}@{offset} line {line}"),
+    }
 }
 
 /// A unit enum's JSON spelling, without quotes.

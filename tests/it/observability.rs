@@ -241,7 +241,7 @@ fn every_alert_has_a_summary_a_description_and_a_runbook_section() {
     let runbooks =
         std::fs::read_to_string(support::repo().join("docs/runbooks.md")).expect("runbooks");
     let rules = rules();
-    assert_eq!(rules.len(), 8);
+    assert_eq!(rules.len(), 9);
     for rule in &rules {
         for key in ["summary", "description", "runbook_url"] {
             assert!(

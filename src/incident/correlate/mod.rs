@@ -174,7 +174,7 @@ impl Correlator {
     /// Emits the current state of every open incident with unreported changes, leaving them
     /// open: `scan` calls it at the end of its input.
     pub fn flush(&mut self, out: &mut Vec<IncidentEvent>) {
-        for orphan in self.nodes.expire(|_| true) {
+        for orphan in self.nodes.expire(Millis::MAX) {
             self.node_incident(&orphan, out);
         }
         let keys: Vec<Arc<str>> = self.open.values().cloned().collect();
@@ -690,10 +690,7 @@ impl Correlator {
             return;
         };
         let horizon = self.cfg.node_join_ms + self.cfg.window_ms;
-        for orphan in self
-            .nodes
-            .expire(|ev| now.saturating_sub(ev.held_at) > horizon)
-        {
+        for orphan in self.nodes.expire(now.saturating_sub(horizon)) {
             self.node_incident(&orphan, out);
         }
         while let Some((&(last, _), _)) = self.open.first_key_value() {
