@@ -29,6 +29,8 @@
 //! - [`matcher`]: the multi-pattern engines behind one trait (Hyperscan, and the `regex` oracle).
 //! - [`engine`]: a chunk of lines -> confirmed hits with captures.
 //! - [`redact`]: secrets out of everything that quotes a log line.
+//! - [`templates`]: the online template miner: masking, templates with stable ids, bounded
+//!   memory, and the gate that says which lines look like errors.
 //! - [`enrich`]: a hit -> the schema_version 1 event with its diagnosis.
 //! - [`incident`]: matches of a job -> incidents: election, culprit, context, lifecycle,
 //!   fingerprint, and its `[incidents]` table.
@@ -72,6 +74,7 @@ pub mod server;
 pub mod sink;
 pub mod source;
 pub mod telemetry;
+pub mod templates;
 #[cfg(test)]
 mod testutil;
 pub mod time;
