@@ -43,6 +43,8 @@
 //! - [`pipeline`]: `faultline run`'s stages ([`pipeline::config`], [`pipeline::decode`],
 //!   [`pipeline::match_stage`], [`pipeline::incidents`], [`pipeline::signals`]).
 //! - [`scan`]: the file and stdin driver.
+//! - [`mine`]: `faultline templates` (unknown error lines -> templates) and `kb suggest`
+//!   (templates -> KB drafts), over the same readers and engine as `scan`.
 //! - [`config`]: composes every component's table into `faultline.toml`.
 //! - [`demo`]: the whole pipeline on an embedded broker; [`bench`]: benchmark inputs;
 //!   [`cli`]: the command line.
@@ -62,6 +64,7 @@ pub mod kafka;
 pub mod kb;
 pub mod matcher;
 pub mod metrics;
+pub mod mine;
 pub mod offsets;
 pub mod panic_hook;
 pub mod pipeline;
