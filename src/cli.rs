@@ -15,13 +15,11 @@ use crate::engine::{ChunkInfo, Engine};
 use crate::enrich::Enricher;
 use crate::incident::IncidentConfig;
 use crate::kb::{self, KnowledgeBase};
-use crate::mine::{self, suggest, Filter, MineOptions};
 use crate::record::Provenance;
 use crate::redact::{Redactor, RuleSpec};
 use crate::scan::{self, ScanOptions};
 use crate::sink::stdout::{self as out, Format, StdoutSink};
 use crate::source::file;
-use crate::templates::MinerConfig;
 
 /// faultline: tells a GPU-training fleet what just broke, why, and what to do about it.
 #[derive(Debug, Parser)]
@@ -74,7 +72,7 @@ Examples:
   faultline templates --format json --top 0 job.log | jq -r '.template'
   kubectl logs trainer-0 | faultline templates -
   faultline templates --all-lines --format json app.log > lines.jsonl")]
-    Templates(TemplatesArgs),
+    Templates(crate::mine::command::TemplatesArgs),
     /// Check, list, import and explain knowledge-base entries.
     #[command(subcommand)]
     Kb(KbCommand),
@@ -271,30 +269,6 @@ pub struct ScanArgs {
     pub redact: Vec<RuleSpec>,
 }
 
-#[derive(Debug, Args)]
-pub struct TemplatesArgs {
-    /// Files, directories or `-` for stdin.
-    #[arg(value_name = "PATH", default_value = "-")]
-    pub paths: Vec<String>,
-    #[command(flatten)]
-    pub kb: KbArg,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
-    /// Templates shown, most frequent first (0: all).
-    #[arg(long, value_name = "N", default_value_t = 20)]
-    pub top: usize,
-    /// Mine every line: no KB, no error filter. With --format json, print one object per line.
-    #[arg(long)]
-    pub all_lines: bool,
-    /// Live templates kept; the least recently seen is evicted beyond this.
-    #[arg(long, value_name = "N", default_value_t = MinerConfig::default().max_templates)]
-    pub max_templates: usize,
-    /// Print examples as the log has them (by default secrets become `[REDACTED:<kind>]`).
-    #[arg(long)]
-    pub no_redact: bool,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Progress {
     Auto,
@@ -375,32 +349,7 @@ corpus is dropped with a note on stderr. See docs/unknown-failures.md.
 Examples:
   faultline kb suggest tests/corpus/real/failures/
   faultline kb suggest --top 5 --out /tmp/drafts job.log && faultline kb check /tmp/drafts")]
-    Suggest(SuggestArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct SuggestArgs {
-    /// Files, directories or `-` for stdin.
-    #[arg(value_name = "PATH", default_value = "-")]
-    pub paths: Vec<String>,
-    #[command(flatten)]
-    pub kb: KbArg,
-    /// Drafts wanted: the most frequent unknown templates that yield a sound draft.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub top: usize,
-    /// Templates seen fewer times are not drafted.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub min_count: u64,
-    /// Write each draft to DIR/draft/<slug>.toml instead of printing them.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Overwrite existing drafts in --out.
-    #[arg(long)]
-    pub force: bool,
-    /// Healthy logs (files or directories, repeatable) that no draft may match (default:
-    /// tests/fixtures/healthy and tests/corpus/real/healthy, where they exist).
-    #[arg(long, value_name = "PATH")]
-    pub healthy: Vec<PathBuf>,
+    Suggest(crate::mine::command::SuggestArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -414,8 +363,8 @@ pub enum ListFormat {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Scan(args) => run_scan(args),
-        Command::Templates(args) => run_templates(args),
-        Command::Kb(KbCommand::Suggest(args)) => run_suggest(args),
+        Command::Templates(args) => Ok(crate::mine::command::templates(&args)?),
+        Command::Kb(KbCommand::Suggest(args)) => Ok(crate::mine::command::suggest(&args)?),
         Command::Kb(KbCommand::Check { dir, warnings }) => run_check(dir, warnings),
         Command::Kb(KbCommand::List { kb, format }) => {
             let kb = kb.load()?;
@@ -649,130 +598,6 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
-    })
-}
-
-fn run_templates(args: TemplatesArgs) -> Result<ExitCode> {
-    let (inputs, errors) = file::expand(&args.paths, None);
-    let filter = match args.all_lines {
-        true => Filter::AllLines,
-        false => Filter::UnknownErrors,
-    };
-    // The KB only tells which lines are known; --all-lines does not need it.
-    let engine = match filter {
-        Filter::AllLines => None,
-        Filter::UnknownErrors => {
-            Some(Engine::new(args.kb.load()?).context("compiling the knowledge base")?)
-        }
-    };
-    let opts = MineOptions {
-        filter,
-        miner: MinerConfig {
-            max_templates: args.max_templates,
-            ..MinerConfig::default()
-        },
-        per_line: args.all_lines && args.format == Format::Json,
-        ..MineOptions::default()
-    };
-    let mining = mine::mine(engine.as_ref(), &inputs, &opts)?;
-    let mut stdout = io::BufWriter::with_capacity(256 * 1024, io::stdout().lock());
-    let written = if opts.per_line {
-        mining.write_lines(&mut stdout)
-    } else {
-        let redactor = (!args.no_redact).then(Redactor::builtin);
-        let report = mining.report(redactor.as_deref(), args.top);
-        match args.format {
-            Format::Json => mine::write_json(&mut stdout, &report),
-            Format::Text => mine::write_text(&mut stdout, &report),
-        }
-    };
-    match written.and_then(|()| stdout.flush()) {
-        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e.into()),
-        _ => {}
-    }
-    let s = &mining.stats;
-    eprintln!(
-        "faultline: {} lines, {} known to the KB, {} mined into {} templates ({} evicted)",
-        s.lines,
-        s.known_lines,
-        s.mined,
-        mining.miner.len(),
-        mining.miner.evicted()
-    );
-    report_input_errors(&errors, &s.errors)
-}
-
-fn run_suggest(args: SuggestArgs) -> Result<ExitCode> {
-    let (inputs, errors) = file::expand(&args.paths, None);
-    let engine = Engine::new(args.kb.load()?).context("compiling the knowledge base")?;
-    let opts = MineOptions {
-        samples: 8,
-        ..MineOptions::default()
-    };
-    let mining = mine::mine(Some(&engine), &inputs, &opts)?;
-    let healthy = match args.healthy.is_empty() {
-        false => args.healthy.clone(),
-        true => ["tests/fixtures/healthy", "tests/corpus/real/healthy"]
-            .iter()
-            .map(PathBuf::from)
-            .filter(|p| p.exists())
-            .collect(),
-    };
-    if healthy.is_empty() {
-        eprintln!(
-            "faultline: no healthy corpus (--healthy PATH): drafts were not checked against one"
-        );
-    }
-    let sopts = suggest::SuggestOptions {
-        top: args.top,
-        min_count: args.min_count,
-        healthy,
-        inputs: args.paths.clone(),
-    };
-    let result = suggest::suggest(&mining, &Redactor::builtin(), &sopts)?;
-    for note in &result.notes {
-        eprintln!("faultline: {note}");
-    }
-    match &args.out {
-        Some(dir) => {
-            for d in &result.drafts {
-                let target = dir.join(&d.path);
-                if target.exists() && !args.force {
-                    bail!("{} exists; --force overwrites it", target.display());
-                }
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                std::fs::write(&target, &d.toml)
-                    .with_context(|| format!("writing {}", target.display()))?;
-                eprintln!("wrote {} ({} lines)", target.display(), d.count);
-            }
-        }
-        None => {
-            let text: Vec<&str> = result.drafts.iter().map(|d| d.toml.as_str()).collect();
-            write_stdout(text.join("\n").as_bytes())?;
-        }
-    }
-    eprintln!(
-        "faultline: {} draft(s) from {} unknown error line(s) in {} template(s)",
-        result.drafts.len(),
-        mining.stats.mined,
-        mining.miner.len()
-    );
-    report_input_errors(&errors, &mining.stats.errors)
-}
-
-/// Prints inputs that could not be listed or read; exit code 1 when there were any.
-fn report_input_errors(listing: &[file::InputError], reading: &[String]) -> Result<ExitCode> {
-    for e in listing {
-        eprintln!("faultline: cannot read {e}");
-    }
-    for e in reading {
-        eprintln!("faultline: cannot read {e}");
-    }
-    Ok(match listing.is_empty() && reading.is_empty() {
-        true => ExitCode::SUCCESS,
-        false => ExitCode::from(1),
     })
 }
 

@@ -12,17 +12,20 @@
 //! that measures grouping accuracy (`scripts/template-accuracy.sh`).
 //!
 //! [`suggest`] turns the most frequent templates into KB drafts (`faultline kb suggest`);
-//! [`pattern`] builds a draft's pattern from a template.
+//! [`pattern`] builds a draft's pattern from a template; [`command`] holds both commands'
+//! options and runs them.
 //!
 //! Memory: the miner's (bounded by `max_templates`, see [`crate::templates`]), a few sample
 //! lines per live template, and in `--all-lines` mode 16 bytes per line plus each template's
 //! text, held until the end so that every line can be printed with its final template.
 
+pub mod command;
 pub mod pattern;
 pub mod suggest;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Read, Write};
 
 use serde::Serialize;
@@ -52,7 +55,7 @@ pub struct MineOptions {
     /// The miner's parameters.
     pub miner: MinerConfig,
     /// Distinct raw lines kept per template, with where they came from (for `kb suggest`'s
-    /// examples and references); at least the first line is always kept.
+    /// examples and references, and the first line's place in a report); 0 keeps none.
     pub samples: usize,
     /// Keep every mined line's template id, for [`Mining::write_lines`].
     pub per_line: bool,
@@ -135,11 +138,34 @@ pub struct Mining {
     pub miner: Miner,
     /// Counts of what was read and mined.
     pub stats: MineStats,
-    samples: HashMap<TemplateId, Vec<Sample>>,
+    samples: IdMap<Vec<Sample>>,
     /// (line number across all inputs, template id when mined), with `per_line`.
     lines: Vec<(u64, TemplateId)>,
     /// The latest text of every template seen, with `per_line` (evicted ones included).
-    texts: HashMap<TemplateId, String>,
+    texts: IdMap<String>,
+}
+
+/// Maps keyed by template id: the id is a hash already, so hashing it again with SipHash
+/// (std's default) only costs time on the per-line paths.
+type IdMap<V> = HashMap<TemplateId, V, BuildHasherDefault<IdHasher>>;
+
+/// Mixes an already hashed 64-bit key (FNV's low bits alone spread poorly).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        let h = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
 }
 
 /// Mines `inputs` in order with one [`Miner`]. With [`Filter::UnknownErrors`], `engine`
@@ -157,9 +183,9 @@ pub fn mine<M: Matcher>(
         mining: Mining {
             miner: Miner::new(opts.miner.clone()),
             stats: MineStats::default(),
-            samples: HashMap::new(),
+            samples: IdMap::default(),
             lines: Vec::new(),
-            texts: HashMap::new(),
+            texts: IdMap::default(),
         },
         known: Vec::new(),
         records: Vec::new(),
@@ -319,11 +345,27 @@ impl Run<'_> {
                 }
             }
         }
-        let keep = self.opts.samples.max(1);
+        if self.opts.samples > 0 {
+            self.sample(seen, &text, line_no);
+        }
+    }
+
+    /// Keeps the line as a sample of its template, while it has fewer than `samples` (distinct
+    /// by text and input).
+    fn sample(&mut self, seen: crate::templates::Observed, text: &str, line_no: u64) {
+        let m = &mut self.mining;
+        // One sample is the template's first line: only a new template needs a look.
+        if self.opts.samples == 1 && !seen.is_new {
+            return;
+        }
         let kept = m.samples.entry(seen.id).or_default();
-        if kept.len() < keep && !kept.iter().any(|s| s.text == *text) {
+        // The same text from another input still tells where the template occurs.
+        let same = |s: &Sample| {
+            s.text == text && s.source.rsplit_once(':').map(|(name, _)| name) == Some(&self.name)
+        };
+        if kept.len() < self.opts.samples && !kept.iter().any(same) {
             kept.push(Sample {
-                text: text.into_owned(),
+                text: text.to_string(),
                 source: format!("{}:{line_no}", self.name),
             });
         }
@@ -337,8 +379,8 @@ impl Run<'_> {
 }
 
 impl Mining {
-    /// The kept lines of a live template, those of templates merged into it included (at
-    /// most `samples` of each).
+    /// The kept lines of a live template, first line first, then those of templates merged
+    /// into it (at most `samples` of each).
     pub fn samples(&self, id: TemplateId) -> Vec<&Sample> {
         let mut out: Vec<&Sample> = Vec::new();
         let mut ids: Vec<TemplateId> = vec![id];
@@ -346,11 +388,7 @@ impl Mining {
             ids.extend_from_slice(t.merged_ids());
         }
         for i in ids {
-            for s in self.samples.get(&i).into_iter().flatten() {
-                if !out.iter().any(|o| o.text == s.text) {
-                    out.push(s);
-                }
-            }
+            out.extend(self.samples.get(&i).into_iter().flatten());
         }
         out
     }
@@ -398,8 +436,7 @@ impl Mining {
     /// with its line's number. Needs [`MineOptions::per_line`].
     pub fn write_lines<W: Write>(&self, out: &mut W) -> io::Result<()> {
         // Each final template's tail of the object, built once.
-        let mut tails: HashMap<TemplateId, Vec<u8>> = HashMap::new();
-        let mut num = Vec::with_capacity(24);
+        let mut tails: IdMap<Vec<u8>> = IdMap::default();
         for &(line, id) in &self.lines {
             let fin = self.miner.resolve(id);
             let tail = match tails.get(&fin) {
@@ -419,9 +456,8 @@ impl Mining {
                     tails.entry(fin).or_insert(tail.into_bytes())
                 }
             };
-            num.clear();
-            write!(num, "{{\"line\":{line}")?;
-            out.write_all(&num)?;
+            out.write_all(b"{\"line\":")?;
+            out.write_all(decimal(line, &mut [0u8; 20]))?;
             out.write_all(tail)?;
         }
         Ok(())
@@ -430,6 +466,20 @@ impl Mining {
     /// Lines kept for [`Mining::write_lines`].
     pub fn mined_lines(&self) -> usize {
         self.lines.len()
+    }
+}
+
+/// `n` in decimal, written at the end of `buf` (a line's number, printed for every line of
+/// `--all-lines`: `write!`'s formatting machinery cost more than the rest of the object).
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
     }
 }
 
@@ -442,8 +492,7 @@ pub fn write_json<W: Write>(out: &mut W, report: &[TemplateReport]) -> io::Resul
     Ok(())
 }
 
-/// Writes a report for people: count, id and template, then the example and where the first
-/// line was.
+/// Writes a report for people: count, id and template, then the example and where it was.
 pub fn write_text<W: Write>(out: &mut W, report: &[TemplateReport]) -> io::Result<()> {
     if report.is_empty() {
         return writeln!(out, "no unknown templates");
@@ -451,7 +500,11 @@ pub fn write_text<W: Write>(out: &mut W, report: &[TemplateReport]) -> io::Resul
     writeln!(out, "{:>8}  {:<16}  TEMPLATE", "COUNT", "ID")?;
     for t in report {
         writeln!(out, "{:>8}  {}  {}", t.count, t.template_id, t.template)?;
-        writeln!(out, "{:>8}  {:<16}  e.g. {}", "", t.first_seen, t.example)?;
+        writeln!(
+            out,
+            "{:>8}  {:<16}  e.g. {}  ({})",
+            "", "", t.example, t.first_seen
+        )?;
     }
     Ok(())
 }

@@ -30,6 +30,9 @@ pub const DRAFT_DOMAIN: &str = "draft";
 /// Most examples a draft carries.
 pub const MAX_EXAMPLES: usize = 3;
 
+/// Most places (`path:line`) a draft's references name.
+pub const MAX_REFERENCES: usize = 5;
+
 /// How to draft.
 #[derive(Debug, Clone)]
 pub struct SuggestOptions {
@@ -134,11 +137,11 @@ fn draft(
     redactor: &Redactor,
     opts: &SuggestOptions,
 ) -> Result<Draft, String> {
-    let mut lines: Vec<(String, &str)> = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
     for s in samples {
         let text = redactor.redact_str(&s.text).trim().to_string();
-        if !text.is_empty() && !lines.iter().any(|(l, _)| *l == text) {
-            lines.push((text, &s.source));
+        if !text.is_empty() && !lines.contains(&text) {
+            lines.push(text);
         }
     }
     let mut chosen = None;
@@ -147,20 +150,17 @@ fn draft(
             return Err("no literal word of two letters or more to anchor a pattern on".into());
         };
         let re = kb::compile_pattern(&p.source).map_err(|e| format!("pattern: {e}"))?;
-        let hits: Vec<&(String, &str)> = lines
-            .iter()
-            .filter(|(l, _)| re.is_match(l.as_bytes()))
-            .collect();
+        let hits: Vec<&String> = lines.iter().filter(|l| re.is_match(l.as_bytes())).collect();
         // The wider pattern only when the word-wide one misses some lines.
         if hits.len() == lines.len() || (vars == Variables::Span && !hits.is_empty()) {
             let negative = p
                 .near_misses()
                 .into_iter()
                 .find(|m| !re.is_match(m.as_bytes()));
-            let examples: Vec<(String, String)> = hits
+            let examples: Vec<String> = hits
                 .iter()
                 .take(MAX_EXAMPLES)
-                .map(|(l, s)| (l.clone(), (*s).to_string()))
+                .map(|l| (*l).clone())
                 .collect();
             chosen = Some((p, examples, negative));
             break;
@@ -170,7 +170,13 @@ fn draft(
         return Err("the pattern built from the template matches none of its lines".into());
     };
     let negative = negative.ok_or("no near miss that the pattern does not match")?;
-    let spec = entry(t, &p, &examples, negative, opts);
+    let mut places: Vec<String> = Vec::new();
+    for s in samples {
+        if places.len() < MAX_REFERENCES && !places.contains(&s.source) {
+            places.push(s.source.clone());
+        }
+    }
+    let spec = entry(t, &p, &examples, negative, &places, opts);
     let path = PathBuf::from(format!("{}.toml", spec.id));
     let toml = format!(
         "{}{}",
@@ -193,8 +199,9 @@ fn draft(
 fn entry(
     t: &Template,
     p: &DraftPattern,
-    examples: &[(String, String)],
+    examples: &[String],
     negative: String,
+    places: &[String],
     opts: &SuggestOptions,
 ) -> EntrySpec {
     let hex = t.id().to_string();
@@ -218,9 +225,9 @@ fn entry(
             t.count()
         ),
         patterns: vec![p.source.clone()],
-        examples: examples.iter().map(|(l, _)| l.clone()).collect(),
+        examples: examples.to_vec(),
         negative_examples: vec![negative],
-        references: examples.iter().map(|(_, s)| s.clone()).collect(),
+        references: places.to_vec(),
         versions: Vec::new(),
         workarounds: Vec::new(),
         dead_ends: Vec::new(),
