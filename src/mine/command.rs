@@ -64,7 +64,7 @@ pub struct SuggestArgs {
     /// Templates seen fewer times are not drafted.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub min_count: u64,
-    /// Write each draft to DIR/draft/<slug>.toml instead of printing them.
+    /// Write each draft to DIR/draft/SLUG.toml instead of printing them.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Overwrite existing drafts in --out.
