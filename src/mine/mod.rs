@@ -20,6 +20,7 @@
 //! text, held until the end so that every line can be printed with its final template.
 
 pub mod command;
+pub mod gate;
 pub mod pattern;
 pub mod suggest;
 
@@ -86,7 +87,8 @@ pub struct MineStats {
     pub inputs: u64,
     /// Lines read.
     pub lines: u64,
-    /// Messages decoded from them (a JSON envelope can hold several).
+    /// Messages examined (a JSON envelope can hold several; raw lines without any word an
+    /// error line needs are not decoded, see [`gate`]).
     pub records: u64,
     /// Lines that a KB entry matched (never mined).
     pub known_lines: u64,
@@ -178,6 +180,10 @@ pub fn mine<M: Matcher>(
 ) -> Result<Mining, MineError> {
     let engine = engine.filter(|_| opts.filter == Filter::UnknownErrors);
     let mut worker = engine.map(Engine::worker).transpose()?;
+    let gate = match opts.filter {
+        Filter::UnknownErrors => Some(gate::Gate::new()?),
+        Filter::AllLines => None,
+    };
     let mut run = Run {
         opts,
         mining: Mining {
@@ -188,6 +194,7 @@ pub fn mine<M: Matcher>(
             texts: IdMap::default(),
         },
         known: Vec::new(),
+        gate,
         records: Vec::new(),
         base_line: 0,
         name: String::new(),
@@ -233,6 +240,8 @@ struct Run<'a> {
     mining: Mining,
     /// (line number, hash of the message) of every KB hit in the current chunk.
     known: Vec<(u64, u64)>,
+    /// Which raw lines may look like errors ([`Filter::UnknownErrors`] only).
+    gate: Option<gate::Gate>,
     /// Reused buffer of decoded JSON records.
     records: Vec<LogRecord<'static>>,
     /// Lines of the inputs before this one (per-line numbers run across inputs).
@@ -272,6 +281,9 @@ impl Run<'_> {
                 lines.dedup();
                 self.mining.stats.known_lines += lines.len() as u64;
             }
+            if let Some(gate) = self.gate.as_mut() {
+                gate.scan(chunk.data).map_err(ReadError::Match)?;
+            }
             let lines = self.chunk(chunk.data, chunk.info);
             last_line = chunk.info.first_line + lines - 1;
             chunks.advance_lines(lines);
@@ -285,26 +297,32 @@ impl Run<'_> {
     /// them: [`crate::record::line_count`]).
     fn chunk(&mut self, data: &[u8], info: ChunkInfo) -> u64 {
         if info.truncated {
-            self.line(data, info.first_line);
+            self.line(data, 0, data.len(), info.first_line);
             return 1;
         }
         let mut line_no = info.first_line;
         let mut start = 0;
         for nl in memchr::memchr_iter(b'\n', data) {
-            self.line(&data[start..nl], line_no);
+            self.line(data, start, nl, line_no);
             line_no += 1;
             start = nl + 1;
         }
         if start < data.len() {
-            self.line(&data[start..], line_no);
+            self.line(data, start, data.len(), line_no);
             line_no += 1;
         }
         line_no - info.first_line
     }
 
-    fn line(&mut self, line: &[u8], line_no: u64) {
+    /// The line at `data[start..end]`.
+    fn line(&mut self, data: &[u8], start: usize, end: usize, line_no: u64) {
         self.mining.stats.lines += 1;
-        if envelope::looks_like_json(line) {
+        let line = &data[start..end];
+        let json = envelope::looks_like_json(line);
+        if !json && self.gate.as_mut().is_some_and(|g| !g.maybe(start, end)) {
+            return;
+        }
+        if json {
             let mut records = std::mem::take(&mut self.records);
             records.clear();
             if envelope::decode_json(line, &mut records).is_ok() {
