@@ -1,4 +1,4 @@
-//! The command line: `scan`, `kb check|list|import|explain`.
+//! The command line: `scan`, `templates`, `kb check|list|import|explain|suggest`.
 //!
 //! Thin: each command loads what it needs, calls the library and maps the outcome to an exit
 //! code. Every command's `--help` ends with examples.
@@ -57,6 +57,22 @@ Examples:
   faultline scan logs/ | jq 'select(.type == \"incident\") | .culprit'
   faultline scan --incident-window 10m --incident-quiet 1h logs/")]
     Scan(ScanArgs),
+    /// Mine the error lines that no KB entry matches into templates and list them, most
+    /// frequent first, with counts and one redacted example (docs/unknown-failures.md).
+    #[command(after_help = "\
+Lines that look like errors (glog E/F, ERROR/CRITICAL/FATAL, exceptions, error words, non-zero
+exits; benign forms excluded) and that no KB entry matches are grouped into templates: numbers,
+hex, IPs, paths, hosts, UUIDs, sizes, durations and times become <NUM>, <HEX>, <IP>, ...; <*>
+marks a position that varies. --all-lines mines every line (no KB, no error filter); with
+--format json it prints one object per line, {\"line\": N, \"template_id\": ..., \"template\": ...},
+each with its final template (scripts/template-accuracy.sh measures grouping accuracy with it).
+
+Examples:
+  faultline templates tests/corpus/real/failures/
+  faultline templates --format json --top 0 job.log | jq -r '.template'
+  kubectl logs trainer-0 | faultline templates -
+  faultline templates --all-lines --format json app.log > lines.jsonl")]
+    Templates(crate::mine::command::TemplatesArgs),
     /// Check, list, import and explain knowledge-base entries.
     #[command(subcommand)]
     Kb(KbCommand),
@@ -345,6 +361,19 @@ Examples:
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Draft KB entries for the most frequent unknown error templates of logs.
+    #[command(after_help = "\
+Mines the input like `faultline templates`, then drafts an entry per template, most frequent
+first: id draft/<slug>, verification = \"draft\", a pattern built from the template (literal
+parts escaped, each value a named capture), examples from the real lines (redacted), a near
+miss as negative example, the lines' places as references, and TODO text for the diagnosis.
+Every draft passes `faultline kb check`; a draft that would match a line of the healthy
+corpus is dropped with a note on stderr. See docs/unknown-failures.md.
+
+Examples:
+  faultline kb suggest tests/corpus/real/failures/
+  faultline kb suggest --top 5 --out /tmp/drafts job.log && faultline kb check /tmp/drafts")]
+    Suggest(crate::mine::command::SuggestArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -369,6 +398,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             write_stdout(text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Templates(args) => Ok(crate::mine::command::templates(&args)?),
+        Command::Kb(KbCommand::Suggest(args)) => Ok(crate::mine::command::suggest(&args)?),
         Command::Kb(KbCommand::Check { dir, warnings }) => run_check(dir, warnings),
         Command::Kb(KbCommand::List { kb, format }) => {
             let kb = kb.load()?;

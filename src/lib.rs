@@ -29,6 +29,8 @@
 //! - [`matcher`]: the multi-pattern engines behind one trait (Hyperscan, and the `regex` oracle).
 //! - [`engine`]: a chunk of lines -> confirmed hits with captures.
 //! - [`redact`]: secrets out of everything that quotes a log line.
+//! - [`templates`]: the online template miner: masking, templates with stable ids, bounded
+//!   memory, and the gate that says which lines look like errors.
 //! - [`enrich`]: a hit -> the schema_version 1 event with its diagnosis.
 //! - [`incident`]: matches of a job -> incidents: election, culprit, context, lifecycle,
 //!   fingerprint, and its `[incidents]` table.
@@ -41,6 +43,8 @@
 //! - [`pipeline`]: `faultline run`'s stages ([`pipeline::config`], [`pipeline::decode`],
 //!   [`pipeline::match_stage`], [`pipeline::incidents`], [`pipeline::signals`]).
 //! - [`scan`]: the file and stdin driver.
+//! - [`mine`]: `faultline templates` (unknown error lines -> templates) and `kb suggest`
+//!   (templates -> KB drafts), over the same readers and engine as `scan`.
 //! - [`config`]: composes every component's table into `faultline.toml`.
 //! - [`eval`]: recognition measured on the real-log corpus.
 //! - [`demo`]: the whole pipeline on an embedded broker; [`bench`]: benchmark inputs;
@@ -62,6 +66,7 @@ pub mod kafka;
 pub mod kb;
 pub mod matcher;
 pub mod metrics;
+pub mod mine;
 pub mod offsets;
 pub mod panic_hook;
 pub mod pipeline;
@@ -74,6 +79,7 @@ pub mod server;
 pub mod sink;
 pub mod source;
 pub mod telemetry;
+pub mod templates;
 #[cfg(test)]
 mod testutil;
 pub mod time;

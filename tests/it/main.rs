@@ -16,3 +16,4 @@ mod redact;
 mod scan;
 mod support;
 mod telemetry;
+mod templates;

@@ -1,0 +1,135 @@
+//! A pre-filter for [`looks_like_error`](crate::templates::looks_like_error): the words without which it cannot say yes, found in a
+//! whole chunk by one Hyperscan pass.
+//!
+//! Why: `looks_like_error` reads every word of a line (lower-casing, looking at neighbours),
+//! which costs more than Hyperscan's pass over the same bytes, and most lines of a log hold none
+//! of its evidence. Each piece of evidence needs one of a few literal words (`err`, `fail`,
+//! `fatal`, `abort`, `exception`, `panic`, `fault`, `exit`, ... in any case) or a glog prefix
+//! (`E1129 21:...`), and a message is a contiguous part of its raw line, so a raw line without
+//! any of them cannot hold a message that looks like an error: it is skipped without being
+//! decoded. The gate only ever says "maybe"; `looks_like_error` still decides, so what is mined
+//! is exactly what it would be without the gate (`tests::the_gate_never_hides_an_error_line`
+//! checks it on every log of the repository and on the loghub samples).
+//!
+//! JSON envelopes are not gated: their message may be escaped (`\u0045RROR`).
+
+use crate::matcher::{HyperscanMatcher, MatchError, Matcher, RawHit};
+
+/// Words, in any case, of which an error line holds at least one: every level word, error
+/// word, exception-name segment, signal and exit phrase that `looks_like_error` accepts
+/// contains one of them (`err` for `ERROR`/`ERR`/`error`/`RuntimeError`, `fail` for
+/// `failed`/`ChildFailedError`, `exit`/`return`/`terminated`/`finished` for the exit phrases,
+/// `fault`/`dumped` for `segmentation fault`/`core dumped`, ...).
+pub const TRIGGERS: &str = "(?i)err|fail|fatal|abort|exception|panic|segfault|crash|crit|severe|\
+                            emerg|traceback|fault|dumped|sigsegv|sigabrt|sigbus|sigfpe|sigill|\
+                            exit|return|terminated|finished|nonzero|non-zero";
+
+/// The glog severity prefix of an `E` or `F` line: `E1129 21:42:00.429 ...`.
+pub const GLOG: &str = r"[EF]\d{4} \d\d";
+
+/// The compiled gate and its per-chunk state.
+pub struct Gate {
+    matcher: HyperscanMatcher,
+    scratch: <HyperscanMatcher as Matcher>::Scratch,
+    /// Ends of the triggers found in the current chunk, ascending.
+    hits: Vec<RawHit>,
+    /// First hit not yet behind the current line.
+    next: usize,
+}
+
+impl Gate {
+    /// Compiles [`TRIGGERS`] and [`GLOG`].
+    pub fn new() -> Result<Gate, MatchError> {
+        let matcher = HyperscanMatcher::compile(&[TRIGGERS, GLOG])?;
+        let scratch = matcher.scratch()?;
+        Ok(Gate {
+            matcher,
+            scratch,
+            hits: Vec::new(),
+            next: 0,
+        })
+    }
+
+    /// Finds the triggers of a chunk; then ask [`Gate::maybe`] about its lines, in order.
+    pub fn scan(&mut self, chunk: &[u8]) -> Result<(), MatchError> {
+        self.hits.clear();
+        self.next = 0;
+        self.matcher
+            .find(&mut self.scratch, chunk, &mut self.hits)?;
+        self.hits.sort_unstable();
+        Ok(())
+    }
+
+    /// Whether the line at `chunk[start..end]` holds a trigger. Lines must be asked about in
+    /// ascending order.
+    pub fn maybe(&mut self, start: usize, end: usize) -> bool {
+        while self
+            .hits
+            .get(self.next)
+            .is_some_and(|h| (h.end as usize) <= start)
+        {
+            self.next += 1;
+        }
+        self.hits
+            .get(self.next)
+            .is_some_and(|h| (h.end as usize) <= end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope;
+    use crate::templates::looks_like_error;
+
+    fn lines_of(dir: &std::path::Path, out: &mut Vec<Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                lines_of(&path, out);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.extend(bytes.split(|&b| b == b'\n').map(<[u8]>::to_vec));
+            }
+        }
+    }
+
+    #[test]
+    fn the_gate_never_hides_an_error_line() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut lines = Vec::new();
+        for dir in ["tests", "examples", "kb", "../shared/corpus/loghub"] {
+            lines_of(&root.join(dir), &mut lines);
+        }
+        assert!(lines.len() > 10_000, "{} lines", lines.len());
+        let mut gate = Gate::new().expect("compiles");
+        let mut errors = 0;
+        for line in &lines {
+            gate.scan(line).expect("scans");
+            let maybe = gate.maybe(0, line.len());
+            let record = envelope::decode_raw(line);
+            let text = String::from_utf8_lossy(&record.message);
+            if looks_like_error(&text) {
+                errors += 1;
+                assert!(maybe, "the gate hides {text:?}");
+            }
+        }
+        assert!(errors > 1_000, "{errors} error lines");
+    }
+
+    #[test]
+    fn lines_are_asked_in_order() {
+        let chunk = b"all good\nERROR x\nfine\nE1129 21:42:00.429 1 a.cc:1] boom\nok";
+        let mut gate = Gate::new().expect("compiles");
+        gate.scan(chunk).expect("scans");
+        let mut start = 0;
+        let mut got = Vec::new();
+        for line in chunk.split(|&b| b == b'\n') {
+            got.push(gate.maybe(start, start + line.len()));
+            start += line.len() + 1;
+        }
+        assert_eq!(got, vec![false, true, false, true, false]);
+    }
+}
