@@ -213,6 +213,7 @@ fn entry(
         error_code: format!("DRAFT_{}", hex.to_ascii_uppercase()),
         aliases: Vec::new(),
         role: "symptom".to_string(),
+        class: None,
         severity: "error".to_string(),
         fallback: false,
         supersedes: Vec::new(),
@@ -312,7 +313,7 @@ fn healthy_hits(
     let kb = Arc::new(KnowledgeBase::from_files(files, "<drafts>")?);
     let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
     let engine = Engine {
-        suppress_fallbacks: false,
+        one_event_per_line: false,
         ..Engine::with_matcher(Arc::clone(&kb), HyperscanMatcher::compile(&sources)?)
     };
     let names: Vec<String> = healthy.iter().map(|p| p.display().to_string()).collect();
