@@ -63,14 +63,23 @@ pub fn busy_metrics() -> Metrics {
         "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
     ];
     let mut codes = Vec::new();
+    let mut correlator =
+        faultline::incident::Correlator::new(faultline::incident::IncidentConfig::default())
+            .expect("valid");
+    let mut changes = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         for mut event in support::events_of_line(&engine, line) {
             event.cluster = Some(["eu-1", "us-2"][i % 2].into());
             event.timestamp = Some(now.clone());
+            // One job per line, the Xid on a host: three incidents, one blaming a node.
+            event.job_id = format!("job-{i}");
+            event.host = Some(format!("node-{i}"));
             codes.push(event.error_code.clone());
             batch.matched(&event);
+            correlator.observe(&event, &mut changes);
         }
     }
+    correlator.resolve_all(&mut changes);
     assert!(codes.len() >= 3, "the sample lines match: {codes:?}");
     assert!(codes.iter().any(|c| c == "NCCL_TIMEOUT"), "{codes:?}");
     m.flush(&mut batch);
@@ -82,7 +91,13 @@ pub fn busy_metrics() -> Metrics {
     m.spans_dropped(SpanDrop::QueueFull).inc_by(3);
     let inc = m.incidents();
     inc.open.set(2);
-    inc.opened.inc_by(3);
+    for change in &changes {
+        match change.status {
+            faultline::incident::Status::Open => inc.opened(change),
+            faultline::incident::Status::Resolved => inc.resolved_incident(change),
+            faultline::incident::Status::Updated => {}
+        }
+    }
     inc.resolved(faultline::metrics::ResolutionLabel::Quiet);
     inc.evicted(faultline::metrics::Eviction::Incident, 1);
     inc.restart_loops.inc();
@@ -132,6 +147,8 @@ fn rendered_metrics_pass_promtool_check_metrics() {
         "faultline_bad_node_score_max",
         "faultline_incident_commit_holds",
         "faultline_incident_commit_holds_expired_total",
+        "faultline_incident_ranks",
+        "faultline_node_incidents_total",
     ] {
         assert!(
             text.contains(&format!("# HELP {family} ")),
