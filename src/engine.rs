@@ -23,6 +23,7 @@ pub struct Hit<'a> {
     pub pattern: usize,
     /// 1-based line number within the stream (file or record payload).
     pub line: u64,
+    /// The decoded line the match was confirmed on.
     pub record: &'a LogRecord<'a>,
     /// Named groups of the confirming pattern that took part in the match, in pattern order.
     pub captures: Vec<(String, String)>,
@@ -31,7 +32,9 @@ pub struct Hit<'a> {
 /// A compiled KB: the knowledge base and its matcher. Share it with `Arc`.
 #[derive(Debug)]
 pub struct Engine<M: Matcher = HyperscanMatcher> {
+    /// The knowledge base; pattern ids index its [`KnowledgeBase::patterns`].
     pub kb: Arc<KnowledgeBase>,
+    /// The multi-pattern matcher compiled from `kb.patterns`, in order.
     pub matcher: M,
     /// Drop fallback entries' matches on lines a specific entry also matched (the default;
     /// `kb check` turns it off to test every entry's own examples).
