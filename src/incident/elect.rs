@@ -19,9 +19,13 @@ use crate::time::{self, Millis};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rule {
+    /// The stronger role won (root beats symptom beats cascade).
     Role,
+    /// Same role; the earlier log timestamp won.
     Timestamp,
+    /// Same role and no comparable timestamps; the earlier arrival won.
     Arrival,
+    /// No runner-up: the initiator stood alone.
     OnlyCandidate,
 }
 
@@ -42,9 +46,11 @@ fn role_rank(role: Role) -> u8 {
 /// What the election compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Standing {
+    /// The event's entry role, compared first.
     pub role: Role,
     /// The parsed log timestamp (not the correlator's clock).
     pub log_ms: Option<Millis>,
+    /// Order of arrival in the incident, the last resort.
     pub arrival: u64,
 }
 
@@ -65,14 +71,18 @@ pub fn contest(a: &Standing, b: &Standing) -> (bool, Rule) {
 /// An event that stood in the election, kept whole enough to report it.
 #[derive(Debug, Clone)]
 pub struct Candidate {
+    /// Where the election stands it.
     pub standing: Standing,
     /// The rank of the stream that printed it (launcher prefix or envelope), for its context.
     pub printed_by: Option<u32>,
+    /// The event as the incident reports its root.
     pub info: RootInfo,
+    /// The event's diagnosis, which the incident carries while it leads.
     pub diagnosis: Arc<Diagnosis>,
 }
 
 impl Candidate {
+    /// The candidate for `event`, standing at `standing`.
     pub fn of(event: &MatchEvent, standing: Standing) -> Self {
         Candidate {
             standing,
@@ -99,13 +109,16 @@ impl Candidate {
 /// The initiator and the runner-up of one incident.
 #[derive(Debug, Clone)]
 pub struct Election {
+    /// The event that leads the election.
     pub initiator: Candidate,
+    /// The best event that does not, if any stood.
     pub runner_up: Option<Candidate>,
     /// Events that stood, the initiator included.
     pub candidates: u64,
 }
 
 impl Election {
+    /// An election with `first` as its only candidate.
     pub fn new(first: Candidate) -> Self {
         Election {
             initiator: first,
@@ -133,6 +146,7 @@ impl Election {
         false
     }
 
+    /// The rule that decided between the initiator and the runner-up.
     pub fn rule(&self) -> Rule {
         self.runner_up.as_ref().map_or(Rule::OnlyCandidate, |r| {
             contest(&self.initiator.standing, &r.standing).1
