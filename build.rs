@@ -32,7 +32,7 @@ fn main() {
         "/// The shipped KB: (path relative to `kb/`, file contents)."
     )
     .expect("write");
-    writeln!(f, "pub static EMBEDDED_KB: &[(&str, &str)] = &[").expect("write");
+    writeln!(f, "pub(crate) static EMBEDDED_KB: &[(&str, &str)] = &[").expect("write");
     for path in files {
         let rel = path.strip_prefix(&kb).expect("under kb/");
         let rel = rel.to_string_lossy().replace('\\', "/");

@@ -16,10 +16,12 @@ use crate::kb::KnowledgeBase;
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator seeded with `seed` (0 is read as 1: xorshift needs a non-zero state).
     pub fn new(seed: u64) -> Self {
         Rng(seed.max(1))
     }
 
+    /// The next pseudo-random 64-bit value.
     pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
@@ -227,18 +229,29 @@ pub fn scale_kb(
 /// What `faultline bench incidents` measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct IncidentBench {
+    /// Jobs streamed through the correlator.
     pub jobs: u64,
+    /// Match events observed: each job's root and its cascades.
     pub events: u64,
+    /// Incident changes the correlator emitted.
     pub changes: u64,
+    /// Incidents open at the end, bounded by `max_open_incidents`.
     pub open_incidents: usize,
+    /// Jobs remembered at the end, bounded by `max_jobs`.
     pub jobs_tracked: usize,
+    /// Incidents opened.
     pub opened: u64,
+    /// Incidents resolved, evictions included.
     pub resolved: u64,
+    /// Open incidents resolved to respect `max_open_incidents` or `max_jobs`.
     pub evicted_incidents: u64,
+    /// Jobs forgotten to respect `max_jobs`.
     pub evicted_jobs: u64,
+    /// Wall-clock time of the run, in seconds.
     pub seconds: f64,
     /// Peak resident set size of the process (`VmHWM`), in MiB; `None` off Linux.
     pub peak_rss_mib: Option<f64>,
+    /// Resident set size at the end (`VmRSS`), in MiB; `None` off Linux.
     pub rss_mib: Option<f64>,
 }
 

@@ -31,10 +31,12 @@ Examples:
   faultline kb explain '[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'
   faultline kb check kb/")]
 pub struct Cli {
+    /// The command to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The subcommands of `faultline`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Scan files, directories (recursively), .gz/.zst files or stdin (`-`) and print every
@@ -115,6 +117,7 @@ Examples:
         /// The corpus directory (every *.log below it).
         #[arg(value_name = "DIR")]
         dir: PathBuf,
+        /// The knowledge base to measure.
         #[command(flatten)]
         kb: KbArg,
         /// Output format.
@@ -126,6 +129,9 @@ Examples:
     Bench(BenchCommand),
 }
 
+/// `faultline bench`: benchmark inputs and baselines.
+// clap turns a field's `///` into its `--help` text: fields that show none stay bare.
+#[allow(missing_docs)]
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Write a log corpus: healthy lines (loghub samples and synthetic training output) with KB
@@ -218,6 +224,7 @@ Examples:
     },
 }
 
+/// The `--kb` flag of every command that reads a knowledge base.
 #[derive(Debug, Args)]
 pub struct KbArg {
     /// Knowledge-base directory; the KB built into the binary when absent.
@@ -226,6 +233,7 @@ pub struct KbArg {
 }
 
 impl KbArg {
+    /// Loads the KB from `--kb`, or the embedded one when absent.
     pub fn load(&self) -> Result<KnowledgeBase> {
         Ok(match &self.kb {
             Some(dir) => KnowledgeBase::load_dir(dir)?,
@@ -234,11 +242,13 @@ impl KbArg {
     }
 }
 
+/// `faultline scan` arguments.
 #[derive(Debug, Args)]
 pub struct ScanArgs {
     /// Files, directories or `-` for stdin.
     #[arg(value_name = "PATH", default_value = "-")]
     pub paths: Vec<String>,
+    /// The knowledge base to scan with.
     #[command(flatten)]
     pub kb: KbArg,
     /// Output format.
@@ -293,6 +303,9 @@ pub struct ScanArgs {
     pub redact: Vec<RuleSpec>,
 }
 
+/// When `scan` shows a progress bar on stderr.
+// clap would list a variant's `///` as that value's help in `--help`.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Progress {
     Auto,
@@ -300,6 +313,9 @@ pub enum Progress {
     Never,
 }
 
+/// `faultline kb`: check, list, import and explain entries.
+// clap turns a field's `///` into its `--help` text: fields that show none stay bare.
+#[allow(missing_docs)]
 #[derive(Debug, Subcommand)]
 pub enum KbCommand {
     /// Prove a KB directory sound: fields, ids, patterns in both engines, examples.
@@ -376,6 +392,9 @@ Examples:
     Suggest(crate::mine::command::SuggestArgs),
 }
 
+/// How `kb list` prints the entries.
+// clap would list a variant's `///` as that value's help in `--help`.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ListFormat {
     Table,

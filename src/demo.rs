@@ -27,8 +27,11 @@ use crate::pipeline::{self, PipelineError};
 use crate::sink::stdout::Format;
 use crate::source::file;
 
+/// Topic the sample lines are produced to and the pipeline reads.
 pub const LOGS_TOPIC: &str = "faultline.demo.logs";
+/// Topic the pipeline writes its events to; the demo prints them from there.
 pub const EVENTS_TOPIC: &str = "faultline.demo.events";
+/// Topic of records the pipeline could not decode.
 pub const DEAD_LETTER_TOPIC: &str = "faultline.demo.dead-letter";
 const PARTITIONS: i32 = 3;
 
@@ -56,14 +59,19 @@ pub struct DemoArgs {
 /// Why the demo failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
+    /// The embedded broker or a client of it failed.
     #[error("embedded broker: {0}")]
     Kafka(rdkafka::error::KafkaError),
+    /// A sample log could not be read.
     #[error("reading sample logs: {0}")]
     Io(std::io::Error),
+    /// The demo's pipeline configuration is invalid.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The pipeline failed.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    /// The samples were not all processed and printed in time; carries the limit.
     #[error("the pipeline did not finish the samples within {0:?}")]
     Timeout(Duration),
 }
@@ -83,10 +91,15 @@ impl From<std::io::Error> for DemoError {
 /// What the demo did.
 #[derive(Debug, Clone, Default)]
 pub struct DemoSummary {
+    /// Records the pipeline consumed.
     pub records: u64,
+    /// Events printed from the events topic.
     pub events: u64,
+    /// Dead letters the broker acknowledged.
     pub dead_letters: u64,
+    /// Sample jobs replayed.
     pub jobs: usize,
+    /// Content hash of the KB the pipeline ran with.
     pub kb_version: String,
 }
 

@@ -23,6 +23,7 @@ pub struct Hit<'a> {
     pub pattern: usize,
     /// 1-based line number within the stream (file or record payload).
     pub line: u64,
+    /// The decoded line the match was confirmed on.
     pub record: &'a LogRecord<'a>,
     /// Named groups of the confirming pattern that took part in the match, in pattern order.
     pub captures: Vec<(String, String)>,
@@ -33,7 +34,9 @@ pub struct Hit<'a> {
 /// A compiled KB: the knowledge base and its matcher. Share it with `Arc`.
 #[derive(Debug)]
 pub struct Engine<M: Matcher = HyperscanMatcher> {
+    /// The knowledge base; pattern ids index its [`KnowledgeBase::patterns`].
     pub kb: Arc<KnowledgeBase>,
+    /// The multi-pattern matcher compiled from `kb.patterns`, in order.
     pub matcher: M,
     /// One event per line (the default): when several entries match one line, the winner
     /// ([`KnowledgeBase::wins`]) carries it and lists the others in [`Hit::also`]; context

@@ -32,18 +32,25 @@ pub const MAX_CAPTURE_BYTES: usize = 1024;
 /// What to do about an entry: shared by all its events.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Diagnosis {
+    /// The entry's title: one line saying what failed.
     pub title: String,
     /// Where the failure comes from (`node`, `device`, `network`, `framework`, `launcher`,
     /// `teardown`): the headline election's tie-break.
     pub cause_class: crate::kb::CauseClass,
+    /// What is going on, for the on-call engineer.
     pub root_cause: String,
+    /// Share of incidents the workarounds fix, 0.0..=1.0; only when measured.
     pub fix_rate: Option<f64>,
+    /// How the diagnosis was judged ([`crate::kb::entry::VERIFICATIONS`]).
     pub verification: String,
+    /// Version compatibility rows.
     pub versions: Vec<VersionSpec>,
     /// In the author's order (first action first, escalations last); the seed's AI-written
     /// advice, where the entry keeps one, after the rest with `origin = "seed"`.
     pub workarounds: Vec<Workaround>,
+    /// Fixes known not to work, in the author's order; the seed's after the rest.
     pub dead_ends: Vec<DeadEnd>,
+    /// Where the message is printed: source files, functions, documentation pages.
     pub references: Vec<String>,
     /// This diagnosis as JSON, rendered once: every event of the entry carries the same text.
     #[serde(skip)]
@@ -92,12 +99,18 @@ pub fn serialize_diagnosis<S: serde::Serializer>(
 /// `source` for a measured or reported rate, `rate_kind = "estimate"` for the seed's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Workaround {
+    /// What to do.
     pub text: String,
+    /// A shell command or snippet that applies it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// Share of cases it fixed, 0.0..=1.0; only with its sample (`n`, `source`) or as the
+    /// seed's estimate.
     pub success_rate: Option<f64>,
+    /// The sample size behind the rate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub n: Option<u32>,
+    /// Where the rate was measured or reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     /// `measured`, `community_reported` or `estimate`; absent without a rate.
@@ -111,16 +124,23 @@ pub struct Workaround {
 /// A dead end as events carry it; rates as for [`Workaround`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DeadEnd {
+    /// The fix people try.
     pub action: String,
+    /// Why it does not help.
     pub why: String,
+    /// Share of cases it failed, 0.0..=1.0; carried like [`Workaround::success_rate`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fail_rate: Option<f64>,
+    /// The sample size behind the rate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub n: Option<u32>,
+    /// Where the rate was measured or reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// As [`Workaround::rate_kind`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_kind: Option<&'static str>,
+    /// As [`Workaround::origin`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<&'static str>,
 }
@@ -173,6 +193,8 @@ fn rate_text(rate: Option<f64>, n: Option<u32>, kind: Option<&str>, word: &str) 
 }
 
 impl Diagnosis {
+    /// The diagnosis of `entry`: its verified advice with rates only where backed, then the
+    /// seed's.
     pub fn of(entry: &Entry) -> Self {
         let v = entry.verification.as_str();
         let mut workarounds: Vec<Workaround> = entry
@@ -255,20 +277,34 @@ impl Diagnosis {
 /// One enriched match: the unit faultline emits for every line that hits an entry.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MatchEvent {
+    /// Always `match` (`type` in JSON), to tell events from summaries and incidents.
     #[serde(rename = "type")]
     pub kind: &'static str,
+    /// Version of the output contract, [`SCHEMA_VERSION`].
     pub schema_version: u32,
+    /// Id of the matched entry (`<domain>/<slug>`).
     pub kb_id: String,
+    /// The entry's stable error code.
     pub error_code: String,
+    /// The entry's software family.
     pub domain: String,
+    /// The entry's failure class.
     pub category: String,
+    /// What the line means for an incident.
     pub role: Role,
+    /// How loud the entry is.
     pub severity: Severity,
+    /// The job of the line: the envelope's, else the input's default.
     pub job_id: String,
+    /// Rank of the line's process: the envelope's or launcher prefix's (see [`Self::any_rank`]).
     pub rank: Option<u32>,
+    /// Host the line came from, when the envelope said.
     pub host: Option<String>,
+    /// Kubernetes pod, when the envelope said.
     pub pod: Option<String>,
+    /// The line's timestamp as text, when the line or its envelope had one.
     pub timestamp: Option<String>,
+    /// Where the line was read.
     pub source: Provenance,
     /// The matched line's message (launcher prefix stripped), at most
     /// [`MAX_EVENT_LINE_BYTES`], invalid UTF-8 replaced.
@@ -276,8 +312,12 @@ pub struct MatchEvent {
     /// The line was cut, at the input's line-length limit or at the event's, or a capture was
     /// cut at [`MAX_CAPTURE_BYTES`].
     pub truncated: bool,
+    /// Named groups of the confirming pattern that took part in the match, secrets redacted, each
+    /// at most [`MAX_CAPTURE_BYTES`].
     pub captures: BTreeMap<String, String>,
+    /// Content hash of the KB that produced the event.
     pub kb_version: String,
+    /// What to do about it, shared by every event of the entry.
     #[serde(serialize_with = "serialize_diagnosis")]
     pub diagnosis: Arc<Diagnosis>,
     /// `node` for a node's own event (a kernel, journald or node-daemon line, or an envelope
@@ -353,10 +393,12 @@ impl Enricher {
         self
     }
 
+    /// The redactor applied to lines and captures; `None` when redaction is off.
     pub fn redactor(&self) -> Option<&Arc<Redactor>> {
         self.redactor.as_ref()
     }
 
+    /// The knowledge base the events are built from.
     pub fn kb(&self) -> &Arc<KnowledgeBase> {
         &self.kb
     }

@@ -20,8 +20,10 @@ use crate::record::{LineMeta, LogRecord, Origin};
 /// Why a JSON line is not an envelope. Lenient callers fall back to treating it as raw text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvelopeError {
+    /// The line does not parse as JSON; carries the parser's message.
     #[error("invalid JSON: {0}")]
     InvalidJson(String),
+    /// A JSON object with none of the message fields.
     #[error("JSON object without a message field (message, log, msg, MESSAGE or body)")]
     NoMessage,
 }

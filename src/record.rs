@@ -14,12 +14,21 @@ use serde::Serialize;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Provenance {
     /// A line of a file (or of stdin, named `-`); `line` counts from 1.
-    File { path: String, line: u64 },
+    File {
+        /// The input's name: its path as given or found, `-` for stdin.
+        path: String,
+        /// Line number within the file, from 1.
+        line: u64,
+    },
     /// A Kafka record; `line` is the line's index inside a multi-line payload, from 1.
     Kafka {
+        /// Topic the record was read from.
         topic: String,
+        /// Partition of that topic.
         partition: i32,
+        /// The record's offset within its partition.
         offset: i64,
+        /// Index of the line inside the record's payload, from 1.
         line: u64,
     },
 }
@@ -43,10 +52,16 @@ impl fmt::Display for Provenance {
 /// All optional: a raw line from a file knows none of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LineMeta {
+    /// The job the line belongs to, as the envelope named it.
     pub job_id: Option<String>,
+    /// Rank of the process that wrote the line, from the envelope or a launcher prefix.
     pub rank: Option<u32>,
+    /// Host (node) name the line came from.
     pub host: Option<String>,
+    /// Kubernetes pod name, when the shipper recorded one.
     pub pod: Option<String>,
+    /// The line's timestamp as found (RFC 3339 or a leading ISO 8601 stamp); [`crate::time::parse`]
+    /// reads it.
     pub timestamp: Option<String>,
     /// Extra envelope fields kept for metrics dimensions (for example `cluster`).
     pub cluster: Option<String>,
@@ -74,6 +89,7 @@ pub struct LogRecord<'a> {
     /// The text that patterns are matched against: the envelope's message, launcher prefix
     /// stripped. Borrowed from the input unless the envelope had to be unescaped.
     pub message: Cow<'a, [u8]>,
+    /// What the envelope or launcher prefix told us about the line.
     pub meta: LineMeta,
     /// True when the line was longer than the configured limit and was cut.
     pub truncated: bool,

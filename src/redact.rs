@@ -164,8 +164,14 @@ impl RuleSpec {
 /// Why an extra rule was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RedactError {
+    /// A rule whose name or pattern is invalid.
     #[error("redaction rule `{name}`: {message}")]
-    Rule { name: String, message: String },
+    Rule {
+        /// The rule's configured name.
+        name: String,
+        /// What is wrong with its name or pattern.
+        message: String,
+    },
 }
 
 /// One compiled rule.
@@ -180,8 +186,11 @@ struct Rule {
 /// A secret found in a text: bytes `start..end`, of rule `rule`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Span {
+    /// Offset of the secret's first byte.
     pub start: usize,
+    /// Offset one past its last byte.
     pub end: usize,
+    /// Index of the rule that found it, in [`Redactor::rule_names`] order.
     pub rule: usize,
 }
 

@@ -26,17 +26,21 @@ pub use crate::runtime::health::ReloadStatus;
 /// A compiled KB and its enricher, swapped as a whole.
 #[derive(Debug)]
 pub struct Loaded {
+    /// The compiled KB the matcher scans with.
     pub engine: Engine,
+    /// The same KB's diagnoses, for the events of its matches.
     pub enricher: Enricher,
 }
 
 impl Loaded {
+    /// Compiles `kb` and builds its enricher.
     pub fn new(kb: KnowledgeBase) -> Result<Self, ReloadError> {
         let engine = Engine::new(kb).map_err(ReloadError::Compile)?;
         let enricher = Enricher::new(Arc::clone(&engine.kb));
         Ok(Loaded { engine, enricher })
     }
 
+    /// The KB's content hash, named by every event it produced.
     pub fn version(&self) -> &str {
         &self.engine.kb.version
     }
@@ -45,10 +49,18 @@ impl Loaded {
 /// Why a KB could not be (re)loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
+    /// The KB could not be read, holds no entry or does not validate.
     #[error(transparent)]
     Kb(#[from] kb::KbError),
+    /// The directory's KB fails `kb check` (validation, or an example in either engine).
     #[error("{origin} fails `kb check` with {} error(s):\n{}", .errors.len(), .errors.join("\n"))]
-    Check { origin: String, errors: Vec<String> },
+    Check {
+        /// The KB's directory.
+        origin: String,
+        /// The check's errors, one rendered problem each.
+        errors: Vec<String>,
+    },
+    /// The KB's patterns do not compile into a Hyperscan database.
     #[error("compiling the knowledge base: {0}")]
     Compile(MatchError),
 }
@@ -58,10 +70,12 @@ pub enum ReloadError {
 pub enum KbSource {
     /// Built into the binary: never changes.
     Embedded,
+    /// A directory of `*.toml` entries, polled for changes.
     Dir(PathBuf),
 }
 
 impl KbSource {
+    /// The directory if one is given, else the embedded KB.
     pub fn from_dir(dir: Option<&Path>) -> Self {
         dir.map_or(KbSource::Embedded, |d| KbSource::Dir(d.to_path_buf()))
     }

@@ -37,7 +37,9 @@ use crate::source::file::{self, ChunkReader, Input, InputError};
 /// How to scan.
 #[derive(Debug, Clone)]
 pub struct ScanOptions {
+    /// Size of one read buffer, and so of one matcher call (see [`ChunkReader`]).
     pub chunk_bytes: usize,
+    /// Longest line scanned whole; longer lines are cut and marked truncated.
     pub max_line_bytes: usize,
     /// Print a summary per job after the matches.
     pub summary: bool,
@@ -76,10 +78,15 @@ impl Default for ScanOptions {
 /// What a scan did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanStats {
+    /// Inputs attempted, readable or not.
     pub inputs: u64,
+    /// Bytes read, after decompression.
     pub bytes: u64,
+    /// Lines read.
     pub lines: u64,
+    /// Matches emitted (`context` block lines only with [`ScanOptions::context_events`]).
     pub matches: u64,
+    /// Lines cut at [`ScanOptions::max_line_bytes`].
     pub truncated_lines: u64,
     /// Inputs that could not be read, with the reason.
     pub errors: Vec<String>,
@@ -97,8 +104,11 @@ impl ScanStats {
 /// A chunk whose scan panicked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChunkPanic {
+    /// The input's name, as in output.
     pub input: String,
+    /// First line of the chunk.
     pub first_line: u64,
+    /// Last line of the chunk.
     pub last_line: u64,
     /// The panic's message, secrets redacted.
     pub message: String,
@@ -124,10 +134,13 @@ impl fmt::Display for ChunkPanic {
 /// Errors that stop a scan (unreadable inputs do not: they are counted in [`ScanStats`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
+    /// The engine failed to scan.
     #[error(transparent)]
     Match(#[from] crate::matcher::MatchError),
+    /// Writing to the output failed.
     #[error("writing output: {0}")]
     Output(io::Error),
+    /// The incident settings are inconsistent.
     #[error(transparent)]
     Incident(#[from] incident::ConfigError),
 }

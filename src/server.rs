@@ -81,12 +81,16 @@ impl AdminConfig {
 /// What a handler returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
+    /// HTTP status code.
     pub status: u16,
+    /// Value of the `Content-Type` header.
     pub content_type: &'static str,
+    /// The response body.
     pub body: String,
 }
 
 impl Reply {
+    /// A `text/plain` reply.
     pub fn text(status: u16, body: impl Into<String>) -> Self {
         Reply {
             status,
@@ -96,6 +100,7 @@ impl Reply {
     }
 }
 
+/// A route's handler: builds a fresh reply for each request.
 pub type Handler = Arc<dyn Fn() -> Reply + Send + Sync>;
 
 /// The routing table: exact paths to handlers.
@@ -103,6 +108,7 @@ pub type Handler = Arc<dyn Fn() -> Reply + Send + Sync>;
 pub struct Routes(BTreeMap<&'static str, Handler>);
 
 impl Routes {
+    /// An empty table.
     pub fn new() -> Self {
         Routes::default()
     }

@@ -48,8 +48,11 @@ use crate::record::Provenance;
 pub const DEFAULT_MAX_QUEUE_SIZE: usize = 65_536;
 /// Spans per export request: well under the 4 MiB default gRPC message limit.
 pub const DEFAULT_MAX_EXPORT_BATCH_SIZE: usize = 1_024;
+/// How long the batch processor waits between exports.
 pub const DEFAULT_SCHEDULED_DELAY: Duration = Duration::from_secs(1);
+/// The longest one export request may take.
 pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The `service.name` resource attribute unless the file or `OTEL_SERVICE_NAME` sets one.
 pub const DEFAULT_SERVICE_NAME: &str = "faultline";
 /// The longest `exception.message` (the matched line) carried by a span.
 pub const MAX_MESSAGE_BYTES: usize = 1_024;
@@ -57,10 +60,18 @@ pub const MAX_MESSAGE_BYTES: usize = 1_024;
 /// Errors configuring or starting the exporter; each names its setting.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
+    /// A setting is invalid.
     #[error("{field}: {message}")]
-    Config { field: String, message: String },
+    Config {
+        /// The setting, with its environment variable where one applies.
+        field: String,
+        /// What is wrong with its value.
+        message: String,
+    },
+    /// The exporter could not be built.
     #[error("starting the OTLP exporter: {0}")]
     Start(String),
+    /// Spans could not be flushed before exit.
     #[error("flushing spans at shutdown: {0}")]
     Shutdown(String),
 }
@@ -103,12 +114,18 @@ pub struct RawTelemetryConfig {
     pub endpoint: Option<String>,
     /// `grpc` (default) or `http/protobuf`.
     pub protocol: Option<String>,
+    /// The `service.name` resource attribute (default [`DEFAULT_SERVICE_NAME`]).
     pub service_name: Option<String>,
     /// Share of matches traced, 0 to 1 (default 1).
     pub sample_ratio: Option<f64>,
+    /// Spans waiting for export before new ones are dropped (default
+    /// [`DEFAULT_MAX_QUEUE_SIZE`]).
     pub max_queue_size: Option<usize>,
+    /// Spans per export request (default [`DEFAULT_MAX_EXPORT_BATCH_SIZE`]).
     pub max_export_batch_size: Option<usize>,
+    /// Milliseconds between exports (default [`DEFAULT_SCHEDULED_DELAY`]).
     pub scheduled_delay_ms: Option<u64>,
+    /// Milliseconds one export may take (default [`DEFAULT_EXPORT_TIMEOUT`]).
     pub export_timeout_ms: Option<u64>,
 }
 
@@ -117,16 +134,23 @@ pub struct RawTelemetryConfig {
 pub struct TelemetryConfig {
     /// False: no exporter is built and [`Telemetry::start`] returns `None`.
     pub enabled: bool,
+    /// The OTLP transport.
     pub protocol: Protocol,
     /// The full URL spans are sent to (for HTTP, including `/v1/traces`).
     pub endpoint: String,
+    /// The `service.name` resource attribute.
     pub service_name: String,
     /// From `OTEL_RESOURCE_ATTRIBUTES`.
     pub resource_attributes: Vec<(String, String)>,
+    /// Share of matches traced, 0 to 1.
     pub sample_ratio: f64,
+    /// Spans waiting for export before new ones are dropped; at least the batch size.
     pub max_queue_size: usize,
+    /// Spans per export request.
     pub max_export_batch_size: usize,
+    /// Time between exports.
     pub scheduled_delay: Duration,
+    /// The longest one export may take.
     pub export_timeout: Duration,
 }
 
@@ -320,7 +344,9 @@ fn percent_decode(s: &str) -> String {
 /// Where lost spans are counted.
 #[derive(Debug, Clone)]
 pub struct SpanDropCounters {
+    /// Spans dropped because the export queue was full.
     pub queue_full: IntCounter,
+    /// Spans lost because their export failed.
     pub export_failed: IntCounter,
 }
 

@@ -8,13 +8,19 @@ use crate::enrich::{Enricher, MatchEvent};
 use crate::kb::KnowledgeBase;
 use crate::record::{LineMeta, LogRecord, Provenance};
 
-pub fn entry(id: &str, code: &str, role: &str) -> (std::path::PathBuf, String) {
+pub(crate) fn entry(id: &str, code: &str, role: &str) -> (std::path::PathBuf, String) {
     let text = entry_toml(id, code, role, &format!("{code} happened"), false);
     (format!("{id}.toml").into(), text)
 }
 
 /// The smallest valid entry: `id` is `<domain>/<slug>`, one pattern, placeholder diagnosis.
-pub fn entry_toml(id: &str, code: &str, role: &str, pattern: &str, fallback: bool) -> String {
+pub(crate) fn entry_toml(
+    id: &str,
+    code: &str,
+    role: &str,
+    pattern: &str,
+    fallback: bool,
+) -> String {
     let domain = id.split('/').next().unwrap_or(id);
     format!(
         r#"id = "{id}"
@@ -36,7 +42,7 @@ references = ["z"]
     )
 }
 
-pub fn kb(entries: &[(&str, &str, &str)]) -> KnowledgeBase {
+pub(crate) fn kb(entries: &[(&str, &str, &str)]) -> KnowledgeBase {
     let files = entries
         .iter()
         .map(|(id, code, role)| entry(id, code, role))
@@ -44,7 +50,7 @@ pub fn kb(entries: &[(&str, &str, &str)]) -> KnowledgeBase {
     KnowledgeBase::from_files(files, "test").expect("valid KB")
 }
 
-pub fn event(
+pub(crate) fn event(
     kb: &KnowledgeBase,
     entry: usize,
     cluster: Option<&str>,

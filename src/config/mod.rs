@@ -38,18 +38,25 @@ use section::{redact, Errors, Printer};
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
+    /// `[kafka]`: brokers, group, topics and librdkafka options.
     #[serde(default)]
     pub kafka: RawKafka,
+    /// `[input]`: envelope mode, where the job id comes from, record size limit.
     #[serde(default)]
     pub input: RawInput,
+    /// `[output]`: the match events topic.
     #[serde(default)]
     pub output: RawOutput,
+    /// `[dead_letter]`: the dead-letter topic and the limits on undecodable records.
     #[serde(default)]
     pub dead_letter: RawDeadLetter,
+    /// `[pipeline]`: batch sizes, linger and queue depth.
     #[serde(default)]
     pub pipeline: RawPipeline,
+    /// `[kb]`: the KB directory and how often it is polled.
     #[serde(default)]
     pub kb: RawKb,
+    /// `[admin]`: the admin HTTP address and the stall timeout.
     #[serde(default)]
     pub admin: RawAdmin,
     /// `[metrics]`: extra label dimensions of `faultline_matches_total`.
@@ -79,6 +86,7 @@ pub struct RunArgs {
     /// (secrets redacted) and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Every other setting, as a flag or environment variable.
     #[command(flatten)]
     pub overrides: Overrides,
 }
@@ -220,13 +228,23 @@ pub struct Overrides {
 /// Why a configuration was rejected.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     #[error("cannot read {path}: {error}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// The read error.
         error: std::io::Error,
     },
+    /// The file is not valid TOML or has an unknown field.
     #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// Fields failed validation; every problem found.
     #[error("invalid configuration:\n{}", render(.0))]
     Invalid(Vec<FieldError>),
 }
@@ -281,6 +299,7 @@ impl RawConfig {
         })
     }
 
+    /// Parses TOML text (unknown fields are errors); the error is the parser's message.
     pub fn from_toml(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())
     }

@@ -43,8 +43,11 @@ pub const LISTED: usize = 16;
 /// One rank in one incident.
 #[derive(Debug, Clone, Default)]
 pub struct RankState {
+    /// Matches of this rank in the incident.
     pub matches: u64,
+    /// Of them, matches of cascade entries.
     pub cascades: u64,
+    /// The host of its first match that named one.
     pub host: Option<Arc<str>>,
     /// Printed a collective timeout or collective error: alive and waiting on a peer.
     pub reporter: bool,
@@ -98,9 +101,13 @@ pub struct RankTable {
     cap: usize,
     /// Matches of ranks beyond the cap.
     pub untracked: u64,
+    /// Highest rank seen, itemised or not; plus one, the world size when no capture gives it.
     pub highest: Option<u32>,
+    /// Largest `world_size` or `nranks` capture seen.
     pub world_capture: Option<u32>,
+    /// Ranks that reported a collective timeout or error ([`RankState::reporter`]).
     pub reporters: u64,
+    /// Ranks with at least one cascade match.
     pub cascade_ranks: u64,
     enqueued: MaxTracker,
     completed: MaxTracker,
@@ -122,6 +129,7 @@ fn capture_i64(event: &MatchEvent, name: &str) -> Option<i64> {
 }
 
 impl RankTable {
+    /// An empty table itemising at most `cap` ranks.
     pub fn new(cap: usize) -> Self {
         RankTable {
             ranks: HashMap::new(),
@@ -137,18 +145,22 @@ impl RankTable {
         }
     }
 
+    /// Ranks itemised.
     pub fn len(&self) -> usize {
         self.ranks.len()
     }
 
+    /// True when no rank is itemised.
     pub fn is_empty(&self) -> bool {
         self.ranks.is_empty()
     }
 
+    /// The itemised ranks, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&u32, &RankState)> {
         self.ranks.iter()
     }
 
+    /// The state of `rank`, if itemised.
     pub fn get(&self, rank: u32) -> Option<&RankState> {
         self.ranks.get(&rank)
     }

@@ -150,14 +150,18 @@ pub fn contest(a: &Standing, b: &Standing) -> (bool, Rule) {
 /// An event that stood in the election, kept whole enough to report it.
 #[derive(Debug, Clone)]
 pub struct Candidate {
+    /// Where the election stands it.
     pub standing: Standing,
     /// The rank of the stream that printed it (launcher prefix or envelope), for its context.
     pub printed_by: Option<u32>,
+    /// The event as the incident reports its root.
     pub info: RootInfo,
+    /// The event's diagnosis, which the incident carries while it leads.
     pub diagnosis: Arc<Diagnosis>,
 }
 
 impl Candidate {
+    /// The candidate for `event`, standing at `standing`.
     pub fn of(event: &MatchEvent, standing: Standing) -> Self {
         Candidate {
             standing,
@@ -184,13 +188,16 @@ impl Candidate {
 /// The initiator and the runner-up of one incident.
 #[derive(Debug, Clone)]
 pub struct Election {
+    /// The event that leads the election.
     pub initiator: Candidate,
+    /// The best event that does not, if any stood.
     pub runner_up: Option<Candidate>,
     /// Events that stood, the initiator included.
     pub candidates: u64,
 }
 
 impl Election {
+    /// An election with `first` as its only candidate.
     pub fn new(first: Candidate) -> Self {
         Election {
             initiator: first,
@@ -218,6 +225,7 @@ impl Election {
         false
     }
 
+    /// The rule that decided between the initiator and the runner-up.
     pub fn rule(&self) -> Rule {
         self.runner_up.as_ref().map_or(Rule::OnlyCandidate, |r| {
             contest(&self.initiator.standing, &r.standing).1

@@ -53,9 +53,13 @@ pub fn fp2(job_id: &str, anchor_ms: Option<i64>, anchor_line: &str) -> String {
 /// What a fingerprint is computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FingerprintInput<'a> {
+    /// The job id, as is.
     pub job_id: &'a str,
+    /// The elected root's error code.
     pub error_code: &'a str,
+    /// The root event's host, if known; trimmed and lower-cased when hashed.
     pub host: Option<&'a str>,
+    /// The root event's GPU PCI address, if known; normalised by [`normalize_pci`] when hashed.
     pub gpu: Option<&'a str>,
 }
 

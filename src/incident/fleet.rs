@@ -49,6 +49,8 @@ fn round(score: f64) -> f64 {
 }
 
 impl Fleet {
+    /// An empty fleet remembering at most `cap` hosts (at least 1), whose scores halve every
+    /// `half_life_ms` of log time.
     pub fn new(cap: usize, half_life_ms: Millis) -> Self {
         Fleet {
             hosts: HashMap::new(),
@@ -96,7 +98,6 @@ impl Fleet {
             .map(|h| round(decayed(h.score, h.at_ms, t, self.half_life_ms)))
     }
 
-    /// Hosts with a score.
     /// The highest score of any host at `t` (a walk over the hosts: call it per scrape, not
     /// per match).
     pub fn max_score(&self, t: Millis) -> Option<f64> {
@@ -106,6 +107,7 @@ impl Fleet {
             .reduce(f64::max)
     }
 
+    /// How many hosts have a score.
     pub fn hosts(&self) -> usize {
         self.hosts.len()
     }

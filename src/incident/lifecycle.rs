@@ -37,19 +37,28 @@ use crate::time::{format_ms, Millis};
 /// One open incident.
 #[derive(Debug, Clone)]
 pub struct Incident {
+    /// Unique per correlator ([`IncidentEvent::serial`]).
     pub serial: u64,
+    /// The job whose matches make up the incident.
     pub job_id: Arc<str>,
+    /// The initiator and runner-up so far.
     pub election: Election,
+    /// The current `fp1` key, of the current initiator.
     pub fingerprint: String,
     /// Set by a re-election until the next event carries it.
     pub previous_fingerprint: Option<String>,
+    /// Earliest match time on the correlator's clock.
     pub first_ms: Millis,
+    /// Latest match time on the correlator's clock.
     pub last_ms: Millis,
+    /// Earliest parsed log time of a match, if any carried one.
     pub first_log_ms: Option<Millis>,
+    /// Latest parsed log time of a match, if any carried one.
     pub last_log_ms: Option<Millis>,
     /// The log time range with collective timeouts back-dated to when their hang began: what
     /// node events are joined against.
     pub first_effective_ms: Option<Millis>,
+    /// The end of that range.
     pub last_effective_ms: Option<Millis>,
     /// The earliest of the job's own lines that could open an incident: (log time, text).
     anchor: Option<(Option<Millis>, String)>,
@@ -58,32 +67,45 @@ pub struct Incident {
     /// The collective op, sequence number and timeout the cascade names most.
     cascade_op: BTreeMap<(String, Option<i64>), u64>,
     cascade_timeout_ms: Option<i64>,
+    /// Matches counted, of any role.
     pub matches: u64,
     by_role: [u64; 4],
     by_code: BTreeMap<String, u64>,
     cascade_matches: u64,
     cascade_by_code: BTreeMap<String, u64>,
+    /// Per-rank counts and NCCL evidence.
     pub ranks: RankTable,
     hosts: HashMap<Arc<str>, u64>,
     max_hosts: usize,
     host_untracked: u64,
+    /// The root's traceback or c10 block and torchrun's summary, bounded.
     pub context: ContextBuf,
     /// The stream whose block lines join the context.
     pub context_key: Option<StreamKey>,
     /// The context holds a stream's block (not just the root line).
     pub context_from_stream: bool,
+    /// torchrun's root-cause row: (rank, host).
     pub elastic: Option<(u32, Option<String>)>,
+    /// The culprit as last inferred.
     pub culprit: Culprit,
     last_eval: (u64, u64),
+    /// New evidence since the last inference.
     pub evidence_dirty: bool,
+    /// Why the ticket was raised; `None` until it is.
     pub ticket: Option<TicketReason>,
     ticket_window_start: Millis,
     ticket_window_count: u64,
+    /// Occurrences of this fingerprint in the job within the restart horizon, this one included.
     pub recurrence: u32,
+    /// The fingerprint recurred `restart_loop_after` times.
     pub restart_loop: bool,
+    /// The host this incident blames, once credited.
     pub blamed_host: Option<Arc<str>>,
+    /// `blamed_host` has been credited in the fleet scores (once per incident).
     pub credited: bool,
+    /// The blamed host's decayed bad-node score.
     pub bad_node_score: Option<f64>,
+    /// Changes emitted so far; the next snapshot counts one more.
     pub revision: u64,
     /// A change that is emitted at once.
     pub significant: bool,
@@ -91,6 +113,7 @@ pub struct Incident {
     pub minor: bool,
     /// Key in the correlator's index of open incidents.
     pub open_key: (Millis, u64),
+    /// Content hash of the KB in use when the incident opened.
     pub kb_version: String,
 }
 
@@ -104,6 +127,8 @@ fn role_index(role: Role) -> usize {
 }
 
 impl Incident {
+    /// A fresh incident of `job_id` with `election`'s initiator, opened at `t` (log time
+    /// `log_ms`); nothing counted yet.
     pub fn new(
         serial: u64,
         job_id: Arc<str>,
@@ -183,6 +208,7 @@ impl Incident {
         self.job_id.starts_with("node:")
     }
 
+    /// True when the initiator is a root-role match.
     pub fn root_known(&self) -> bool {
         self.election.initiator.info.role == Role::Root
     }

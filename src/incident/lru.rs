@@ -36,6 +36,7 @@ impl<K> LruOrder<K> {
         }
     }
 
+    /// Removes the entry at `tick`, returning its key if it was there.
     pub fn remove(&mut self, tick: u64) -> Option<K> {
         self.order.remove(&tick)
     }
@@ -45,10 +46,12 @@ impl<K> LruOrder<K> {
         self.order.pop_first().map(|(_, k)| k)
     }
 
+    /// Number of keys held.
     pub fn len(&self) -> usize {
         self.order.len()
     }
 
+    /// True when no key is held.
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
     }

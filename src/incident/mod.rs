@@ -84,6 +84,7 @@ pub struct IncidentConfig {
     /// Raise a ticket for an incident whose root is unknown once this many of its matches fall
     /// within `ticket_window_ms` (a tumbling window). Root-role incidents are ticketed at once.
     pub ticket_min_matches: u64,
+    /// The tumbling window over which `ticket_min_matches` is counted.
     pub ticket_window_ms: Millis,
     /// A new incident of a job with the fingerprint of one of its incidents that ended less
     /// than this ago is a recurrence.
@@ -137,17 +138,32 @@ impl Default for IncidentConfig {
 /// An [`IncidentConfig`] that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// A setting that must be positive is not; carries its name.
     #[error("incident setting {0} must be greater than zero")]
     NotPositive(&'static str),
+    /// `quiet_ms` is shorter than `window_ms`: an incident would resolve while still joinable.
     #[error(
         "the incident quiet period ({quiet_ms} ms) must be at least the window ({window_ms} ms)"
     )]
-    QuietShorterThanWindow { quiet_ms: Millis, window_ms: Millis },
+    QuietShorterThanWindow {
+        /// The configured quiet period, in ms.
+        quiet_ms: Millis,
+        /// The configured window, in ms.
+        window_ms: Millis,
+    },
+    /// `max_jobs` is below `max_open_incidents`: every open incident needs its job's state.
     #[error("max_jobs ({max_jobs}) must be at least max_open_incidents ({max_open})")]
-    FewerJobsThanIncidents { max_jobs: usize, max_open: usize },
+    FewerJobsThanIncidents {
+        /// The configured cap on jobs.
+        max_jobs: usize,
+        /// The configured cap on open incidents.
+        max_open: usize,
+    },
 }
 
 impl IncidentConfig {
+    /// Checks that every bound is positive, the quiet period at least the window and `max_jobs`
+    /// at least `max_open_incidents`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive: [(&'static str, i128); 14] = [
             ("node_join", self.node_join_ms.into()),
@@ -199,8 +215,12 @@ impl IncidentConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
+    /// The incident's first change: its first match arrived.
     Open,
+    /// A significant change (root, fingerprint, culprit, ticket, restart loop) or a power-of-two
+    /// match count.
     Updated,
+    /// The final state; `resolution` says why.
     Resolved,
 }
 
@@ -233,14 +253,19 @@ pub enum TicketReason {
 /// One change of one incident: the `type: "incident"` object of the JSON contract.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct IncidentEvent {
+    /// Always `incident` (`type` in JSON).
     #[serde(rename = "type")]
     pub kind: &'static str,
+    /// Version of the output contract, [`crate::enrich::SCHEMA_VERSION`].
     pub schema_version: u32,
+    /// The change this object reports.
     pub status: Status,
     /// Set when `status` is `resolved`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolution: Option<Resolution>,
+    /// The ticket and alert key ([`fingerprint`]), of the current root.
     pub fingerprint: String,
+    /// The fingerprint algorithm, [`fingerprint::VERSION`].
     pub fingerprint_version: &'static str,
     /// What failed where (`fp1`: job, root code, root host and GPU): equal across a job's
     /// incidents with the same root, which is how restart loops are told.
@@ -253,22 +278,31 @@ pub struct IncidentEvent {
     pub previous_fingerprint: Option<String>,
     /// Counts this incident's emitted changes from 1; with the fingerprint, a delivery key.
     pub revision: u64,
+    /// The job whose matches make up the incident.
     pub job_id: String,
     /// True when the elected initiator is a root-role match; false: root unknown, `root`
     /// holds the symptom or cascade that started the incident.
     pub root_known: bool,
+    /// The elected initiator.
     pub root: RootInfo,
     /// The other roots the incident saw (at most eight): causes of their own, or consequences
     /// of a node event's root.
     pub contributing: Vec<Contributor>,
+    /// The ranks and hosts to look at, and how they were found.
     pub culprit: Culprit,
+    /// Which rule elected the initiator, against which runner-up.
     pub grouping_info: GroupingInfo,
+    /// Every match of the incident by role, error code, rank and host.
     pub counts: Counts,
+    /// The cascade-role matches.
     pub cascades: Cascades,
     /// RFC 3339, from the log's timestamps; null when no match carried one.
     pub first_seen: Option<String>,
+    /// Latest log time of a match, RFC 3339; null when no match carried one.
     pub last_seen: Option<String>,
+    /// The root's traceback or c10 block and torchrun's summary, bounded.
     pub context: ContextInfo,
+    /// The root entry's diagnosis, as in match events.
     #[serde(serialize_with = "crate::enrich::serialize_diagnosis")]
     pub diagnosis: Arc<Diagnosis>,
     /// The same fingerprint recurred in this job `restart_loop_after` times within the horizon.
@@ -279,7 +313,9 @@ pub struct IncidentEvent {
     pub blamed_host: Option<String>,
     /// Decayed count of distinct jobs whose incidents `blamed_host` initiated.
     pub bad_node_score: Option<f64>,
+    /// Whether a ticket is raised, and why.
     pub ticket: Ticket,
+    /// Content hash of the KB in use when the incident opened.
     pub kb_version: String,
     /// Unique per correlator; keys "the same incident" for sinks that keep the latest state.
     #[serde(skip)]
@@ -289,12 +325,17 @@ pub struct IncidentEvent {
 /// Another root-role match of the incident (the primary one is `root`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Contributor {
+    /// Its KB entry.
     pub kb_id: String,
+    /// Its error code.
     pub error_code: String,
+    /// The rank that printed it, if known.
     pub rank: Option<u32>,
+    /// The host it came from, if known.
     pub host: Option<String>,
     /// PCI address, from a `gpu` capture.
     pub gpu: Option<String>,
+    /// Its timestamp as the log wrote it.
     pub timestamp: Option<String>,
     /// On the host of a node-event root, after it: a consequence of the root (a CUDA error
     /// after the GPU fell off the bus), not a cause of its own.
@@ -304,18 +345,29 @@ pub struct Contributor {
 /// The elected initiator.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RootInfo {
+    /// Id of the initiator's entry.
     pub kb_id: String,
+    /// The entry's stable error code.
     pub error_code: String,
+    /// The entry's role.
     pub role: Role,
+    /// The entry's severity.
     pub severity: Severity,
+    /// The entry's failure class.
     pub category: String,
+    /// Rank of the initiating line (envelope, launcher prefix or `rank` capture).
     pub rank: Option<u32>,
+    /// Host the initiating line came from.
     pub host: Option<String>,
     /// PCI address, from a `gpu` capture.
     pub gpu: Option<String>,
+    /// The line's timestamp as text.
     pub timestamp: Option<String>,
+    /// The matched line, as in its match event.
     pub line: String,
+    /// Where the line was read.
     pub source: Provenance,
+    /// The named groups of the match, as in its match event.
     pub captures: BTreeMap<String, String>,
 }
 
@@ -344,20 +396,25 @@ pub enum CulpritMethod {
 /// The culprit ranks and hosts, or `method: "unknown"`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Culprit {
+    /// Ranks to look at, at most 16.
     pub ranks: Vec<u32>,
+    /// Hosts to look at: the root's, and those of the culprit ranks.
     pub hosts: Vec<String>,
+    /// How they were found (for the ranks, unless `rank_method` is set).
     pub method: CulpritMethod,
     /// For ranks found by NCCL evidence when the root names only a host.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank_method: Option<CulpritMethod>,
     /// One sentence for people.
     pub explanation: String,
+    /// What the NCCL inference saw.
     pub evidence: Evidence,
 }
 
 /// What the NCCL inference saw.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Evidence {
+    /// The job's world size, when known or inferable.
     pub world_size: Option<u32>,
     /// `capture` (a `world_size`/`nranks` capture) or `highest_rank` (highest rank seen + 1).
     pub world_size_source: Option<&'static str>,
@@ -365,13 +422,17 @@ pub struct Evidence {
     pub reporting_ranks: u64,
     /// At most 16 listed; `missing_count` has them all.
     pub missing_ranks: Vec<u32>,
+    /// Silent ranks in all: ranks of the world that never reported.
     pub missing_count: u64,
     /// Ranks below the others on enqueued or completed NCCL work (a minority).
     pub lagging_ranks: Vec<u32>,
     /// Highest enqueued and completed NCCL work among the ranks.
     pub max_enqueued: Option<i64>,
+    /// Highest completed NCCL work among the ranks.
     pub max_completed: Option<i64>,
+    /// Ranks that another rank's "communicator was aborted on rank N" named.
     pub named_by_peers: Vec<u32>,
+    /// The rank of torchrun's "Root Cause (first observed failure)" row.
     pub torchelastic_root_cause: Option<u32>,
 }
 
@@ -380,34 +441,49 @@ pub struct Evidence {
 pub struct GroupingInfo {
     /// Matches are grouped per job id.
     pub key: &'static str,
+    /// The window in force, in ms ([`IncidentConfig::window_ms`]).
     pub window_ms: Millis,
     /// `role`, `timestamp`, `arrival` or `only_candidate`.
     pub rule: elect::Rule,
+    /// The best candidate that lost, if any.
     pub runner_up: Option<RunnerUp>,
     /// Matches that could initiate (not info, not context).
     pub candidates: u64,
+    /// One sentence for people.
     pub explanation: String,
 }
 
 /// The best event that did not win the election.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunnerUp {
+    /// Id of its entry.
     pub kb_id: String,
+    /// The entry's stable error code.
     pub error_code: String,
+    /// The entry's role.
     pub role: Role,
+    /// Rank of its line, when known.
     pub rank: Option<u32>,
+    /// Its line's timestamp as text.
     pub timestamp: Option<String>,
 }
 
 /// Matches in the incident.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Counts {
+    /// Matches in all.
     pub matches: u64,
+    /// Matches per role (`root`, `symptom`, `cascade`, `info`).
     pub by_role: BTreeMap<&'static str, u64>,
+    /// Matches per error code.
     pub by_error_code: BTreeMap<String, u64>,
+    /// Itemised ranks with a match.
     pub ranks: u64,
+    /// Matches per itemised rank.
     pub by_rank: BTreeMap<u32, u64>,
+    /// Itemised hosts with a match.
     pub hosts: u64,
+    /// Matches per itemised host.
     pub by_host: BTreeMap<String, u64>,
     /// Matches of ranks and hosts beyond the per-incident caps (counted, not itemised).
     pub untracked: u64,
@@ -416,13 +492,18 @@ pub struct Counts {
 /// The cascade-role matches of the incident.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Cascades {
+    /// Cascade-role matches.
     pub matches: u64,
+    /// Ranks that printed one.
     pub ranks: u64,
+    /// Cascade matches per error code.
     pub by_error_code: BTreeMap<String, u64>,
     /// The collective op the cascade names most (`ALLREDUCE`), its sequence number, and the
     /// timeout it ran into.
     pub op: Option<String>,
+    /// The sequence number (`SeqNum`) of that op.
     pub seq: Option<i64>,
+    /// The timeout the cascade's lines ran into, in milliseconds.
     pub timeout_ms: Option<i64>,
     /// One line for people: "15 ranks timed out in ALLREDUCE SeqNum 4417 after 600 s".
     pub summary: Option<String>,
@@ -431,9 +512,11 @@ pub struct Cascades {
 /// The lines that explain the root: its rank's traceback or c10 block, torchrun's summary.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ContextInfo {
+    /// The kept lines, in order.
     pub lines: Vec<ContextLine>,
     /// Lines were left out (the middle of a long block) or cut.
     pub truncated: bool,
+    /// Lines left out of the middle of a long block.
     pub omitted_lines: u64,
     /// Index in `lines` where the omitted lines were.
     pub omitted_at: Option<usize>,
@@ -442,13 +525,17 @@ pub struct ContextInfo {
 /// One context line.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ContextLine {
+    /// Rank of the line's stream, when known.
     pub rank: Option<u32>,
+    /// The line, as printed.
     pub text: String,
 }
 
 /// Ticket state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Ticket {
+    /// True once a ticket is raised; it stays raised.
     pub raised: bool,
+    /// Why it was raised.
     pub reason: Option<TicketReason>,
 }

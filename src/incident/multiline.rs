@@ -88,6 +88,7 @@ pub struct ContextBuf {
 }
 
 impl ContextBuf {
+    /// An empty buffer of at most `max_lines` lines and `max_bytes` bytes (each at least 1).
     pub fn new(max_lines: usize, max_bytes: usize) -> Self {
         ContextBuf {
             head: Vec::new(),
@@ -100,18 +101,22 @@ impl ContextBuf {
         }
     }
 
+    /// Lines kept.
     pub fn len(&self) -> usize {
         self.head.len() + self.tail.len()
     }
 
+    /// True when no line is kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Bytes of the lines kept.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
 
+    /// Forgets every line and what was left out.
     pub fn clear(&mut self) {
         self.head.clear();
         self.tail.clear();
@@ -120,6 +125,8 @@ impl ContextBuf {
         self.cut = false;
     }
 
+    /// Appends a line of `rank`, cut to [`MAX_CONTEXT_LINE_BYTES`]; past the bounds, lines are
+    /// dropped from the middle and counted.
     pub fn push(&mut self, rank: Option<u32>, text: &str) {
         let mut text = text;
         if text.len() > MAX_CONTEXT_LINE_BYTES {
@@ -171,6 +178,7 @@ impl ContextBuf {
             .is_some_and(|l| l.text == text)
     }
 
+    /// Whether any kept line is `text`.
     pub fn contains(&self, text: &str) -> bool {
         self.head
             .iter()
@@ -178,6 +186,7 @@ impl ContextBuf {
             .any(|l| l.text == text)
     }
 
+    /// The `context` object of the JSON contract.
     pub fn info(&self) -> ContextInfo {
         ContextInfo {
             lines: self.head.iter().chain(self.tail.iter()).cloned().collect(),
@@ -194,7 +203,9 @@ pub type StreamKey = (Option<u32>, Option<Arc<str>>);
 /// One stream's current block.
 #[derive(Debug, Clone)]
 pub struct Stream {
+    /// The rank and host the stream's lines came from.
     pub key: StreamKey,
+    /// Its current block.
     pub block: ContextBuf,
     last_kind: Option<LineKind>,
     last_ms: Millis,
@@ -231,6 +242,8 @@ pub struct Streams {
 }
 
 impl Streams {
+    /// No streams yet: at most `cap` (at least 1), each block bounded by `max_lines` and
+    /// `max_bytes`.
     pub fn new(cap: usize, max_lines: usize, max_bytes: usize) -> Self {
         Streams {
             list: Vec::new(),
@@ -243,14 +256,17 @@ impl Streams {
         }
     }
 
+    /// Streams with a block.
     pub fn len(&self) -> usize {
         self.list.len()
     }
 
+    /// True when no stream has a block.
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
+    /// The stream `key`, if it has a block.
     pub fn get(&self, key: &StreamKey) -> Option<&Stream> {
         self.list.iter().find(|s| &s.key == key)
     }

@@ -8,10 +8,10 @@ use crate::kb::{Role, Severity};
 use crate::record::Provenance;
 
 /// Builds a [`MatchEvent`] field by field.
-pub struct EventBuilder(MatchEvent);
+pub(crate) struct EventBuilder(MatchEvent);
 
 /// An event of `error_code` with `role` and `category`, job `job`, no rank, host or time.
-pub fn event(error_code: &str, role: Role, category: &str) -> EventBuilder {
+pub(crate) fn event(error_code: &str, role: Role, category: &str) -> EventBuilder {
     EventBuilder(MatchEvent {
         kind: "match",
         schema_version: SCHEMA_VERSION,
@@ -47,35 +47,35 @@ pub fn event(error_code: &str, role: Role, category: &str) -> EventBuilder {
 }
 
 impl EventBuilder {
-    pub fn job(mut self, job: &str) -> Self {
+    pub(crate) fn job(mut self, job: &str) -> Self {
         self.0.job_id = job.into();
         self
     }
-    pub fn rank(mut self, rank: u32) -> Self {
+    pub(crate) fn rank(mut self, rank: u32) -> Self {
         self.0.rank = Some(rank);
         self
     }
-    pub fn host(mut self, host: &str) -> Self {
+    pub(crate) fn host(mut self, host: &str) -> Self {
         self.0.host = Some(host.into());
         self
     }
-    pub fn ts(mut self, ts: &str) -> Self {
+    pub(crate) fn ts(mut self, ts: &str) -> Self {
         self.0.timestamp = Some(ts.into());
         self
     }
-    pub fn cap(mut self, name: &str, value: &str) -> Self {
+    pub(crate) fn cap(mut self, name: &str, value: &str) -> Self {
         self.0.captures.insert(name.into(), value.into());
         self
     }
-    pub fn line(mut self, line: &str) -> Self {
+    pub(crate) fn line(mut self, line: &str) -> Self {
         self.0.line = line.into();
         self
     }
-    pub fn domain(mut self, domain: &str) -> Self {
+    pub(crate) fn domain(mut self, domain: &str) -> Self {
         self.0.domain = domain.into();
         self
     }
-    pub fn build(self) -> MatchEvent {
+    pub(crate) fn build(self) -> MatchEvent {
         self.0
     }
 }

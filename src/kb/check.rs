@@ -18,14 +18,21 @@ use crate::matcher::{HyperscanMatcher, MatchError, Matcher, RegexMatcher};
 /// The outcome of a check.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// Problems that fail the check (`kb check` exits non-zero).
     pub errors: Vec<Problem>,
+    /// Problems reported without failing it: an example that also hits another entry, a missing
+    /// review trail.
     pub warnings: Vec<Problem>,
+    /// Entries that parsed and validated.
     pub entries: usize,
+    /// Patterns that compiled in `regex`.
     pub patterns: usize,
+    /// Examples run through the engines.
     pub examples: usize,
 }
 
 impl Report {
+    /// True when there is no error (warnings allowed).
     pub fn ok(&self) -> bool {
         self.errors.is_empty()
     }

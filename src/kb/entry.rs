@@ -29,9 +29,13 @@ pub enum Role {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
+    /// The job cannot go on where it runs: a lost GPU, an uncorrectable error, a failed node.
     Critical,
+    /// A failure of the job: an OOM, a timeout, a crash.
     Error,
+    /// Stopped or degraded without a fault: a preemption, a time limit, a skipped step.
     Warning,
+    /// Context or a recoverable event; nothing to act on.
     Info,
 }
 
@@ -151,9 +155,13 @@ pub const VERSION_STATUSES: &[&str] = &["active", "fixed", "changed", "deprecate
 /// One problem found in a KB file. `entry` is empty when the file has no readable id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// The file the problem is in, relative to the KB root.
     pub file: PathBuf,
+    /// The entry's id as written; empty when unreadable.
     pub entry: String,
+    /// The field at fault (`patterns[2]`, `examples[0]`, `id`).
     pub field: String,
+    /// What is wrong, for the author.
     pub message: String,
 }
 
@@ -177,13 +185,21 @@ impl fmt::Display for Problem {
 /// A validated knowledge-base entry.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Entry {
+    /// `<domain>/<slug>`, equal to the file's path; stable forever.
     pub id: String,
+    /// One line saying what failed, for people.
     pub title: String,
+    /// Emitting software family (`pytorch`, `nccl`, `nvidia`, ...).
     pub domain: String,
+    /// Failure class, from the vocabulary in `kb/README.md`.
     pub category: String,
+    /// Stable metric label and alert key (`NCCL_TIMEOUT`, `XID_79`).
     pub error_code: String,
+    /// Earlier codes of this entry, so old alerts and tickets still resolve.
     pub aliases: Vec<String>,
+    /// What the line means for an incident.
     pub role: Role,
+    /// How loud the entry is.
     pub severity: Severity,
     /// Reported only when no non-fallback entry matches the same line.
     pub fallback: bool,
@@ -191,17 +207,27 @@ pub struct Entry {
     pub class: CauseClass,
     /// Ids of entries this one beats on the same line.
     pub supersedes: Vec<String>,
+    /// How the diagnosis was judged, one of [`VERIFICATIONS`].
     pub verification: String,
+    /// How the patterns were checked, one of [`PATTERN_VERIFICATIONS`].
     pub patterns_verified: String,
+    /// Share of incidents the workarounds fix, 0.0..=1.0; only when `verification` is `measured`.
     pub fix_rate: Option<f64>,
+    /// What is going on, for the on-call engineer.
     pub root_cause: String,
+    /// Regexes in the common syntax of Hyperscan and `regex`; named groups become captures.
     pub patterns: Vec<String>,
+    /// Lines that must match this entry, checked in both engines.
     pub examples: Vec<String>,
+    /// Near-miss lines that must not match it.
     pub negative_examples: Vec<String>,
+    /// Where the message is printed: source file and function, or documentation page.
     pub references: Vec<String>,
+    /// Version compatibility rows.
     pub versions: Vec<VersionSpec>,
     /// In the author's order: first action first, escalations last.
     pub workarounds: Vec<WorkaroundSpec>,
+    /// Fixes known not to work, and why.
     pub dead_ends: Vec<DeadEndSpec>,
     /// Who or what checked each part, against which source.
     pub review: Vec<ReviewSpec>,

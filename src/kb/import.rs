@@ -12,7 +12,9 @@ use super::spec::{DeadEndSpec, EntrySpec, SeedSpec, VersionSpec, WorkaroundSpec}
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct ImportError {
+    /// What was missing or malformed: a field, a section or `json entry N`.
     pub field: String,
+    /// What was wrong with it.
     pub message: String,
 }
 

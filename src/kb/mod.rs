@@ -27,13 +27,18 @@ mod embedded {
 /// Errors loading a knowledge base.
 #[derive(Debug, thiserror::Error)]
 pub enum KbError {
+    /// The knowledge base, or a directory under it, could not be read.
     #[error("cannot read the knowledge base at {path}: {source}")]
     Io {
+        /// The file or directory that failed.
         path: PathBuf,
+        /// The underlying I/O error.
         source: std::io::Error,
     },
+    /// Entries failed validation; every problem found.
     #[error("the knowledge base has {} problem(s):\n{}", .0.len(), render(.0))]
     Invalid(Vec<Problem>),
+    /// The directory holds no `*.toml` file.
     #[error("the knowledge base at {0} holds no entries")]
     Empty(PathBuf),
 }
@@ -53,6 +58,7 @@ pub struct Pattern {
     pub entry: usize,
     /// Index of the pattern within its entry.
     pub index: usize,
+    /// The pattern as written in the entry; what Hyperscan compiles.
     pub source: String,
     /// The same pattern for the `regex` crate: confirms hits and extracts captures.
     pub regex: Regex,
@@ -61,7 +67,9 @@ pub struct Pattern {
 /// A loaded, validated knowledge base.
 #[derive(Debug, Clone)]
 pub struct KnowledgeBase {
+    /// The validated entries, in path order.
     pub entries: Vec<Entry>,
+    /// Every pattern of every entry, in entry order; the position is the pattern id.
     pub patterns: Vec<Pattern>,
     /// Content hash of every file: changes whenever any entry changes.
     pub version: String,

@@ -98,21 +98,30 @@ pub struct ReviewSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SeedSpec {
+    /// The seed's one-line title.
     pub title: String,
+    /// The seed's failure class; empty when the same as the entry's.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub category: String,
+    /// The seed's error code; empty when the same as the entry's.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error_code: String,
+    /// The seed's verification level; empty when the same as the entry's.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub verification: String,
+    /// The seed's claimed share of incidents the workarounds fix, 0.0..=1.0 (an estimate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fix_rate: Option<f64>,
+    /// The seed's explanation of the failure.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub root_cause: String,
+    /// The seed's version compatibility rows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub versions: Vec<VersionSpec>,
+    /// The seed's workarounds, with its estimated rates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workarounds: Vec<WorkaroundSpec>,
+    /// The seed's dead ends, with its estimated rates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dead_ends: Vec<DeadEndSpec>,
 }
@@ -127,8 +136,10 @@ pub struct VersionSpec {
     pub range: String,
     /// `active`, `fixed`, `changed` or `deprecated`.
     pub status: String,
+    /// The version that introduced the behaviour, free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub introduced: Option<String>,
+    /// The version that deprecated or removed it, free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deprecated: Option<String>,
 }
@@ -137,6 +148,7 @@ pub struct VersionSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkaroundSpec {
+    /// What to do, for people.
     pub text: String,
     /// A shell command or code snippet that applies it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -156,7 +168,9 @@ pub struct WorkaroundSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeadEndSpec {
+    /// The fix people try.
     pub action: String,
+    /// Why it does not help.
     pub why: String,
     /// 0.0..=1.0, only as measured or reported: with `n` and `source` (seed rates aside).
     #[serde(default, skip_serializing_if = "Option::is_none")]

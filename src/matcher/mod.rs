@@ -24,23 +24,35 @@ pub struct RawHit {
 /// Errors of the matching engines.
 #[derive(Debug, thiserror::Error)]
 pub enum MatchError {
+    /// One pattern is rejected on its own.
     #[error("pattern {index} (`{pattern}`) does not compile in {engine}: {message}")]
     Pattern {
+        /// The engine that rejected it ([`Matcher::name`]).
         engine: &'static str,
+        /// Position of the pattern in the compiled list (its pattern id).
         index: usize,
+        /// The pattern's source.
         pattern: String,
+        /// The engine's reason.
         message: String,
     },
+    /// The patterns do not compile as one database, or its scratch cannot be allocated.
     #[error("the {engine} database does not compile: {message}")]
     Database {
+        /// The engine that failed ([`Matcher::name`]).
         engine: &'static str,
+        /// The engine's reason.
         message: String,
     },
+    /// The engine failed while scanning.
     #[error("scanning failed in {engine}: {message}")]
     Scan {
+        /// The engine that failed ([`Matcher::name`]).
         engine: &'static str,
+        /// The engine's reason.
         message: String,
     },
+    /// A haystack of 4 GiB or more (hit offsets are `u32`); carries its length in bytes.
     #[error("a haystack of {0} bytes is larger than the engine's 4 GiB limit")]
     TooLarge(usize),
 }

@@ -10,6 +10,7 @@ pub const DEFAULT_MAX_VALUES: usize = 32;
 /// One enabled dimension and its cardinality cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DimensionConfig {
+    /// The envelope field added as a label.
     pub dimension: Dimension,
     /// Distinct values admitted over the life of the process; later ones count as `other`.
     pub max_values: usize,

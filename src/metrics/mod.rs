@@ -54,8 +54,10 @@ pub const OTHER: &str = "other";
 /// can cause one, and it shows at startup.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
+    /// The registry refused a family (a duplicate name or malformed options).
     #[error("registering metric family: {0}")]
     Prometheus(#[from] prometheus::Error),
+    /// An invalid `[metrics]` setting; the text says which.
     #[error("metrics.dimensions: {0}")]
     Config(String),
 }

@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {
+    /// The topic's name, shared by every record of it.
     pub topic: Arc<str>,
+    /// The partition number.
     pub partition: i32,
 }
 
@@ -37,20 +39,32 @@ impl std::fmt::Display for TopicPartition {
 /// Names one registered record: where it is, and which assignment of its partition read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordId {
+    /// The partition.
     pub tp: TopicPartition,
+    /// The assignment of the partition that read it; acks of an older epoch are ignored.
     pub epoch: u64,
+    /// The record's offset.
     pub offset: i64,
 }
 
 /// Misuse of the watermark: a bug in the caller, reported rather than panicking.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OffsetError {
+    /// A registered offset was not above the partition's last one.
     #[error("offset {offset} registered after {last}: offsets of a partition must increase")]
-    NotIncreasing { offset: i64, last: i64 },
+    NotIncreasing {
+        /// The offset registered.
+        offset: i64,
+        /// The partition's last registered offset.
+        last: i64,
+    },
+    /// A resolve or ack named an offset that is not in flight.
     #[error("offset {0} is not in flight")]
     Unknown(i64),
+    /// More acks than the record's resolved output count.
     #[error("offset {0} acknowledged more often than it has outputs")]
     TooManyAcks(i64),
+    /// A record was resolved a second time.
     #[error("offset {0} resolved twice")]
     ResolvedTwice(i64),
 }
@@ -241,6 +255,7 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// An empty tracker, shared by the source, the matcher and the sink.
     pub fn new() -> Arc<Self> {
         Arc::new(Tracker::default())
     }
@@ -563,6 +578,8 @@ pub struct Release {
 }
 
 impl Release {
+    /// Lifts the holds of `ids` once `parties` parties are [done](Release::done); at once when
+    /// `parties` is 0.
     pub fn new(tracker: Arc<Tracker>, ids: Vec<RecordId>, parties: u32) -> Arc<Self> {
         let r = Arc::new(Release {
             tracker,

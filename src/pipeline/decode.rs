@@ -13,6 +13,7 @@ use crate::metrics::DeadLetterReason;
 /// Why the Arroyo-style invalid-record limit tripped.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LimitExceeded {
+    /// Too many undecodable records in a row.
     #[error(
         "stopped consuming: {count} consecutive records could not be decoded (limit \
          dead_letter.max_consecutive_invalid = {max}); last at {source_record}: {reason}. \
@@ -20,22 +21,33 @@ pub enum LimitExceeded {
          nothing past the last good record was committed"
     )]
     Consecutive {
+        /// Undecodable records in a row, the last one included.
         count: u64,
+        /// `dead_letter.max_consecutive_invalid`.
         max: u64,
+        /// `topic/partition@offset` of the last undecodable record.
         source_record: String,
+        /// Why it could not be decoded.
         reason: String,
     },
+    /// Too many undecodable records within the window.
     #[error(
         "stopped consuming: {invalid} of the last {seen} records could not be decoded (limit \
          dead_letter.max_invalid_ratio = {ratio} of dead_letter.invalid_window = {window}); \
          last at {source_record}: {reason}. Nothing past the last good record was committed"
     )]
     Ratio {
+        /// Undecodable records in the current window.
         invalid: u64,
+        /// Records seen in the current window.
         seen: u64,
+        /// `dead_letter.max_invalid_ratio`.
         ratio: f64,
+        /// `dead_letter.invalid_window`, in records.
         window: u64,
+        /// `topic/partition@offset` of the last undecodable record.
         source_record: String,
+        /// Why it could not be decoded.
         reason: String,
     },
 }
@@ -53,19 +65,28 @@ pub struct InvalidCounter {
 /// Which limit tripped, before the caller adds where.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Trip {
+    /// Too many undecodable records in a row.
     Consecutive {
+        /// Undecodable records in a row.
         count: u64,
+        /// The limit they passed.
         max: u64,
     },
+    /// Too many undecodable records within the window.
     Ratio {
+        /// Undecodable records in the current window.
         invalid: u64,
+        /// Records seen in the current window.
         seen: u64,
+        /// The ratio they passed.
         ratio: f64,
+        /// The window's length, in records.
         window: u64,
     },
 }
 
 impl InvalidCounter {
+    /// A counter with nothing counted yet.
     pub fn new(limits: InvalidLimits) -> Self {
         InvalidCounter {
             limits,
@@ -140,12 +161,28 @@ impl Trip {
 /// Why a record cannot be decoded: it goes to the dead-letter topic.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
+    /// The payload is over `input.max_record_bytes`.
     #[error("payload of {bytes} bytes is over input.max_record_bytes = {max}")]
-    TooLarge { bytes: usize, max: usize },
+    TooLarge {
+        /// The payload's size in bytes.
+        bytes: usize,
+        /// `input.max_record_bytes`.
+        max: usize,
+    },
+    /// `input.envelope = text` and the payload is not UTF-8.
     #[error("payload is not valid UTF-8 (input.envelope = text): invalid byte at {at}")]
-    NotUtf8 { at: usize },
+    NotUtf8 {
+        /// Offset of the first invalid byte.
+        at: usize,
+    },
+    /// `input.envelope = json` and a line is not a JSON envelope.
     #[error("line {line} is not a JSON envelope (input.envelope = json): {error}")]
-    NotEnvelope { line: usize, error: String },
+    NotEnvelope {
+        /// The line, from 1.
+        line: usize,
+        /// Why it is not an envelope.
+        error: String,
+    },
 }
 
 impl Invalid {
@@ -169,7 +206,9 @@ impl Invalid {
 pub enum Disposition {
     /// No payload (a tombstone) or an empty one: nothing to match, terminal at once.
     Skip,
+    /// Undecodable: it goes to the dead-letter topic.
     Invalid(Invalid),
+    /// Decodable: its lines join the scan buffer.
     Scan,
 }
 
@@ -247,6 +286,7 @@ pub fn payload_lines(payload: &[u8]) -> u64 {
 /// What the matcher decides about one consumed record before scanning it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded<'a> {
+    /// Whether the record is skipped, dead-lettered or scanned.
     pub disposition: Disposition,
     /// The job named by the key or a header ([`record_job`]).
     pub job: Option<&'a [u8]>,

@@ -429,10 +429,13 @@ fn deliver(rx: Receiver<Job>, mut hook: WebhookSink, f: &IncidentFamilies, stop:
 /// Why the incident stage could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The incident settings are inconsistent.
     #[error(transparent)]
     Config(#[from] crate::incident::ConfigError),
+    /// The webhook sink could not be built.
     #[error(transparent)]
     Webhook(#[from] WebhookError),
+    /// The OS refused to spawn the webhook thread.
     #[error("starting the webhook thread: {0}")]
     Thread(std::io::Error),
 }

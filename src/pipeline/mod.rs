@@ -49,31 +49,45 @@ use match_stage::{MatchStage, StageParts};
 /// Why the pipeline stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
+    /// The KB could not be loaded at start.
     #[error(transparent)]
     Kb(#[from] ReloadError),
+    /// The Kafka source failed.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// The Kafka sink failed: an output was lost.
     #[error(transparent)]
     Sink(#[from] SinkError),
+    /// The matcher failed (compiling the KB or scanning).
     #[error(transparent)]
     Match(#[from] MatchError),
+    /// Too many undecodable records (`[dead_letter]` limits).
     #[error("{0}")]
     InvalidLimit(#[from] LimitExceeded),
+    /// The admin server could not bind its address.
     #[error("admin server on {addr}: {error}")]
     Admin {
+        /// The address it tried.
         addr: std::net::SocketAddr,
+        /// The bind error.
         error: std::io::Error,
     },
+    /// The OS refused to spawn a pipeline thread.
     #[error("starting a pipeline thread: {0}")]
     Thread(std::io::Error),
+    /// A pipeline thread or task panicked.
     #[error("a pipeline thread panicked")]
     Panicked,
+    /// The metric families could not be registered.
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
+    /// The span exporter could not be started or flushed.
     #[error(transparent)]
     Telemetry(#[from] crate::telemetry::TelemetryError),
+    /// An extra redaction rule is invalid.
     #[error(transparent)]
     Redact(#[from] crate::redact::RedactError),
+    /// The incident stage could not start.
     #[error(transparent)]
     Incidents(#[from] incidents::StartError),
 }

@@ -34,12 +34,16 @@ pub struct Receiver<T>(Arc<Shared<T>>);
 /// Why a send did not happen; the item comes back.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SendError<T> {
+    /// The queue stayed full until the timeout.
     Full(T),
+    /// The receiver is gone.
     Closed(T),
 }
 
+/// Why a receive returned nothing.
 #[derive(Debug, PartialEq, Eq)]
 pub enum RecvError {
+    /// No item arrived before the timeout.
     Timeout,
     /// The sender is gone and every item was received.
     Closed,

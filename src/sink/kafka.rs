@@ -84,12 +84,26 @@ pub mod headers {
 /// Errors that stop the pipeline.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SinkError {
+    /// The producer could not be created (bad settings).
     #[error("creating the Kafka producer: {0}")]
     Create(KafkaError),
+    /// librdkafka refused a record outright (not a full queue, which is waited on).
     #[error("producing to {topic}: {error}")]
-    Produce { topic: String, error: KafkaError },
+    Produce {
+        /// The record's topic.
+        topic: String,
+        /// librdkafka's error.
+        error: KafkaError,
+    },
+    /// A record was not delivered within librdkafka's retries (`message.timeout.ms`).
     #[error("delivery to {topic} failed after retries: {error}")]
-    Delivery { topic: String, error: String },
+    Delivery {
+        /// The record's topic.
+        topic: String,
+        /// librdkafka's error, as text.
+        error: String,
+    },
+    /// The drain deadline passed while a record waited for room in the producer queue.
     #[error("shutting down with the producer queue full")]
     Abandoned,
 }
@@ -98,10 +112,17 @@ pub enum SinkError {
 #[derive(Debug)]
 pub enum Delivery {
     /// A match event or a dead letter: one output of `record`.
-    Output { record: RecordId, dead_letter: bool },
+    Output {
+        /// The input record the output came from.
+        record: RecordId,
+        /// A dead letter rather than a match event (counted apart).
+        dead_letter: bool,
+    },
     /// An incident change; a resolution carries the holds its ack helps lift.
     Incident {
+        /// The incident's fingerprint, for the log line if the delivery fails.
         fingerprint: String,
+        /// The holds lifted once every party saw the resolution; `None` for other changes.
         release: Option<Arc<Release>>,
     },
 }
@@ -177,13 +198,17 @@ impl ProducerContext for SinkContext {
 /// The producer, shared by the output and dead-letter topics.
 pub struct KafkaSink {
     producer: ThreadedProducer<SinkContext>,
+    /// Topic of the match events.
     pub output_topic: String,
+    /// Topic of the dead letters.
     pub dead_letter_topic: String,
     /// Redacts dead letters' payloads (`dead_letter.redact`); `None` keeps the original bytes.
     dead_letter_redactor: Option<Arc<Redactor>>,
 }
 
 impl KafkaSink {
+    /// A producer with `settings`, acknowledging deliveries to `tracker` and counting them in
+    /// `counts`.
     pub fn new(
         settings: &KafkaSettings,
         output_topic: &str,

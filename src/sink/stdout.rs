@@ -21,20 +21,29 @@ pub enum Format {
 /// What one job produced over a scan.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct JobSummary {
+    /// Always `summary` (`type` in JSON).
     #[serde(rename = "type")]
     pub kind: &'static str,
+    /// Version of the output contract, [`SCHEMA_VERSION`].
     pub schema_version: u32,
+    /// The job summarised.
     pub job_id: String,
+    /// Matches of the job.
     pub matches: u64,
+    /// Matches per error code.
     pub by_error_code: BTreeMap<String, u64>,
+    /// Matches per role.
     pub by_role: BTreeMap<String, u64>,
     /// Distinct ranks that printed a match.
     pub ranks: Vec<u32>,
+    /// Earliest match timestamp, compared as text.
     pub first_timestamp: Option<String>,
+    /// Latest match timestamp, compared as text.
     pub last_timestamp: Option<String>,
 }
 
 impl JobSummary {
+    /// An empty summary of `job_id`.
     pub fn new(job_id: &str) -> Self {
         JobSummary {
             kind: "summary",
@@ -44,6 +53,7 @@ impl JobSummary {
         }
     }
 
+    /// Counts one match of the job.
     pub fn add(&mut self, event: &MatchEvent) {
         self.matches += 1;
         *self
@@ -74,10 +84,12 @@ pub struct StdoutSink<W: Write> {
 }
 
 impl<W: Write> StdoutSink<W> {
+    /// Writes to `out` in `format`.
     pub fn new(out: W, format: Format) -> Self {
         StdoutSink { out, format }
     }
 
+    /// Writes one match event.
     pub fn event(&mut self, event: &MatchEvent) -> io::Result<()> {
         match self.format {
             Format::Json => self.json(event),
@@ -85,6 +97,7 @@ impl<W: Write> StdoutSink<W> {
         }
     }
 
+    /// Writes one incident change.
     pub fn incident(&mut self, incident: &IncidentEvent) -> io::Result<()> {
         match self.format {
             Format::Json => self.json(incident),
@@ -92,6 +105,7 @@ impl<W: Write> StdoutSink<W> {
         }
     }
 
+    /// Writes one job summary.
     pub fn summary(&mut self, summary: &JobSummary) -> io::Result<()> {
         match self.format {
             Format::Json => self.json(summary),
@@ -119,10 +133,12 @@ impl<W: Write> StdoutSink<W> {
         self.out.write_all(b"\n")
     }
 
+    /// Flushes the writer.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
 
+    /// The writer back.
     pub fn into_inner(self) -> W {
         self.out
     }

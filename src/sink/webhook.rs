@@ -47,11 +47,15 @@ pub enum PayloadFormat {
 /// Where and how to deliver.
 #[derive(Debug, Clone)]
 pub struct WebhookConfig {
+    /// Where changes are POSTed: `http://`, or `https://` with the `webhook-tls` feature.
     pub url: String,
+    /// The body shape.
     pub format: PayloadFormat,
     /// Attempts per change, the first included.
     pub max_attempts: u32,
+    /// Wait before the first retry; doubles on each one.
     pub initial_backoff: Duration,
+    /// Cap on any wait, `Retry-After` included.
     pub max_backoff: Duration,
     /// For one attempt, connection to response.
     pub timeout: Duration,
@@ -59,10 +63,13 @@ pub struct WebhookConfig {
     pub headers: Vec<(String, String)>,
     /// Alertmanager payload: `receiver` and `externalURL`.
     pub receiver: String,
+    /// Alertmanager's `externalURL`.
     pub external_url: String,
 }
 
 impl WebhookConfig {
+    /// A config for `url` in `format`, with the documented defaults (5 attempts, 0.5 s backoff
+    /// doubling to 30 s, 10 s per attempt).
     pub fn new(url: impl Into<String>, format: PayloadFormat) -> Self {
         WebhookConfig {
             url: url.into(),
@@ -101,19 +108,28 @@ impl std::fmt::Debug for DeadLetter {
 /// A change that was not delivered, with everything needed to replay it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadLetterRecord {
+    /// Always `dead_letter` (`type` in JSON).
     #[serde(rename = "type")]
     pub kind: &'static str,
+    /// Version of the output contract, [`SCHEMA_VERSION`].
     pub schema_version: u32,
+    /// The webhook that refused the change.
     pub url: String,
+    /// The ticket key: the incident's fingerprint.
     pub ticket_key: String,
+    /// The change's `Idempotency-Key`, as sent.
     pub idempotency_key: String,
+    /// Attempts made before giving up.
     pub attempts: u32,
+    /// The last attempt's error (`HTTP 503`, a transport error).
     pub error: String,
+    /// The body that was sent, to replay as is.
     pub payload: Value,
 }
 
 /// How the sink waits between attempts.
 pub trait Pause: Send {
+    /// Waits `duration` (or records it, in tests).
     fn pause(&mut self, duration: Duration);
 }
 
@@ -132,11 +148,16 @@ impl Pause for Sleep {
 pub enum Delivery {
     /// No ticket raised for this incident (yet): nothing sent.
     Skipped,
+    /// Delivered with a 2xx response.
     Delivered {
+        /// Attempts it took, the first included.
         attempts: u32,
     },
+    /// Not delivered: retries ran out or the error is not retryable; the dead letter has it.
     DeadLettered {
+        /// Attempts made.
         attempts: u32,
+        /// The last attempt's error.
         error: String,
     },
 }
@@ -144,20 +165,33 @@ pub enum Delivery {
 /// Counters (metrics come with the Prometheus issue).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WebhookStats {
+    /// Changes delivered.
     pub delivered: u64,
+    /// Attempts made, retries included.
     pub attempts: u64,
+    /// Retries after a retryable failure.
     pub retries: u64,
+    /// Changes dead-lettered.
     pub dead_lettered: u64,
+    /// Changes not sent because their ticket was not raised.
     pub skipped: u64,
 }
 
 /// Why the sink could not be built or a dead letter not written.
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
+    /// The URL is neither `http://` nor (with `webhook-tls`) `https://`.
     #[error("webhook URL {0:?} must start with http:// (https:// needs the webhook-tls feature)")]
     UnsupportedUrl(String),
+    /// The dead letter file could not be written.
     #[error("writing the dead letter file {path}: {source}")]
-    DeadLetter { path: PathBuf, source: io::Error },
+    DeadLetter {
+        /// The dead letter file.
+        path: PathBuf,
+        /// The write error.
+        source: io::Error,
+    },
+    /// The payload could not be serialised.
     #[error("encoding the webhook payload: {0}")]
     Encode(#[from] serde_json::Error),
 }
@@ -192,6 +226,7 @@ enum Attempt {
 }
 
 impl WebhookSink {
+    /// A sink for `cfg`; fails on a URL this build cannot reach.
     pub fn new(cfg: WebhookConfig, dead_letter: DeadLetter) -> Result<Self, WebhookError> {
         let https_ok = cfg!(feature = "webhook-tls") && cfg.url.starts_with("https://");
         if !cfg.url.starts_with("http://") && !https_ok {
@@ -217,6 +252,7 @@ impl WebhookSink {
         self
     }
 
+    /// Counters since the sink was built.
     pub fn stats(&self) -> &WebhookStats {
         &self.stats
     }
@@ -798,7 +834,7 @@ mod tests {
 
     /// Records the waits instead of sleeping.
     #[derive(Clone, Default)]
-    pub struct Recorded(pub Arc<Mutex<Vec<Duration>>>);
+    pub(crate) struct Recorded(pub(crate) Arc<Mutex<Vec<Duration>>>);
 
     impl Pause for Recorded {
         fn pause(&mut self, duration: Duration) {

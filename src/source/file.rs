@@ -35,7 +35,9 @@ pub struct Input {
 #[derive(Debug, thiserror::Error)]
 #[error("{name}: {source}")]
 pub struct InputError {
+    /// The input as named in output (path or `-`).
     pub name: String,
+    /// The underlying I/O error.
     pub source: io::Error,
 }
 
@@ -150,11 +152,15 @@ pub struct ChunkReader<R> {
 /// A chunk of whole lines and where it starts.
 #[derive(Debug)]
 pub struct Chunk<'a> {
+    /// Whole lines; the last lacks its newline only at the end of the input or when cut.
     pub data: &'a [u8],
+    /// Its first line number and whether it is a cut line.
     pub info: ChunkInfo,
 }
 
 impl<R: Read> ChunkReader<R> {
+    /// Reads `reader` in buffers of `chunk_bytes` (grown to fit one `max_line` line, and at least
+    /// 4 KiB); lines longer than `max_line` bytes are cut to it.
     pub fn new(reader: R, chunk_bytes: usize, max_line: usize) -> Self {
         let max_line = max_line.max(1);
         // One byte more than the longest line, so that a line of exactly `max_line` bytes and

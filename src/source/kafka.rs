@@ -35,16 +35,19 @@ use crate::runtime::{Health, Shutdown};
 /// of two allocations of its own halved the source thread's time in `malloc` and `free`.
 #[derive(Debug, Clone)]
 pub struct SourceRecord {
+    /// Where it was read, and by which assignment of its partition.
     pub id: RecordId,
     key: Option<Range<usize>>,
     /// `None` for a tombstone.
     payload: Option<Range<usize>>,
+    /// Its headers, in order: name and value (`None` when null).
     pub headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// Records handed to the matcher together, with their keys and payloads in one buffer.
 #[derive(Debug, Default)]
 pub struct Batch {
+    /// The records, in the order they were read.
     pub records: Vec<SourceRecord>,
     /// Every record's key, then its payload.
     data: Vec<u8>,
@@ -88,14 +91,17 @@ impl Batch {
         });
     }
 
+    /// The record's key, if it has one.
     pub fn key(&self, r: &SourceRecord) -> Option<&[u8]> {
         r.key.clone().map(|k| &self.data[k])
     }
 
+    /// The record's payload; `None` for a tombstone.
     pub fn payload(&self, r: &SourceRecord) -> Option<&[u8]> {
         r.payload.clone().map(|p| &self.data[p])
     }
 
+    /// The record with its bytes, as the decoder reads it.
     pub fn view<'a>(&'a self, r: &'a SourceRecord) -> RecordView<'a> {
         RecordView {
             id: &r.id,
@@ -105,6 +111,7 @@ impl Batch {
         }
     }
 
+    /// True when the batch holds no record.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
@@ -143,11 +150,15 @@ struct Queue {
 /// Errors that stop the source.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// The client could not be created (bad settings).
     #[error("creating the Kafka consumer: {0}")]
     Create(KafkaError),
+    /// Subscribing to the input topics failed.
     #[error("subscribing to {topics:?}: {error}")]
     Subscribe {
+        /// The topics subscribed to.
         topics: Vec<String>,
+        /// The client's error.
         error: KafkaError,
     },
 }

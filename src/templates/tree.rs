@@ -151,7 +151,7 @@ impl Template {
 }
 
 /// Most merged ids remembered per template (for `Miner::resolve`).
-pub const MAX_MERGED_IDS: usize = 64;
+pub(super) const MAX_MERGED_IDS: usize = 64;
 
 /// Most sibling groups a template takes part in at once.
 const MAX_GROUPS_PER_TEMPLATE: usize = 8;
@@ -240,7 +240,7 @@ struct Fit {
 }
 
 impl Tree {
-    pub fn new(p: TreeParams) -> Tree {
+    pub(super) fn new(p: TreeParams) -> Tree {
         Tree {
             p,
             slots: Vec::new(),
@@ -258,19 +258,19 @@ impl Tree {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.live
     }
 
-    pub fn evicted(&self) -> u64 {
+    pub(super) fn evicted(&self) -> u64 {
         self.evicted
     }
 
-    pub fn generation(&self, slot: u32) -> u32 {
+    pub(super) fn generation(&self, slot: u32) -> u32 {
         self.slots.get(slot as usize).map_or(u32::MAX, |s| s.gen)
     }
 
-    pub fn template(&self, slot: u32) -> Option<&Template> {
+    pub(super) fn template(&self, slot: u32) -> Option<&Template> {
         self.slots.get(slot as usize).and_then(|s| s.t.as_ref())
     }
 
@@ -278,13 +278,13 @@ impl Tree {
         self.slots.get_mut(slot as usize).and_then(|s| s.t.as_mut())
     }
 
-    pub fn slot_of(&self, id: TemplateId) -> Option<u32> {
+    pub(super) fn slot_of(&self, id: TemplateId) -> Option<u32> {
         self.ids.get(&id.0).copied()
     }
 
     /// The live id that `id` now stands for: itself, or the template it was
     /// merged into.
-    pub fn resolve(&self, id: TemplateId) -> TemplateId {
+    pub(super) fn resolve(&self, id: TemplateId) -> TemplateId {
         let mut cur = id.0;
         // chains are flattened on merge, so one or two steps suffice; the
         // bound guards against any cycle
@@ -300,12 +300,12 @@ impl Tree {
         TemplateId(cur)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Template> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Template> {
         self.slots.iter().filter_map(|s| s.t.as_ref())
     }
 
     /// A cached line matched `slot` again: count it and mark it recent.
-    pub fn hit(&mut self, slot: u32, seq: u64) -> u64 {
+    pub(super) fn hit(&mut self, slot: u32, seq: u64) -> u64 {
         let count = match self.tmpl_mut(slot) {
             Some(t) => {
                 t.count += 1;
@@ -373,7 +373,7 @@ impl Tree {
     }
 
     /// Find the template for a masked line, generalising, merging or creating.
-    pub fn place(&mut self, masked: &str, toks: &[Token], line: &str, seq: u64) -> Placed {
+    pub(super) fn place(&mut self, masked: &str, toks: &[Token], line: &str, seq: u64) -> Placed {
         let n = toks.len();
         let key = bucket_key(toks, self.p.prefix_tokens);
         let nf = n.max(1) as f64;

@@ -93,13 +93,13 @@ fn ranks(v: &Value) -> Vec<u64> {
 
 /// 64 ranks; rank 17 on node-05 loses its GPU (Xid 79 in node-05's kernel log); ten minutes
 /// later the 63 others time out in the all-reduce rank 17 never joins.
-pub fn xid_job(job: &str, t: i64) -> Vec<String> {
+pub(crate) fn xid_job(job: &str, t: i64) -> Vec<String> {
     xid_job_hanging(job, t, 600)
 }
 
 /// [`xid_job`] with the timeouts printed `hang` seconds after the Xid (their text still says
 /// 600 s: a test with a quiet period of seconds compresses the log's time, not the story).
-pub fn xid_job_hanging(job: &str, t: i64, hang: i64) -> Vec<String> {
+pub(crate) fn xid_job_hanging(job: &str, t: i64, hang: i64) -> Vec<String> {
     let mut lines = Vec::new();
     for step in 0..3 {
         for r in 0..64 {

@@ -18,7 +18,7 @@ use faultline::metrics::{
 use crate::support;
 
 /// The path of `tool` on PATH, or `None` after saying the test is skipped.
-pub fn tool(tool: &str, test: &str) -> Option<PathBuf> {
+pub(crate) fn tool(tool: &str, test: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(tool))
@@ -34,7 +34,7 @@ pub fn tool(tool: &str, test: &str) -> Option<PathBuf> {
 }
 
 /// A registry of the repository's KB with a non-zero value in every family.
-pub fn busy_metrics() -> Metrics {
+pub(crate) fn busy_metrics() -> Metrics {
     let config = MetricsConfig::from_raw(&RawMetricsConfig {
         dimensions: vec!["cluster".into()],
         max_values_per_dimension: Some(4),
@@ -194,7 +194,7 @@ fn rendered_metrics_pass_promtool_check_metrics() {
     assert!(!out.status.success(), "the lint catches a bad name");
 }
 
-pub fn promtool(args: &[&str]) -> std::process::Output {
+pub(crate) fn promtool(args: &[&str]) -> std::process::Output {
     let promtool = tool("promtool", "promtool").expect("checked by the caller");
     Command::new(promtool)
         .args(args)
@@ -232,13 +232,13 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
 
 /// One alerting rule as written in dashboards/alerts.yml.
 #[derive(Debug, serde::Deserialize)]
-pub struct Rule {
+pub(crate) struct Rule {
     pub alert: String,
     pub expr: String,
     annotations: std::collections::BTreeMap<String, String>,
 }
 
-pub fn rules() -> Vec<Rule> {
+pub(crate) fn rules() -> Vec<Rule> {
     #[derive(serde::Deserialize)]
     struct Group {
         rules: Vec<Rule>,
@@ -283,7 +283,7 @@ fn every_alert_has_a_summary_a_description_and_a_runbook_section() {
     }
 }
 
-pub fn dashboard() -> serde_json::Value {
+pub(crate) fn dashboard() -> serde_json::Value {
     let text = std::fs::read_to_string(support::repo().join("dashboards/fleet-failures.json"))
         .expect("dashboard");
     serde_json::from_str(&text).expect("the dashboard is JSON")
@@ -302,7 +302,7 @@ fn panels(dashboard: &serde_json::Value) -> Vec<&serde_json::Value> {
 }
 
 /// (panel title, PromQL) of every panel target.
-pub fn dashboard_queries(dashboard: &serde_json::Value) -> Vec<(String, String)> {
+pub(crate) fn dashboard_queries(dashboard: &serde_json::Value) -> Vec<(String, String)> {
     panels(dashboard)
         .into_iter()
         .flat_map(|p| {
@@ -386,7 +386,7 @@ fn the_dashboard_is_a_current_grafana_model() {
 }
 
 /// Grafana's variables, replaced the way Grafana would before sending a query.
-pub fn grafana_to_promql(expr: &str) -> String {
+pub(crate) fn grafana_to_promql(expr: &str) -> String {
     let out = expr
         .replace("$__rate_interval", "1m")
         .replace("$__range", "5m")
@@ -409,7 +409,7 @@ fn percent_encode(s: &str) -> String {
 }
 
 /// A plain HTTP/1.0 GET: (status, body), or `None` when nothing answers yet.
-pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
     use std::io::Read;
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
@@ -422,7 +422,7 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)>
 }
 
 /// Polls `f` until it returns `Some`, or panics with `what` after `secs`.
-pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(v) = f() {
@@ -532,14 +532,14 @@ impl Drop for Exporter {
 }
 
 /// A `prometheus` server on 127.0.0.1 with its own storage, killed on drop.
-pub struct PrometheusServer {
+pub(crate) struct PrometheusServer {
     child: std::process::Child,
     addr: std::net::SocketAddr,
     dir: tempfile::TempDir,
 }
 
 impl PrometheusServer {
-    pub fn start(binary: &std::path::Path, target: std::net::SocketAddr) -> Self {
+    pub(crate) fn start(binary: &std::path::Path, target: std::net::SocketAddr) -> Self {
         let dir = tempfile::tempdir().expect("tmp");
         let rules = support::repo().join("dashboards/alerts.yml");
         let config = format!(
@@ -572,12 +572,12 @@ impl PrometheusServer {
         PrometheusServer { child, addr, dir }
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
     }
 
     /// The `data.result` of an instant query, or the error Prometheus gave.
-    pub fn query(&self, promql: &str) -> Result<Vec<serde_json::Value>, String> {
+    pub(crate) fn query(&self, promql: &str) -> Result<Vec<serde_json::Value>, String> {
         let path = format!("/api/v1/query?query={}", percent_encode(promql));
         let (status, body) = http_get(self.addr, &path).ok_or("no answer")?;
         let v: serde_json::Value =

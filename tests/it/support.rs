@@ -12,17 +12,17 @@ use faultline::scan::{scan_inputs, ScanOptions};
 use faultline::sink::stdout::{Format, StdoutSink};
 use faultline::source::file;
 
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// `../shared/<rel>` beside the repository, when this checkout has it.
-pub fn shared(rel: &str) -> Option<PathBuf> {
+pub(crate) fn shared(rel: &str) -> Option<PathBuf> {
     let path = repo().join("..").join("shared").join(rel);
     path.exists().then_some(path)
 }
 
-pub fn kb() -> Arc<KnowledgeBase> {
+pub(crate) fn kb() -> Arc<KnowledgeBase> {
     static KB: OnceLock<Arc<KnowledgeBase>> = OnceLock::new();
     Arc::clone(
         KB.get_or_init(|| {
@@ -31,14 +31,14 @@ pub fn kb() -> Arc<KnowledgeBase> {
     )
 }
 
-pub fn hyperscan() -> Engine<HyperscanMatcher> {
+pub(crate) fn hyperscan() -> Engine<HyperscanMatcher> {
     let kb = kb();
     let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
     let m = HyperscanMatcher::compile(&sources).expect("compiles");
     Engine::with_matcher(kb, m)
 }
 
-pub fn oracle() -> Engine<RegexMatcher> {
+pub(crate) fn oracle() -> Engine<RegexMatcher> {
     let kb = kb();
     let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
     let m = RegexMatcher::compile(&sources).expect("compiles");
@@ -46,7 +46,7 @@ pub fn oracle() -> Engine<RegexMatcher> {
 }
 
 /// Scans paths with `engine` the way `faultline scan` does; returns the events.
-pub fn scan_paths<M: faultline::matcher::Matcher>(
+pub(crate) fn scan_paths<M: faultline::matcher::Matcher>(
     engine: &Engine<M>,
     paths: &[&Path],
     opts: &ScanOptions,
@@ -64,7 +64,7 @@ pub fn scan_paths<M: faultline::matcher::Matcher>(
 }
 
 /// Every event of one line, through the engine as `scan` sees it.
-pub fn events_of_line<M: faultline::matcher::Matcher>(
+pub(crate) fn events_of_line<M: faultline::matcher::Matcher>(
     engine: &Engine<M>,
     line: &str,
 ) -> Vec<MatchEvent> {

@@ -24,7 +24,7 @@ use prost::Message;
 
 use crate::support;
 
-pub type Received = Arc<Mutex<Vec<ExportTraceServiceRequest>>>;
+pub(crate) type Received = Arc<Mutex<Vec<ExportTraceServiceRequest>>>;
 
 /// The events a Kafka-fed faultline would trace: an NCCL timeout and an Xid, from a record.
 fn kafka_events() -> Vec<MatchEvent> {
@@ -55,7 +55,7 @@ fn kafka_events() -> Vec<MatchEvent> {
     events
 }
 
-pub fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Value> {
+pub(crate) fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Value> {
     attrs
         .iter()
         .find(|kv| kv.key == key)
@@ -63,7 +63,7 @@ pub fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Value> {
         .and_then(|v| v.value.as_ref())
 }
 
-pub fn string(attrs: &[KeyValue], key: &str) -> Option<String> {
+pub(crate) fn string(attrs: &[KeyValue], key: &str) -> Option<String> {
     match attr(attrs, key)? {
         Value::StringValue(s) => Some(s.clone()),
         other => panic!("{key} is not a string: {other:?}"),
@@ -161,7 +161,7 @@ fn config(endpoint: String, protocol: &str) -> TelemetryConfig {
 
 /// Polls until `received` holds at least `n` spans, for at most 30 seconds.
 /// Every span of the export requests, in order.
-pub fn spans(requests: &[ExportTraceServiceRequest]) -> impl Iterator<Item = &Span> {
+pub(crate) fn spans(requests: &[ExportTraceServiceRequest]) -> impl Iterator<Item = &Span> {
     requests
         .iter()
         .flat_map(|r| &r.resource_spans)
@@ -169,7 +169,7 @@ pub fn spans(requests: &[ExportTraceServiceRequest]) -> impl Iterator<Item = &Sp
         .flat_map(|ss| &ss.spans)
 }
 
-pub fn spans_arrive(received: &Received, n: usize) -> Vec<ExportTraceServiceRequest> {
+pub(crate) fn spans_arrive(received: &Received, n: usize) -> Vec<ExportTraceServiceRequest> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let got = received.lock().expect("received").clone();
@@ -183,7 +183,7 @@ pub fn spans_arrive(received: &Received, n: usize) -> Vec<ExportTraceServiceRequ
 }
 
 #[derive(Clone, Default)]
-pub struct GrpcReceiver(pub Received);
+pub(crate) struct GrpcReceiver(pub Received);
 
 #[tonic::async_trait]
 impl TraceService for GrpcReceiver {
@@ -200,7 +200,7 @@ impl TraceService for GrpcReceiver {
 
 /// A real OTLP gRPC trace receiver on a free local port: its address, what it received, and
 /// its server task (abort it when done).
-pub async fn start_grpc_receiver() -> (
+pub(crate) async fn start_grpc_receiver() -> (
     std::net::SocketAddr,
     GrpcReceiver,
     tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,

@@ -52,15 +52,21 @@ struct JobState {
 /// What the correlator did, for logs and (later) metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CorrelatorStats {
+    /// Match events observed.
     pub events: u64,
+    /// Incidents opened (`open` changes emitted).
     pub opened: u64,
+    /// `updated` changes emitted.
     pub updated: u64,
+    /// Incidents resolved, for any reason.
     pub resolved: u64,
     /// Open incidents resolved to respect `max_open_incidents` or `max_jobs`.
     pub evicted_incidents: u64,
     /// Jobs forgotten to respect `max_jobs`.
     pub evicted_jobs: u64,
+    /// Tickets raised.
     pub tickets: u64,
+    /// Incidents that opened as a restart loop.
     pub restart_loops: u64,
     /// Block lines folded into streams.
     pub context_lines: u64,
@@ -69,14 +75,21 @@ pub struct CorrelatorStats {
 /// Sizes of every internal map, for tests that prove the bounds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sizes {
+    /// Jobs with state.
     pub jobs: usize,
+    /// Entries in the job LRU order (equals `jobs`).
     pub job_lru: usize,
+    /// Jobs with an open incident.
     pub open_incidents: usize,
+    /// Entries in the open-incident index (equals `open_incidents`).
     pub open_index: usize,
+    /// Hosts with a bad-node score.
     pub hosts: usize,
+    /// Entries in the host LRU order (equals `hosts`).
     pub host_lru: usize,
-    /// The largest per-job stream list and per-incident rank table.
+    /// The largest per-job stream list.
     pub max_streams_per_job: usize,
+    /// The largest per-incident rank table.
     pub max_ranks_per_incident: usize,
 }
 
@@ -98,6 +111,7 @@ pub struct Correlator {
 }
 
 impl Correlator {
+    /// A correlator with no state; fails when `cfg` does not [validate](IncidentConfig::validate).
     pub fn new(cfg: IncidentConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(Correlator {
@@ -115,22 +129,27 @@ impl Correlator {
         })
     }
 
+    /// The settings it runs with.
     pub fn config(&self) -> &IncidentConfig {
         &self.cfg
     }
 
+    /// What it has done so far.
     pub fn stats(&self) -> &CorrelatorStats {
         &self.stats
     }
 
+    /// Incidents open now.
     pub fn open_incidents(&self) -> usize {
         self.open.len()
     }
 
+    /// Jobs with state now (open incident, pending blocks or restart history).
     pub fn jobs_tracked(&self) -> usize {
         self.jobs.len()
     }
 
+    /// The bad-node scores.
     pub fn fleet(&self) -> &Fleet {
         &self.fleet
     }
@@ -140,6 +159,7 @@ impl Correlator {
         self.clock
     }
 
+    /// Sizes of every internal map now.
     pub fn sizes(&self) -> Sizes {
         let (hosts, host_lru) = self.fleet.sizes();
         Sizes {

@@ -9,16 +9,16 @@ use serde_json::Value;
 use super::*;
 
 /// The scenario's records, keyed by job, on partition 0.
-pub fn records(lines: &[String], job: &str) -> Vec<Out> {
+pub(crate) fn records(lines: &[String], job: &str) -> Vec<Out> {
     lines.iter().map(|l| Out::new(0, job, l.as_str())).collect()
 }
 
 /// The incident objects on the incidents topic.
-pub fn incidents(records: &[In]) -> Vec<Value> {
+pub(crate) fn incidents(records: &[In]) -> Vec<Value> {
     records.iter().map(In::json).collect()
 }
 
-pub fn distinct(values: impl IntoIterator<Item = String>) -> BTreeSet<String> {
+pub(crate) fn distinct(values: impl IntoIterator<Item = String>) -> BTreeSet<String> {
     values.into_iter().collect()
 }
 

@@ -26,17 +26,17 @@ use rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
 /// How long any wait in these tests may take before the test fails.
-pub const DEADLINE: Duration = Duration::from_secs(120);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
 
 /// A broker to test against.
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub mock: Option<MockCluster<'static, DefaultProducerContext>>,
     pub bootstrap: String,
 }
 
 impl Cluster {
     /// A mock cluster of `brokers` brokers, or the real one named by `FAULTLINE_TEST_BROKERS`.
-    pub fn start(brokers: i32) -> Cluster {
+    pub(crate) fn start(brokers: i32) -> Cluster {
         match std::env::var("FAULTLINE_TEST_BROKERS") {
             Ok(b) if !b.is_empty() => Cluster {
                 mock: None,
@@ -54,14 +54,14 @@ impl Cluster {
     }
 
     /// Creates a topic with a unique name.
-    pub async fn topic(&self, prefix: &str, partitions: i32) -> String {
+    pub(crate) async fn topic(&self, prefix: &str, partitions: i32) -> String {
         let name = unique(prefix);
         create_topic(self.mock.as_ref(), &self.bootstrap, &name, partitions).await;
         name
     }
 }
 
-pub async fn create_topic(
+pub(crate) async fn create_topic(
     mock: Option<&MockCluster<'static, DefaultProducerContext>>,
     bootstrap: &str,
     name: &str,
@@ -87,7 +87,7 @@ pub async fn create_topic(
 }
 
 /// A name no other test (or earlier run against a real broker) uses.
-pub fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -101,7 +101,7 @@ pub fn unique(prefix: &str) -> String {
 
 /// A record to produce: partition, key, payload, headers.
 #[derive(Debug, Clone, Default)]
-pub struct Out {
+pub(crate) struct Out {
     pub partition: i32,
     pub key: Option<String>,
     pub payload: Vec<u8>,
@@ -109,7 +109,7 @@ pub struct Out {
 }
 
 impl Out {
-    pub fn new(partition: i32, key: &str, payload: impl Into<Vec<u8>>) -> Self {
+    pub(crate) fn new(partition: i32, key: &str, payload: impl Into<Vec<u8>>) -> Self {
         Out {
             partition,
             key: Some(key.to_string()),
@@ -120,7 +120,7 @@ impl Out {
 }
 
 /// Produces records and waits until the broker acknowledged every one.
-pub async fn produce(bootstrap: &str, topic: &str, records: &[Out]) {
+pub(crate) async fn produce(bootstrap: &str, topic: &str, records: &[Out]) {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
@@ -156,7 +156,7 @@ pub async fn produce(bootstrap: &str, topic: &str, records: &[Out]) {
 
 /// A record read back.
 #[derive(Debug, Clone)]
-pub struct In {
+pub(crate) struct In {
     pub partition: i32,
     pub offset: i64,
     pub key: Option<Vec<u8>>,
@@ -165,11 +165,11 @@ pub struct In {
 }
 
 impl In {
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.payload).expect("JSON payload")
     }
 
-    pub fn header(&self, key: &str) -> Option<String> {
+    pub(crate) fn header(&self, key: &str) -> Option<String> {
         self.headers
             .iter()
             .find(|(k, _)| k == key)
@@ -178,7 +178,7 @@ impl In {
 }
 
 /// Reads a topic from the beginning until `done` holds for what was read, or the deadline.
-pub fn consume_until(
+pub(crate) fn consume_until(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
@@ -226,7 +226,7 @@ pub fn consume_until(
 }
 
 /// Everything on a topic now: reads up to the partitions' current end.
-pub fn consume_all(bootstrap: &str, topic: &str, partitions: i32) -> Vec<In> {
+pub(crate) fn consume_all(bootstrap: &str, topic: &str, partitions: i32) -> Vec<In> {
     let ends = end_offsets(bootstrap, topic, partitions);
     consume_until(bootstrap, topic, partitions, |read| {
         ends.iter().all(|(&p, &end)| {
@@ -236,7 +236,7 @@ pub fn consume_all(bootstrap: &str, topic: &str, partitions: i32) -> Vec<In> {
 }
 
 /// Each partition's end offset (high watermark).
-pub fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> HashMap<i32, i64> {
+pub(crate) fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> HashMap<i32, i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
@@ -252,7 +252,7 @@ pub fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> HashMap<i32
 }
 
 /// The group's committed offsets (-1: none).
-pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+pub(crate) fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
@@ -276,7 +276,7 @@ pub fn committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> 
 
 /// Checks `cond` (broker-side state such as committed offsets, which no callback announces)
 /// on every tick of a 50 ms interval until it holds; fails with `what` past the deadline.
-pub async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let mut ticks = tokio::time::interval(Duration::from_millis(50));
     let polled = tokio::time::timeout(DEADLINE, async {
         loop {
@@ -290,7 +290,7 @@ pub async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 /// A KB entry file for tests: `id` is `test/<slug>`, matching `<WORD> <number>`.
-pub fn write_entry(dir: &Path, slug: &str, word: &str) {
+pub(crate) fn write_entry(dir: &Path, slug: &str, word: &str) {
     let code = format!("TEST_{}", slug.to_uppercase().replace('-', "_"));
     let text = format!(
         r#"id = "test/{slug}"
@@ -314,14 +314,14 @@ references = ["test fixture"]
 }
 
 /// A temporary KB directory with the `boom` entry (`BOOM <n>` -> `TEST_BOOM`).
-pub fn test_kb() -> tempfile::TempDir {
+pub(crate) fn test_kb() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     write_entry(dir.path(), "boom", "BOOM");
     dir
 }
 
 /// A pipeline configuration for tests: small batches, fast commits, short session timeouts.
-pub fn test_config(
+pub(crate) fn test_config(
     bootstrap: &str,
     group: &str,
     input: &str,
@@ -351,6 +351,6 @@ pub fn test_config(
     raw
 }
 
-pub fn config(raw: RawConfig) -> Config {
+pub(crate) fn config(raw: RawConfig) -> Config {
     Config::from_raw(raw).expect("valid test config")
 }
