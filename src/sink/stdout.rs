@@ -224,15 +224,10 @@ pub fn write_incident_text(out: &mut impl Write, i: &IncidentEvent) -> io::Resul
     )?;
     writeln!(out, "   {}", i.summary)?;
     writeln!(out, "   evidence:")?;
-    let mut shown = 0;
     let mut seen_root = false;
-    for line in &i.context.lines {
-        if shown >= 6 {
-            break;
-        }
+    for line in i.context.lines.iter().take(6) {
         seen_root |= line.text == r.line;
         writeln!(out, "     | {}", line.text)?;
-        shown += 1;
     }
     if !seen_root {
         writeln!(out, "     | {}", r.line)?;

@@ -25,6 +25,9 @@ use super::{ConfigError, IncidentConfig, IncidentEvent, Resolution, Status};
 use crate::enrich::{MatchEvent, Scope};
 use crate::time::Millis;
 
+/// `(rank, host)` pairs a job's lines placed.
+type Placements = Vec<(u32, Arc<str>)>;
+
 /// Past incidents remembered per job for restart-loop detection.
 const HISTORY: usize = 8;
 
@@ -471,7 +474,7 @@ impl Correlator {
         key: &Arc<str>,
         event: &MatchEvent,
         t: Millis,
-    ) -> (Vec<Arc<str>>, Vec<(u32, Arc<str>)>) {
+    ) -> (Vec<Arc<str>>, Placements) {
         let placed = nodes::placements(event);
         if placed.is_empty() {
             return (Vec::new(), Vec::new());
