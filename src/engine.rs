@@ -254,6 +254,11 @@ impl<M: Matcher> Engine<M> {
             if !caps.is_match() {
                 continue;
             }
+            if self.kb.entries[pattern.entry].whole_line
+                && !spans_message(&record.message, caps.get_match().map(|m| m.range()))
+            {
+                continue;
+            }
             w.seen.push(pattern.entry);
             let captures = caps
                 .group_info()
@@ -296,15 +301,29 @@ impl<M: Matcher> Engine<M> {
             .filter(|(i, h)| competes(h) && Some(*i) != winner)
             .map(|(_, h)| h.entry)
             .collect();
+        let winner_entry = winner.map(|i| confirmed[i].entry);
         for (i, mut hit) in confirmed.into_iter().enumerate() {
             if Some(i) == winner {
                 hit.also.clone_from(&also);
             } else if competes(&hit) {
                 continue;
+            } else if winner_entry.is_some_and(|w| kb.beats.contains(&(w, hit.entry))) {
+                // A context entry the winner names in `supersedes` yields too.
+                continue;
             }
             on_hit(hit);
         }
     }
+}
+
+/// Whether `span` covers the whole of `message`, blanks and Markdown emphasis or quoting around
+/// it aside (`**Killed**`, `> Killed`).
+fn spans_message(message: &[u8], span: Option<std::ops::Range<usize>>) -> bool {
+    let Some(span) = span else {
+        return false;
+    };
+    let noise = |b: &u8| b.is_ascii_whitespace() || matches!(b, b'*' | b'_' | b'`' | b'>');
+    message[..span.start].iter().all(noise) && message[span.end..].iter().all(noise)
 }
 
 /// Counts lines incrementally as the scan moves forward through a chunk.

@@ -37,6 +37,10 @@ pub struct Diagnosis {
     /// Where the failure comes from (`node`, `device`, `network`, `framework`, `launcher`,
     /// `teardown`): the headline election's tie-break.
     pub cause_class: crate::kb::CauseClass,
+    /// A catch-all entry (any Xid, any Python exception, any death by signal): a specific
+    /// root logged at the same time headlines instead.
+    #[serde(skip)]
+    pub catch_all: bool,
     /// What is going on, for the on-call engineer.
     pub root_cause: String,
     /// Share of incidents the workarounds fix, 0.0..=1.0; only when measured.
@@ -252,6 +256,7 @@ impl Diagnosis {
         Diagnosis {
             title: entry.title.clone(),
             cause_class: entry.class,
+            catch_all: entry.fallback,
             root_cause: entry.root_cause.clone(),
             fix_rate: entry.fix_rate.filter(|_| v == "measured"),
             verification: entry.verification.clone(),

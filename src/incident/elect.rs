@@ -8,7 +8,8 @@
 //! 3. Between roots: `timestamp`, the earliest by the log's own time (a node's event up to
 //!    [`NODE_SKEW_MS`] after a job's line still counts as before it: kernel and job logs are
 //!    stamped by different clocks), then `cause_class`: the node's hardware and driver, then
-//!    CUDA, the network and collectives, the framework, the launcher.
+//!    CUDA, the network and collectives, the framework, the launcher; then `specific`: a
+//!    specific entry's root over a catch-all's (any Python exception, any death by signal).
 //! 4. Between symptoms or cascades: `informative`, a collective failure naming its op and
 //!    sequence number beats one naming its op beats one naming neither; then `timestamp`,
 //!    then `cause_class`.
@@ -44,6 +45,8 @@ pub enum Rule {
     CauseClass,
     /// The line naming the op and sequence number.
     Informative,
+    /// A specific entry's root over a catch-all's.
+    Specific,
     /// The earlier arrival.
     Arrival,
     /// Nothing else stood.
@@ -79,6 +82,8 @@ pub struct Standing {
     pub informative: u8,
     /// A node's own event (kernel, journald), joined to the job.
     pub node: bool,
+    /// A catch-all entry's match.
+    pub catch_all: bool,
 }
 
 impl Standing {
@@ -96,6 +101,7 @@ impl Standing {
                 _ => 2,
             },
             node: event.scope == Scope::Node,
+            catch_all: event.diagnosis.catch_all,
         }
     }
 }
@@ -132,6 +138,9 @@ pub fn contest(a: &Standing, b: &Standing) -> (bool, Rule) {
         }
         if a.class != b.class {
             return (a.class < b.class, Rule::CauseClass);
+        }
+        if a.catch_all != b.catch_all {
+            return (b.catch_all, Rule::Specific);
         }
     } else {
         if a.informative != b.informative {
@@ -265,6 +274,11 @@ impl Election {
                 name(&r.info),
                 r.standing.class.as_str()
             ),
+            (Some(r), Rule::Specific) => format!(
+                "{} beats {}: a specific entry over a catch-all",
+                name(w),
+                name(&r.info)
+            ),
             (Some(r), Rule::Informative) => format!(
                 "{} beats {}: it names the collective op{}",
                 name(w),
@@ -284,7 +298,8 @@ impl Election {
                 r.info.timestamp.as_deref().unwrap_or("?"),
             ),
             (Some(r), _) => format!(
-                "{} and {} are both {} without comparable timestamps; the first arrived first",
+                "{} and {} are both {}, logged at the same time or without comparable \
+                 timestamps; the first arrived first",
                 name(w),
                 name(&r.info),
                 w.role
@@ -335,6 +350,7 @@ mod tests {
             class: CauseClass::Framework,
             informative: 2,
             node: false,
+            catch_all: false,
         }
     }
 

@@ -205,6 +205,9 @@ pub struct Entry {
     pub fallback: bool,
     /// Where the failure comes from, for the headline election.
     pub class: CauseClass,
+    /// A match counts only when it spans the whole message (blanks and Markdown emphasis
+    /// around it aside).
+    pub whole_line: bool,
     /// Ids of entries this one beats on the same line.
     pub supersedes: Vec<String>,
     /// How the diagnosis was judged, one of [`VERIFICATIONS`].
@@ -484,6 +487,7 @@ impl Entry {
             severity,
             fallback: spec.fallback,
             class,
+            whole_line: spec.whole_line,
             supersedes: spec.supersedes,
             verification: spec.verification,
             patterns_verified: spec.patterns_verified,

@@ -598,6 +598,7 @@ pub(crate) fn draft(p: DraftParts) -> EntrySpec {
         severity: "error".to_string(),
         fallback: false,
         class: None,
+        whole_line: false,
         supersedes: Vec::new(),
         verification,
         patterns_verified: "unverified".to_string(),

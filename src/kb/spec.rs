@@ -36,6 +36,10 @@ pub struct EntrySpec {
     /// ([`super::entry::CauseClass`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<String>,
+    /// The pattern must match the whole message (surrounding blanks and Markdown emphasis
+    /// aside): for bare words a shell prints alone on a line, such as `Killed`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub whole_line: bool,
     /// Ids of entries this one beats when both match one line: the event carries this entry
     /// and lists the other under `also`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -214,6 +214,7 @@ fn entry(
         aliases: Vec::new(),
         role: "symptom".to_string(),
         class: None,
+        whole_line: false,
         severity: "error".to_string(),
         fallback: false,
         supersedes: Vec::new(),
