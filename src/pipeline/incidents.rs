@@ -217,18 +217,20 @@ impl IncidentStage {
                 continue;
             };
             let id = &record.id;
+            // Seen before: the panic fallback processing a batch again, or a partition revoked
+            // and assigned back, whose records are read again from the held commit. Either way
+            // the correlator counted it already; only the hold of this assignment is renewed.
             let seen = self
                 .observed
                 .get(&id.tp)
-                .is_some_and(|&(epoch, offset)| epoch == id.epoch && id.offset <= offset);
-            if seen {
-                continue;
+                .is_some_and(|&(_, offset)| id.offset <= offset);
+            if !seen {
+                match last.iter_mut().find(|l| l.tp == id.tp) {
+                    Some(l) => *l = id,
+                    None => last.push(id),
+                }
+                self.correlator.observe(event, &mut self.changes);
             }
-            match last.iter_mut().find(|l| l.tp == id.tp) {
-                Some(l) => *l = id,
-                None => last.push(id),
-            }
-            self.correlator.observe(event, &mut self.changes);
             let Some(serial) = self.correlator.open_serial(&event.job_id) else {
                 continue;
             };
@@ -541,8 +543,34 @@ mod tests {
         tracker.resolve_many(batch.records.iter().map(|r| (&r.id, 0)));
         assert_eq!(
             tracker.take_stores(),
-            vec![(tp, 1)],
+            vec![(tp.clone(), 1)],
             "committed up to the incident's first record"
+        );
+
+        // The partition is revoked and assigned back: its records are read again from the
+        // held commit under a new assignment. The incident's counts do not double, and the
+        // commit is held again at its first record.
+        tracker.remove(std::slice::from_ref(&tp));
+        let mut again = Batch::default();
+        for offset in 1..3 {
+            let id = tracker.register(&tp, offset).expect("registers again");
+            again.push(id, Some(b"job"), Some(b"line"), Vec::new());
+        }
+        let reread: Vec<(usize, MatchEvent)> =
+            events.iter().map(|(i, e)| (i - 1, e.clone())).collect();
+        stage.observe(&again.records, &reread);
+        assert_eq!(
+            stage.correlator.stats().events,
+            2,
+            "records read again after a reassignment are not counted twice"
+        );
+        let current = stage.correlator.current("job").expect("still open");
+        assert_eq!(current.counts.matches, 2);
+        tracker.resolve_many(again.records.iter().map(|r| (&r.id, 0)));
+        assert_eq!(
+            tracker.take_stores(),
+            vec![(tp, 1)],
+            "the new assignment holds the commit at the incident's first record again"
         );
     }
 }

@@ -223,6 +223,7 @@ pub fn write_incident_text(out: &mut impl Write, i: &IncidentEvent) -> io::Resul
         d.verification.replace('_', " ")
     )?;
     writeln!(out, "   {}", i.summary)?;
+    writeln!(out, "   why: {}", first_sentence(&d.root_cause))?;
     writeln!(out, "   evidence:")?;
     let mut seen_root = false;
     for line in i.context.lines.iter().take(6) {
@@ -275,6 +276,15 @@ pub fn write_incident_text(out: &mut impl Write, i: &IncidentEvent) -> io::Resul
     }
     writeln!(out, "   why this headline: {}", i.grouping_info.explanation)?;
     writeln!(out)
+}
+
+/// The first sentence of a text (up to its first `. ` after a few words), on one line.
+fn first_sentence(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.match_indices(". ").find(|(at, _)| *at > 40) {
+        Some((at, _)) => flat[..=at].to_string(),
+        None => flat,
+    }
 }
 
 /// Where a line was read, for people.

@@ -148,9 +148,10 @@ fn xid_79_on_one_rank_is_one_incident_with_63_cascades() {
     assert_eq!(i["grouping_info"]["rule"], "role");
     assert_eq!(i["ticket"]["raised"], true);
     assert_eq!(i["ticket"]["reason"], "root");
-    assert_eq!(i["fingerprint_version"], "fp1");
+    assert_eq!(i["fingerprint_version"], "fp2");
+    assert!(i["fingerprint"].as_str().expect("fp").starts_with("fp2:"));
     assert_eq!(
-        i["fingerprint"],
+        i["signature"],
         fp1(&FingerprintInput {
             job_id: "llm-pretrain-7",
             error_code: "XID_79",
@@ -252,9 +253,9 @@ fn an_nccl_timeout_without_root_names_the_lagging_rank() {
     assert_eq!(ranks(&i["culprit"]["ranks"]), vec![5]);
     assert_eq!(i["culprit"]["hosts"], serde_json::json!(["node-02"]));
     assert_eq!(i["culprit"]["evidence"]["max_completed"], 119);
-    // Without a root, the fingerprint has no host or GPU.
+    // Without a root, the signature has no host or GPU.
     assert_eq!(
-        i["fingerprint"],
+        i["signature"],
         fp1(&FingerprintInput {
             job_id: "rl-sweep-3",
             error_code: i["root"]["error_code"].as_str().expect("code"),
@@ -345,8 +346,14 @@ fn the_same_root_after_each_restart_is_a_restart_loop() {
     }
     let incidents = incidents_of("loop.jsonl", &(lines.join("\n") + "\n"));
     assert_eq!(incidents.len(), 3, "{incidents:#?}");
-    let fps: Vec<&Value> = incidents.iter().map(|i| &i["fingerprint"]).collect();
-    assert!(fps.iter().all(|f| *f == fps[0]), "one failure, three times");
+    // Three failures (three tickets), one signature: the same root three times.
+    let fps: std::collections::BTreeSet<&str> = incidents
+        .iter()
+        .filter_map(|i| i["fingerprint"].as_str())
+        .collect();
+    assert_eq!(fps.len(), 3, "one fingerprint per attempt: {fps:?}");
+    let sigs: Vec<&Value> = incidents.iter().map(|i| &i["signature"]).collect();
+    assert!(sigs.iter().all(|f| *f == sigs[0]), "one root, three times");
     let rec: Vec<u64> = incidents
         .iter()
         .map(|i| i["recurrence"].as_u64().expect("n"))
@@ -466,8 +473,9 @@ fn scan_prints_incidents_between_matches_and_summaries() {
     assert!(!run(&["--no-incidents"]).contains("\"type\":\"incident\""));
     let text = run(&["--format", "text"]);
     assert!(
-        text.contains("== incident fp1:")
-            && text.contains("culprit: rank(s) [17] host(s) [node-05]"),
+        text.contains("== XID_79 ")
+            && text.contains("host node-05 · GPU 0000:3b:00 · rank 17")
+            && text.contains("cascade: 63 ranks timed out in ALLREDUCE SeqNum 4711"),
         "{text}"
     );
     // A window of one second splits the Xid from its cascade.

@@ -4,6 +4,7 @@ mod architecture;
 mod cli;
 mod compose;
 mod corpus;
+mod correlation;
 mod docs;
 mod fuzz_corpus;
 mod incidents;

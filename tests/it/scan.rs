@@ -104,12 +104,13 @@ status = "active"
 
 [[workarounds]]
 text = "Lower the batch size."
-success_rate = 0.6
 
 [[workarounds]]
 text = "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
 command = "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 success_rate = 0.7
+n = 41
+source = "a fleet's restart outcomes, 2026-10"
 
 [[dead_ends]]
 action = "torch.cuda.empty_cache() in the loop"
@@ -138,8 +139,18 @@ fn output_contract_schema_version_1() {
         .map(|l| serde_json::from_str(l).expect("each line is JSON"))
         .collect();
     insta::assert_json_snapshot!("contract", lines, { "[].kb_version" => "[kb_version]" });
-    // Workarounds come sorted by success rate, best first.
-    assert_eq!(lines[0]["diagnosis"]["workarounds"][0]["success_rate"], 0.7);
+    // Workarounds keep the author's order; a rate is carried only with its sample.
+    let w = &lines[0]["diagnosis"]["workarounds"];
+    assert_eq!(w[0]["text"], "Lower the batch size.");
+    assert_eq!(w[0]["success_rate"], Value::Null);
+    assert_eq!(w[1]["success_rate"], 0.7);
+    assert_eq!(w[1]["n"], 41);
+    assert_eq!(w[1]["rate_kind"], "community_reported");
+    let dead = &lines[0]["diagnosis"]["dead_ends"][0];
+    assert!(
+        dead.get("fail_rate").is_none(),
+        "an unsampled rate is never shown: {dead}"
+    );
 }
 
 #[test]

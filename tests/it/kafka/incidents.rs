@@ -32,6 +32,14 @@ fn metric(text: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// The sum of every series of family `name`.
+fn family_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The 64-rank Xid 79 scenario through the running pipeline: one incident on the incidents
 /// topic with the Xid as root, rank 17 on node-05 as culprit and 63 cascades; the committed
 /// offset waits at the Xid's record while the incident is open; after the (tiny) quiet period
@@ -134,9 +142,15 @@ async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
     running.wait().await.expect("clean stop, spans flushed");
     // Changes are counted as they are produced, so the scrape saw both.
     assert_eq!(
-        metric(&text, "faultline_incidents_opened_total"),
-        Some(1.0),
-        "{text}"
+        family_sum(&text, "faultline_incidents_opened_total"),
+        1.0,
+        "one failure counts once: {text}"
+    );
+    assert!(
+        text.contains(
+            "faultline_incidents_opened_total{category=\"gpu_hardware\",domain=\"nvidia\",error_code=\"XID_79\"} 1"
+        ),
+        "by its root: {text}"
     );
     assert_eq!(
         metric(
