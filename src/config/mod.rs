@@ -223,6 +223,9 @@ pub struct Overrides {
     /// In-flight records without progress for this long make /readyz fail.
     #[arg(long, env = "FAULTLINE_ADMIN_STALL_TIMEOUT_MS", value_name = "MS")]
     pub stall_timeout_ms: Option<u64>,
+    /// What this process does: all, match or correlate (`incidents.role`).
+    #[arg(long, env = "FAULTLINE_INCIDENTS_ROLE", value_name = "ROLE")]
+    pub role: Option<String>,
 }
 
 /// Why a configuration was rejected.
@@ -370,6 +373,7 @@ impl RawConfig {
         set(&mut self.kb.watch_interval_ms, &o.kb_watch_interval_ms);
         set(&mut self.admin.listen, &o.admin_listen);
         set(&mut self.admin.stall_timeout_ms, &o.stall_timeout_ms);
+        set(&mut self.incidents.role, &o.role);
         if errors.is_empty() {
             Ok(())
         } else {
@@ -392,7 +396,13 @@ impl Config {
     /// Validates, applying defaults. Every problem is reported, each naming its field.
     pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let mut errors = Vec::new();
-        let kafka = KafkaConfig::from_raw(raw.kafka, &mut Errors::new("kafka", &mut errors));
+        // A correlator reads the events topic (`output.topic`), not `kafka.topics`.
+        let correlator_only = raw.incidents.role.as_deref() == Some("correlate");
+        let kafka = KafkaConfig::from_raw_for(
+            raw.kafka,
+            &mut Errors::new("kafka", &mut errors),
+            !correlator_only,
+        );
         let input = InputConfig::from_raw(raw.input, &mut Errors::new("input", &mut errors));
         let output = OutputConfig::from_raw(raw.output, &mut Errors::new("output", &mut errors));
         let dead_letter = DeadLetterConfig::from_raw(
@@ -427,6 +437,34 @@ impl Config {
                 "webhook.url",
                 "needs incidents.topic: tickets follow the incidents the service produces",
             );
+        }
+        if raw.incidents.topic.is_none()
+            && raw.incidents.role.as_deref().is_some_and(|r| r != "all")
+        {
+            rules.push_field(
+                "incidents.role",
+                "needs incidents.topic: match members feed a correlator, which produces incidents",
+            );
+        }
+        let correlating = incidents
+            .as_ref()
+            .is_some_and(|i| i.role == crate::incident::config::Role::Correlate);
+        if correlating {
+            // The correlator reads the events topic: it may not write there.
+            for (field, topic) in [
+                ("dead_letter.topic", Some(&dead_letter.topic)),
+                ("incidents.topic", incidents.as_ref().map(|i| &i.topic)),
+            ] {
+                if topic == Some(&output.topic) {
+                    rules.push_field(
+                        field,
+                        format!(
+                            "{:?} is the events topic the correlator reads",
+                            output.topic
+                        ),
+                    );
+                }
+            }
         }
         let outputs = [
             ("output.topic", Some(&output.topic)),

@@ -103,6 +103,11 @@ pub struct IncidentConfig {
     /// Raise tickets for node incidents (node events that no job claimed); off by default:
     /// they feed the bad-node score and the lemon-node view, not a page.
     pub node_tickets: bool,
+    /// Where a stamp without a year (syslog, glog) is placed before any log told the time:
+    /// near this time instead of the wall clock's today. For replays of old logs whose first
+    /// correlated line may be yearless (`faultline demo` sets it to its samples' earliest
+    /// dated stamp); `None` in the live service.
+    pub clock_anchor: Option<Millis>,
 }
 
 impl Default for IncidentConfig {
@@ -131,6 +136,7 @@ impl Default for IncidentConfig {
             bad_node_half_life_ms: 24 * 3_600_000,
             node_join_ms: 10 * 60_000,
             node_tickets: false,
+            clock_anchor: None,
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::kb::{CauseClass, KnowledgeBase};
 /// Hosts `faultline_node_incidents_total` names before counting the rest as `other`.
 pub const MAX_BLAMED_HOSTS: usize = 1_000;
 
-use super::labels::{Eviction, ResolutionLabel, WebhookResult};
+use super::labels::{CorrelatorResult, Eviction, ResolutionLabel, WebhookResult};
 use super::{counter_vec, register, MetricsError};
 
 /// The incident and ticket families of `faultline run` (labels are closed sets: resolutions,
@@ -41,6 +41,7 @@ pub struct IncidentFamilies {
     pub holds: IntGauge,
     /// `faultline_incident_commit_holds_expired_total`.
     pub holds_expired: IntCounter,
+    correlator: IntCounterVec,
 }
 
 impl IncidentFamilies {
@@ -149,7 +150,19 @@ impl IncidentFamilies {
                      while still open.",
                 )?,
             )?,
+            correlator: counter_vec(
+                r,
+                "faultline_correlator_events_total",
+                "Role correlate: events-topic records by what the correlator did with them: \
+                 correlated, unknown_entry (correlated with the event's own diagnosis), \
+                 duplicate (a match member's replay, skipped), skipped (not a match event), \
+                 invalid (dead-lettered).",
+                &["result"],
+            )?,
         };
+        for res in CorrelatorResult::ALL {
+            f.correlator.with_label_values(&[res.as_str()]);
+        }
         f.blamed.with_label_values(&[super::OTHER]);
         for res in ResolutionLabel::ALL {
             f.resolved.with_label_values(&[res.as_str()]);
@@ -217,6 +230,11 @@ impl IncidentFamilies {
     /// Counts `n` evictions.
     pub fn evicted(&self, what: Eviction, n: u64) {
         self.evictions.with_label_values(&[what.as_str()]).inc_by(n);
+    }
+
+    /// Counts `n` events-topic records of role `correlate` by result.
+    pub fn correlator(&self, r: CorrelatorResult, n: u64) {
+        self.correlator.with_label_values(&[r.as_str()]).inc_by(n);
     }
 
     /// Counts a webhook change's outcome.

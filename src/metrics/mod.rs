@@ -38,7 +38,7 @@ pub use batch::{BatchCounts, MAX_VALUE_BYTES};
 pub use config::{DimensionConfig, MetricsConfig, RawMetricsConfig, DEFAULT_MAX_VALUES};
 pub use incidents::IncidentFamilies;
 pub use labels::{
-    DeadLetterReason, Dimension, Eviction, Output, PanicStage, ReloadResult, ResolutionLabel,
+    CorrelatorResult, DeadLetterReason, Dimension, Eviction, Output, PanicStage, ReloadResult, ResolutionLabel,
     SpanDrop, WebhookResult,
 };
 

@@ -23,6 +23,11 @@
 //! `Idempotency-Key`s for the same changes). Match events are unaffected: they are replayed too
 //! and are at-least-once as before.
 //!
+//! A node's own event (an Xid in the kernel log) is held too, on its own, while it may still
+//! join the incident of a job that shows up later (its log time plus `node_join_ms` and
+//! `window_ms`), and by every incident that elects it as its root until that resolves: after a
+//! restart the Xid is read again before the job's lines, and the same root is elected.
+//!
 //! Bounds: a hold never keeps records in flight (only the committed offset waits), but a
 //! restart re-reads everything after the oldest held record. An incident held longer than
 //! `incidents.max_hold_ms` has its holds lifted (counted, logged): past that, a crash loses
@@ -94,6 +99,21 @@ struct Held {
     expired: bool,
 }
 
+/// A node event's record (a kernel or node-daemon line), held while the event may still join
+/// the incident of a job that shows up later: until the log clock passes its time by
+/// `node_join_ms` plus `window_ms`, or `max_hold`. An incident that elects it as its root holds
+/// it again, until its resolution.
+#[derive(Debug)]
+struct NodeHold {
+    id: RecordId,
+    /// The correlator's clock when it was observed.
+    at: Option<Millis>,
+    since: Instant,
+}
+
+/// Node events held at once; past it the oldest hold is lifted (counted as expired).
+pub const MAX_NODE_HOLDS: usize = 10_000;
+
 /// A change for the webhook thread, with the release its handling helps.
 type Job = (IncidentEvent, Option<Arc<Release>>);
 
@@ -108,6 +128,8 @@ pub struct IncidentStage {
     tracer: Option<IncidentTracer>,
     webhook: Option<SyncSender<Job>>,
     holds: HashMap<u64, Held>,
+    /// Node events' records, oldest first.
+    node_holds: std::collections::VecDeque<NodeHold>,
     /// The last record observed per partition, with its assignment: records processed again
     /// (the matcher's panic fallback retries what had not gone out) are not counted twice.
     observed: HashMap<crate::offsets::TopicPartition, (u64, i64)>,
@@ -189,6 +211,7 @@ impl IncidentStage {
                 tracer,
                 webhook,
                 holds: HashMap::new(),
+                node_holds: std::collections::VecDeque::new(),
                 observed: HashMap::new(),
                 changes: Vec::new(),
                 json: Vec::new(),
@@ -230,6 +253,9 @@ impl IncidentStage {
                     None => last.push(id),
                 }
                 self.correlator.observe(event, &mut self.changes);
+                if event.scope == crate::enrich::Scope::Node {
+                    self.hold_node(id);
+                }
             }
             let Some(serial) = self.correlator.open_serial(&event.job_id) else {
                 continue;
@@ -263,6 +289,7 @@ impl IncidentStage {
         if let Some(t) = self.clock.now(now) {
             self.correlator.advance(t, &mut self.changes);
         }
+        self.lift_node_holds(now);
         for (serial, held) in &mut self.holds {
             if !held.expired && now.duration_since(held.since) >= self.max_hold {
                 for id in held.ids.drain(..) {
@@ -288,10 +315,88 @@ impl IncidentStage {
         }
     }
 
+    /// Holds a node event's record ([`NodeHold`]).
+    fn hold_node(&mut self, id: &RecordId) {
+        if self.node_holds.len() >= MAX_NODE_HOLDS {
+            if let Some(oldest) = self.node_holds.pop_front() {
+                self.tracker.release(&oldest.id);
+                self.families.holds_expired.inc();
+            }
+        }
+        self.tracker.hold(id);
+        self.node_holds.push_back(NodeHold {
+            id: id.clone(),
+            at: self.correlator.now(),
+            since: Instant::now(),
+        });
+    }
+
+    /// Lifts the holds of node events that can no longer join a new incident.
+    fn lift_node_holds(&mut self, now: Instant) {
+        let cfg = self.correlator.config();
+        let reach = cfg.node_join_ms.saturating_add(cfg.window_ms);
+        let clock = self.correlator.now();
+        while let Some(front) = self.node_holds.front() {
+            let past = match (front.at, clock) {
+                (Some(at), Some(clock)) => clock.saturating_sub(at) > reach,
+                _ => false,
+            };
+            let expired = now.duration_since(front.since) >= self.max_hold;
+            if !(past || expired) {
+                break;
+            }
+            if expired && !past {
+                self.families.holds_expired.inc();
+            }
+            self.tracker.release(&front.id);
+            self.node_holds.pop_front();
+        }
+    }
+
+    /// An incident whose root is a held node event holds that record too, until resolved.
+    fn hold_node_root(&mut self, change: &IncidentEvent) {
+        let crate::record::Provenance::Kafka {
+            topic,
+            partition,
+            offset,
+            ..
+        } = &change.root.source
+        else {
+            return;
+        };
+        let Some(node) = self.node_holds.iter().find(|h| {
+            h.id.offset == *offset && h.id.tp.partition == *partition && *h.id.tp.topic == **topic
+        }) else {
+            return;
+        };
+        let held = self.holds.entry(change.serial).or_insert_with(|| Held {
+            ids: Vec::new(),
+            since: Instant::now(),
+            expired: false,
+        });
+        if !held.expired && !held.ids.contains(&node.id) {
+            self.tracker.hold(&node.id);
+            held.ids.push(node.id.clone());
+        }
+    }
+
+    /// At a graceful stop: emits the current state of every open incident with changes not
+    /// yet reported (they stay open, and held: the restarted service reads them again).
+    pub fn flush_open(&mut self) {
+        if self.stop.failed() {
+            return;
+        }
+        self.correlator.flush(&mut self.changes);
+        self.emit();
+    }
+
     /// Produces the pending changes; a resolution lifts its incident's holds once delivered.
     fn emit(&mut self) {
         let changes = std::mem::take(&mut self.changes);
         for change in &changes {
+            if change.status != Status::Resolved {
+                self.hold_node_root(change);
+            }
             match change.status {
                 Status::Open => self.families.opened(change),
                 Status::Updated => {}
@@ -385,8 +490,9 @@ impl IncidentStage {
         f.restart_loops.inc_by(s.restart_loops - p.restart_loops);
         f.tickets_raised.inc_by(s.tickets - p.tickets);
         f.open.set(self.correlator.open_incidents() as i64);
+        let incident_holds: usize = self.holds.values().map(|h| h.ids.len()).sum();
         f.holds
-            .set(self.holds.values().map(|h| h.ids.len()).sum::<usize>() as i64);
+            .set((incident_holds + self.node_holds.len()) as i64);
         if let Some(t) = self.correlator.now() {
             f.bad_node_score_max
                 .set(self.correlator.fleet().max_score(t).unwrap_or(0.0));

@@ -58,6 +58,7 @@ pub(super) struct StageParts {
     pub(super) redactor: Option<Arc<Redactor>>,
     pub(super) faults: Option<FaultInjection>,
     pub(super) incidents: Option<incidents::IncidentStage>,
+    pub(super) partitioner: Option<super::shard::EventPartitioner>,
 }
 
 /// The matching stage: decode, scan, enrich, produce; resolve each record in the tracker.
@@ -91,8 +92,11 @@ pub(super) struct MatchStage {
     progress: Progress,
     /// Test-only panics ([`start_with_faults`]); `None` in `faultline run`.
     faults: Option<FaultInjection>,
-    /// Correlation, the incidents topic and the webhook, when `[incidents]` is configured.
+    /// Correlation, the incidents topic and the webhook, when `[incidents]` is configured and
+    /// this process correlates.
     incidents: Option<incidents::IncidentStage>,
+    /// Role `match`: the correlator shard of each event ([`super::shard`]).
+    partitioner: Option<super::shard::EventPartitioner>,
 }
 
 /// How far [`MatchStage::process`] got in handing outputs to the sink: what the panic wrapper
@@ -183,6 +187,7 @@ impl MatchStage {
             progress: Progress::default(),
             faults: p.faults,
             incidents: p.incidents,
+            partitioner: p.partitioner,
         })
     }
 
@@ -199,7 +204,12 @@ impl MatchStage {
                     }
                     continue;
                 }
-                Err(queue::RecvError::Closed) => break,
+                Err(queue::RecvError::Closed) => {
+                    if let Some(incidents) = self.incidents.as_mut() {
+                        incidents.flush_open();
+                    }
+                    break;
+                }
             };
             if self.stop.failed() {
                 forget(&self.health.tracker, &batch.records);
@@ -558,10 +568,12 @@ impl MatchStage {
                             // Serialising plain data cannot fail; never drop an event silently.
                             tracing::error!(error = %err, "serialising an event");
                         }
+                        let partition = self.partitioner.as_ref().map(|p| p.partition(event));
                         result = self.sink.send_event(
                             &r.id,
                             event.job_id.as_bytes(),
                             &self.json,
+                            partition,
                             &self.stop,
                         );
                         if result.is_err() {

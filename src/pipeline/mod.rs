@@ -20,7 +20,14 @@
 //! - [`decode`]: what a record is and whether it can be read.
 //! - [`match_stage`]: decode, scan, enrich, produce, resolve; panics isolated there.
 //! - [`incidents`]: the correlator, the incidents topic and the webhook thread.
+//! - [`shard`]: role `match`: each event's partition on the events topic (correlator shard).
+//! - [`correlate`]: role `correlate`: the correlator fed by the events topic.
 //! - [`signals`]: SIGTERM, SIGINT, SIGHUP.
+//!
+//! Roles (`incidents.role`, `--role`; see `docs/scale-out.md`): `all` runs the stages above in
+//! one process; `match` runs them without the incident stage and places each event on the
+//! partition of its correlator shard; `correlate` swaps the match stage for [`correlate`] and
+//! the input topics for the events topic, read in the correlator group.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,7 +35,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::kafka::kafka_settings;
+use crate::incident::config::Role;
+use crate::kafka::{kafka_settings, KafkaConfig};
 use crate::matcher::MatchError;
 use crate::reload::{self, KbSource, Loaded, ReloadError};
 use crate::runtime::{queue, Health, Shutdown, Stats};
@@ -37,14 +45,19 @@ use crate::sink::kafka::{KafkaSink, SinkError};
 use crate::source::kafka::{Batch, KafkaSource, SourceError};
 
 pub mod config;
+pub mod correlate;
 pub mod decode;
 pub mod incidents;
 pub mod match_stage;
+pub mod shard;
 pub mod signals;
 
 pub use decode::LimitExceeded;
 pub use match_stage::{FaultInjection, FaultPoint};
 use match_stage::{MatchStage, StageParts};
+
+/// How long role `match` waits for the events topic's metadata at start.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why the pipeline stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -185,11 +198,25 @@ pub async fn start_with_faults(
     loaded: Loaded,
     faults: Option<FaultInjection>,
 ) -> Result<Running, PipelineError> {
+    start_inner(config, Arc::new(loaded), faults).await
+}
+
+/// [`start`] with a KB already shared with other pipelines of this process (`faultline demo
+/// --matchers N`, `faultline bench latency`): the compiled database is read-only, each stage
+/// has its own scratch.
+pub async fn start_shared(config: Config, loaded: Arc<Loaded>) -> Result<Running, PipelineError> {
+    start_inner(config, loaded, None).await
+}
+
+async fn start_inner(
+    config: Config,
+    loaded: Arc<Loaded>,
+    faults: Option<FaultInjection>,
+) -> Result<Running, PipelineError> {
     let config = Arc::new(config);
     let health = Health::new(config.admin.stall_timeout);
     let stop = Stop::new();
     health.set_kb_version(loaded.version());
-    let loaded = Arc::new(loaded);
     let (kb_tx, kb_rx) = watch::channel(Arc::clone(&loaded));
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
     let mut tasks = Vec::new();
@@ -236,7 +263,17 @@ pub async fn start_with_faults(
         stop.subscribe(),
     )));
 
-    let settings = kafka_settings(&config.kafka);
+    let role = config.incidents.as_ref().map_or(Role::All, |i| i.role);
+    // A correlator reads the events topic in its own group.
+    let kafka = match (&config.incidents, role) {
+        (Some(inc), Role::Correlate) => KafkaConfig {
+            topics: vec![crate::kafka::TopicSpec::Name(config.output.topic.clone())],
+            group_id: inc.correlator_group(&config.kafka.group_id),
+            ..config.kafka.clone()
+        },
+        _ => config.kafka.clone(),
+    };
+    let settings = kafka_settings(&kafka);
     let rules = config.redact.rules()?;
     let redactor = config.redact.enabled.then(|| Arc::clone(&rules));
     let sink = Arc::new(
@@ -249,15 +286,28 @@ pub async fn start_with_faults(
         )?
         .with_dead_letter_redactor(config.dead_letter.redact.then_some(rules)),
     );
+    let partitioner = match (&config.incidents, role) {
+        (Some(inc), Role::Match) => {
+            let (s, topic) = (Arc::clone(&sink), config.output.topic.clone());
+            let partitions =
+                tokio::task::spawn_blocking(move || s.partitions(&topic, METADATA_TIMEOUT))
+                    .await
+                    .map_err(|_| PipelineError::Panicked)??;
+            tracing::info!(topic = %config.output.topic, partitions, shard_by = ?inc.shard_by,
+                "role match: events placed by correlator shard");
+            Some(shard::EventPartitioner::new(partitions, inc.shard_by))
+        }
+        _ => None,
+    };
     let source = KafkaSource::new(
-        &config.kafka,
+        &kafka,
         &settings,
         config.pipeline.batch,
         Arc::clone(&health),
         Arc::clone(&metrics),
     )?;
     let (incidents, webhook) = match &config.incidents {
-        Some(c) => {
+        Some(c) if role != Role::Match => {
             let (stage, thread) = incidents::IncidentStage::start(
                 c,
                 config.webhook.as_ref(),
@@ -271,22 +321,42 @@ pub async fn start_with_faults(
             )?;
             (Some(stage), thread.map(|t| (t, config.kafka.drain_timeout)))
         }
-        None => (None, None),
+        _ => (None, None),
     };
     let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);
-    let stage = MatchStage::new(StageParts {
-        config: Arc::clone(&config),
-        sink,
-        health: Arc::clone(&health),
-        stop: Arc::clone(&stop),
-        kb: kb_rx,
-        loaded,
-        metrics: Arc::clone(&metrics),
-        tracer: telemetry.as_ref().map(crate::telemetry::Telemetry::tracer),
-        redactor,
-        faults,
-        incidents,
-    })?;
+    let stage: Box<dyn FnOnce() + Send> = match (role, incidents) {
+        (Role::Correlate, Some(incidents)) => {
+            let stage = correlate::CorrelateStage::new(correlate::CorrelateParts {
+                config: Arc::clone(&config),
+                sink,
+                health: Arc::clone(&health),
+                stop: Arc::clone(&stop),
+                kb: kb_rx,
+                loaded,
+                metrics: Arc::clone(&metrics),
+                redactor,
+                incidents,
+            });
+            Box::new(move || stage.run(rx))
+        }
+        (_, incidents) => {
+            let stage = MatchStage::new(StageParts {
+                config: Arc::clone(&config),
+                sink,
+                health: Arc::clone(&health),
+                stop: Arc::clone(&stop),
+                kb: kb_rx,
+                loaded,
+                metrics: Arc::clone(&metrics),
+                tracer: telemetry.as_ref().map(crate::telemetry::Telemetry::tracer),
+                redactor,
+                faults,
+                incidents,
+                partitioner,
+            })?;
+            Box::new(move || stage.run(rx))
+        }
+    };
     let mut threads = Vec::new();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
@@ -294,15 +364,20 @@ pub async fn start_with_faults(
             .spawn(f)
             .map_err(PipelineError::Thread)
     };
-    threads.push(spawn("faultline-match", Box::new(move || stage.run(rx)))?);
+    let name = match role {
+        Role::Correlate => "faultline-correlate",
+        _ => "faultline-match",
+    };
+    threads.push(spawn(name, stage)?);
     let s = Arc::clone(stop.shutdown());
     threads.push(spawn(
         "faultline-source",
         Box::new(move || source.run(tx, s)),
     )?);
     tracing::info!(
-        topics = ?config.kafka.topics.iter().map(|t| t.as_subscription()).collect::<Vec<_>>(),
-        group = %config.kafka.group_id,
+        role = role.as_str(),
+        topics = ?kafka.topics.iter().map(|t| t.as_subscription()).collect::<Vec<_>>(),
+        group = %kafka.group_id,
         output = %config.output.topic,
         "consuming"
     );
