@@ -187,9 +187,15 @@ pub fn decode_event(payload: &[u8], enricher: &crate::enrich::Enricher) -> Resul
 /// replay after a crash arrives at or before it ([`MAX_SOURCES`] kept).
 #[derive(Debug, Default)]
 pub struct Dedupe {
-    last: HashMap<(i32, String, i32), ((i64, u64), u64)>,
-    order: LruOrder<(i32, String, i32)>,
+    last: HashMap<SourceKey, Seen>,
+    order: LruOrder<SourceKey>,
 }
+
+/// (events partition, input topic, input partition).
+type SourceKey = (i32, String, i32);
+
+/// The last (input offset, line) seen of a source and its LRU tick.
+type Seen = ((i64, u64), u64);
 
 impl Dedupe {
     /// Whether the event read from events partition `partition` with provenance `source` was
