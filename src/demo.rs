@@ -33,6 +33,8 @@ pub const LOGS_TOPIC: &str = "faultline.demo.logs";
 pub const EVENTS_TOPIC: &str = "faultline.demo.events";
 /// Topic of records the pipeline could not decode.
 pub const DEAD_LETTER_TOPIC: &str = "faultline.demo.dead-letter";
+/// Topic of the incident changes (the admin server's `/incidents` pages show them).
+pub const INCIDENTS_TOPIC: &str = "faultline.demo.incidents";
 const PARTITIONS: i32 = 3;
 
 /// `faultline demo` options.
@@ -54,6 +56,9 @@ pub struct DemoArgs {
     /// How diagnoses are printed.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Post the incidents to this Alertmanager (`http://127.0.0.1:9093`) as alerts.
+    #[arg(long, value_name = "URL")]
+    pub alertmanager: Option<String>,
 }
 
 /// Why the demo failed.
@@ -172,6 +177,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         (LOGS_TOPIC, PARTITIONS),
         (EVENTS_TOPIC, PARTITIONS),
         (DEAD_LETTER_TOPIC, 1),
+        (INCIDENTS_TOPIC, 1),
     ] {
         cluster.create_topic(topic, partitions, 1)?;
     }
@@ -194,6 +200,8 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     raw.pipeline.batch_linger_ms = Some(20);
     raw.kb.dir = args.kb.clone();
     raw.admin.listen = Some(args.admin_listen.clone());
+    raw.incidents.topic = Some(INCIDENTS_TOPIC.into());
+    raw.alertmanager.url.clone_from(&args.alertmanager);
     let config = Config::from_raw(raw)?;
     let c = config.clone();
     let loaded = tokio::task::spawn_blocking(move || pipeline::load_kb(&c))
@@ -204,7 +212,8 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     let running = pipeline::start(config, loaded).await?;
     if let Some(addr) = running.admin_addr() {
         eprintln!(
-            "faultline demo: admin endpoints at http://{addr}/healthz and http://{addr}/readyz"
+            "faultline demo: admin endpoints at http://{addr}/healthz and http://{addr}/readyz; \
+             incidents at http://{addr}/incidents"
         );
     }
 
@@ -221,7 +230,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         let _ = stop.wait_for(|s| *s).await;
         Ok(())
     } else {
-        wait_until_done(&running, &printer, &bootstrap, &ends).await
+        wait_until_done(&running, &printer, &bootstrap, records as u64).await
     };
     running.shutdown();
     let report = running.wait().await;
@@ -277,12 +286,12 @@ fn produce_samples(bootstrap: &str, jobs: &[Sample]) -> Result<HashMap<i32, i64>
     Ok(ends)
 }
 
-/// Waits until every sample record is terminal and every event is printed.
+/// Waits until every sample record is read and terminal and every event is printed.
 async fn wait_until_done(
     running: &pipeline::Running,
     printer: &Printer,
     bootstrap: &str,
-    ends: &HashMap<i32, i64>,
+    records: u64,
 ) -> Result<(), DemoError> {
     let limit = Duration::from_secs(120);
     let deadline = Instant::now() + limit;
@@ -293,14 +302,10 @@ async fn wait_until_done(
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
-        let marks = running.stats().watermarks;
-        let done = ends.iter().all(|(&p, &end)| {
-            end == 0
-                || marks
-                    .iter()
-                    .any(|(tp, w)| &*tp.topic == LOGS_TOPIC && tp.partition == p && *w >= end)
-        });
-        if done {
+        // Every record read and terminal (open incidents hold the committed offset, so the
+        // watermarks may wait: they are not the measure).
+        let stats = running.stats();
+        if stats.records >= records && stats.in_flight == 0 {
             break;
         }
         if Instant::now() >= deadline {
