@@ -234,7 +234,7 @@ impl Incident {
             self.cascade_matches += 1;
             bump(&mut self.cascade_by_code, &event.error_code);
         }
-        self.timeline.observe(event, rank, host, t);
+        self.timeline.observe(event, rank, host, log_ms, t);
         if self.ranks.observe(event, rank, host) {
             self.evidence_dirty = true;
         }

@@ -8,8 +8,10 @@
 //! [`MAX_TIMELINE_ROWS`] rows; the matches of further ranks are only counted (`untracked`), so
 //! a 16,384-rank cascade costs 512 rows, about 40 bytes each.
 //!
-//! Times are the correlator's (the line's own timestamp; the latest time seen for a line
-//! without one), in milliseconds since the epoch.
+//! Times are the lines' own, in milliseconds since the epoch. A rank whose lines carry no time
+//! is drawn at the incident's earliest time (`timed: false`), not at the correlator's clock,
+//! which other jobs' lines may have moved far ahead; when no line of the incident has a time,
+//! rows fall back to the correlator's clock when they first spoke.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,8 +40,10 @@ enum Key {
 struct Row {
     rank: Option<u32>,
     host: Option<Arc<str>>,
-    first_ms: Millis,
-    last_ms: Millis,
+    /// The correlator's clock at the row's first match: the fallback without log times.
+    clock_ms: Millis,
+    first_ms: Option<Millis>,
+    last_ms: Option<Millis>,
     role: Role,
     code: Arc<str>,
     root_ms: Option<Millis>,
@@ -57,13 +61,15 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    /// Counts one match of `rank` on `host` at `t`.
+    /// Counts one match of `rank` on `host` logged at `log_ms`, seen at `clock_ms` on the
+    /// correlator's clock.
     pub fn observe(
         &mut self,
         event: &MatchEvent,
         rank: Option<u32>,
         host: Option<&Arc<str>>,
-        t: Millis,
+        log_ms: Option<Millis>,
+        clock_ms: Millis,
     ) {
         if self.cluster.is_none() {
             self.cluster = event.cluster.as_deref().map(Arc::from);
@@ -73,15 +79,17 @@ impl Timeline {
             (None, Some(h)) => Key::Host(Arc::clone(h)),
             (None, None) => Key::Unknown,
         };
-        let root = (event.role == Role::Root).then_some(t);
+        let root = log_ms.filter(|_| event.role == Role::Root);
         if let Some(&i) = self.index.get(&key) {
             let row = &mut self.rows[usize::from(i)];
-            if t < row.first_ms {
-                row.first_ms = t;
-                row.role = event.role;
-                row.code = intern(&mut self.codes, &event.error_code);
+            if let Some(t) = log_ms {
+                if row.first_ms.is_none_or(|f| t < f) {
+                    row.first_ms = Some(t);
+                    row.role = event.role;
+                    row.code = intern(&mut self.codes, &event.error_code);
+                }
+                row.last_ms = Some(row.last_ms.map_or(t, |l| l.max(t)));
             }
-            row.last_ms = row.last_ms.max(t);
             row.root_ms = match (row.root_ms, root) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -101,8 +109,9 @@ impl Timeline {
         self.rows.push(Row {
             rank,
             host: host.cloned(),
-            first_ms: t,
-            last_ms: t,
+            clock_ms,
+            first_ms: log_ms,
+            last_ms: log_ms,
             role: event.role,
             code,
             root_ms: root,
@@ -112,18 +121,23 @@ impl Timeline {
 
     /// The rows ordered by their first match (then by rank), with the envelope's cluster.
     pub fn view(&self) -> TimelineView {
+        let earliest = self.rows.iter().filter_map(|r| r.first_ms).min();
         let mut rows: Vec<TimelineRow> = self
             .rows
             .iter()
-            .map(|r| TimelineRow {
-                rank: r.rank,
-                host: r.host.as_deref().map(str::to_string),
-                first_ms: r.first_ms,
-                last_ms: r.last_ms,
-                role: r.role,
-                error_code: r.code.to_string(),
-                root_ms: r.root_ms,
-                matches: r.matches,
+            .map(|r| {
+                let first = r.first_ms.or(earliest).unwrap_or(r.clock_ms);
+                TimelineRow {
+                    rank: r.rank,
+                    host: r.host.as_deref().map(str::to_string),
+                    first_ms: first,
+                    last_ms: r.last_ms.unwrap_or(first).max(first),
+                    timed: r.first_ms.is_some(),
+                    role: r.role,
+                    error_code: r.code.to_string(),
+                    root_ms: r.root_ms,
+                    matches: r.matches,
+                }
             })
             .collect();
         rows.sort_by(|a, b| (a.first_ms, a.rank, &a.host).cmp(&(b.first_ms, b.rank, &b.host)));
@@ -168,6 +182,8 @@ pub struct TimelineRow {
     pub first_ms: Millis,
     /// Its last match, ms since the epoch.
     pub last_ms: Millis,
+    /// Whether its lines carried a time (else it is drawn at the incident's earliest time).
+    pub timed: bool,
     /// The role of its first match.
     pub role: Role,
     /// The error code of its first match.
@@ -197,15 +213,17 @@ mod tests {
         let mut t = Timeline::default();
         let host: Arc<str> = Arc::from("node-05");
         let xid = event("XID_79", Role::Root, "gpu_hardware").build();
-        t.observe(&xid, None, Some(&host), 1_000);
+        t.observe(&xid, None, Some(&host), Some(1_000), 1_000);
         let timeout = event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout").build();
         for rank in 0..(MAX_TIMELINE_ROWS as u32 + 10) {
-            t.observe(&timeout, Some(rank), None, 5_000 + i64::from(rank));
+            t.observe(&timeout, Some(rank), None, Some(5_000 + i64::from(rank)), 0);
         }
         // An earlier root of rank 3 takes over its row's first match; a later one only counts.
         let oom = event("CUDA_OOM", Role::Root, "oom").build();
-        t.observe(&oom, Some(3), None, 2_000);
-        t.observe(&oom, Some(4), None, 9_000);
+        t.observe(&oom, Some(3), None, Some(2_000), 0);
+        t.observe(&oom, Some(4), None, Some(9_000), 0);
+        // A line without a time counts, and moves nothing.
+        t.observe(&oom, Some(4), None, None, 99_000);
         let v = t.view();
         assert_eq!(v.rows.len(), MAX_TIMELINE_ROWS);
         assert_eq!(v.untracked, 11, "the ranks past the cap, only counted");
@@ -218,9 +236,31 @@ mod tests {
         assert_eq!(four.error_code, "NCCL_TIMEOUT");
         assert_eq!(
             (four.root_ms, four.last_ms, four.matches),
-            (Some(9_000), 9_000, 2)
+            (Some(9_000), 9_000, 3)
         );
         assert_eq!(v.span(), Some((1_000, 9_000)));
         assert!(v.rows.windows(2).all(|w| w[0].first_ms <= w[1].first_ms));
+    }
+
+    #[test]
+    fn rows_without_a_time_sit_at_the_start_or_fall_back_to_the_clock() {
+        let e = event("CUDA_UNKNOWN_ERROR", Role::Root, "gpu").build();
+        let mut t = Timeline::default();
+        t.observe(&e, Some(11), None, None, 3_600_000);
+        t.observe(&e, Some(0), None, Some(1_000), 1_000);
+        let v = t.view();
+        let eleven = v.rows.iter().find(|r| r.rank == Some(11)).expect("row");
+        assert_eq!(
+            (eleven.first_ms, eleven.timed),
+            (1_000, false),
+            "not at the clock"
+        );
+        assert_eq!(v.span(), Some((1_000, 1_000)));
+
+        let mut untimed = Timeline::default();
+        untimed.observe(&e, Some(1), None, None, 5);
+        untimed.observe(&e, Some(2), None, None, 7);
+        let v = untimed.view();
+        assert_eq!(v.span(), Some((5, 7)), "the clock orders them");
     }
 }

@@ -97,7 +97,7 @@ pub fn timeline(i: &IncidentEvent) -> String {
         row,
     };
     let plot_h = row * n as f64;
-    let height = TOP + plot_h + 64.0;
+    let height = TOP + plot_h + 100.0;
     let mut out = String::with_capacity(256 + n * 320);
     let _ = write!(
         out,
@@ -144,12 +144,14 @@ fn cascade_band(out: &mut String, t: &TimelineView, s: &Scale, plot_h: f64, summ
         out,
         "<rect class=\"cascade-band\" x=\"{:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{plot_h:.1}\" \
          fill=\"#ffb74d\" fill-opacity=\"0.22\"><title>cascade: {}</title></rect>\
-         <text x=\"{:.1}\" y=\"{:.1}\" fill=\"#a65f00\">cascade: {} rows</text>",
+         <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{}\" fill=\"#a65f00\">cascade: {} rows</text>",
         x0 - 2.0,
         (x1 - x0).max(0.0) + 4.0,
         esc(summary.unwrap_or("cascade-role matches")),
-        x0,
+        // The label reads from the band's left edge, or up to its right one near the end.
+        if x0 > WIDTH / 2.0 { x1 + 2.0 } else { x0 },
         TOP - 6.0,
+        if x0 > WIDTH / 2.0 { "end" } else { "start" },
         cascade.len()
     );
 }
@@ -161,11 +163,15 @@ fn draw_row(out: &mut String, r: &TimelineRow, k: usize, s: &Scale, t0: Millis) 
     let place = who(r.rank, r.host.as_deref());
     let _ = write!(
         out,
-        "<g class=\"row\" data-role=\"{}\"><title>{}: {} at {} ({}), {} match(es)</title>",
+        "<g class=\"row\" data-role=\"{}\"><title>{}: {} {} ({}), {} match(es)</title>",
         r.role.as_str(),
         esc(&place),
         esc(&r.error_code),
-        esc(&format_ms(r.first_ms)),
+        if r.timed {
+            format!("at {}", esc(&format_ms(r.first_ms)))
+        } else {
+            "without a time in the log (drawn at the start)".to_string()
+        },
         esc(&offset(r.first_ms - t0)),
         r.matches
     );
@@ -336,19 +342,22 @@ enum Swatch {
 
 fn legend(out: &mut String, y: f64, untracked: u64) {
     let mut entries = vec![
-        (Swatch::Diamond, "root".to_string(), 60.0),
-        (Swatch::Triangle, "contributing".to_string(), 100.0),
+        (Swatch::Diamond, "root".to_string()),
+        (Swatch::Triangle, "contributing root".to_string()),
+        (Swatch::Band, "cascade".to_string()),
     ];
     for role in [Role::Root, Role::Symptom, Role::Cascade, Role::Info] {
-        entries.push((
-            Swatch::Dot(colour(role)),
-            format!("first match: {}", role.as_str()),
-            130.0,
-        ));
+        let label = format!("first match: {}", role.as_str());
+        entries.push((Swatch::Dot(colour(role)), label));
     }
-    entries.push((Swatch::Band, "cascade".to_string(), 70.0));
-    let mut x = LEFT;
-    for (swatch, label, width) in entries {
+    let (mut x, mut y) = (LEFT, y);
+    for (k, (swatch, label)) in entries.into_iter().enumerate() {
+        if k == 3 {
+            // The first-match colours on a second line.
+            (x, y) = (LEFT, y + 16.0);
+        }
+        // About 6.5 px a character at 11 px, and a gap.
+        let width = 34.0 + 6.5 * label.chars().count() as f64;
         let _ = match swatch {
             Swatch::Diamond => write!(
                 out,
@@ -385,7 +394,7 @@ fn legend(out: &mut String, y: f64, untracked: u64) {
             out,
             "<text x=\"{LEFT}\" y=\"{:.1}\" fill=\"#a00\">{untracked} more match(es) of ranks \
              past the row cap, not drawn</text>",
-            y + 18.0
+            y + 20.0
         );
     }
 }

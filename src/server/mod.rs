@@ -367,4 +367,54 @@ mod tests {
         tx.send_replace(true);
         server.await.expect("server stops");
     }
+
+    async fn get_with(addr: SocketAddr, path: &str, auth: Option<&str>) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connects");
+        let auth = auth
+            .map(|a| format!("Authorization: {a}\r\n"))
+            .unwrap_or_default();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("writes");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("reads");
+        out
+    }
+
+    #[tokio::test]
+    async fn guarded_routes_need_the_token_and_probes_do_not() {
+        let routes = health_routes(|| Ok("ready\n".into()))
+            .guarded("/secret", |req: &Get| {
+                Reply::text(200, format!("job={:?}\n", req.param("job")))
+            })
+            .guarded_prefix("/things/", |req: &Get| Reply::text(200, req.path.clone()))
+            .with_token(Token::new("t0ken"));
+        let listener = bind("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("binds");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = watch::channel(false);
+        let server = tokio::spawn(serve(listener, routes, rx));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        let refused = get(addr, "/secret").await;
+        assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+        assert!(refused.contains("www-authenticate: Basic"), "{refused}");
+        let wrong = get_with(addr, "/secret", Some("Bearer nope")).await;
+        assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+        let ok = get_with(addr, "/secret?job=a%20b+c&x", Some("Bearer t0ken")).await;
+        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+        assert!(ok.ends_with("job=Some(\"a b c\")\n"), "{ok}");
+        assert!(ok.contains("x-content-type-options: nosniff"), "{ok}");
+        let thing = get_with(addr, "/things/fp2%3Aab", Some("Bearer t0ken")).await;
+        assert!(thing.ends_with("/things/fp2:ab"), "{thing}");
+        assert!(get_with(addr, "/things/", Some("Bearer t0ken"))
+            .await
+            .starts_with("HTTP/1.1 404"));
+        tx.send_replace(true);
+        server.await.expect("server stops");
+    }
 }

@@ -387,3 +387,47 @@ fn context(b: &mut String, i: &IncidentEvent) {
     }
     b.push_str("</pre>");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::incident::testutil::event;
+    use crate::incident::{Correlator, IncidentConfig};
+    use crate::kb::Role;
+
+    const HOSTILE: &str =
+        "RuntimeError: <script>alert('x')</script> \"q\" </svg></pre>\u{1b}[31m\u{7}";
+
+    #[test]
+    fn hostile_lines_render_as_text_everywhere() {
+        let mut c = Correlator::new(IncidentConfig::default()).expect("config");
+        let mut out = Vec::new();
+        let e = event("CUDA_OOM", Role::Root, "oom")
+            .job("<b>job</b>")
+            .rank(3)
+            .host("node\"><img src=x>")
+            .line(HOSTILE)
+            .ts("2024-05-01T12:00:00Z")
+            .build();
+        c.observe(&e, &mut out);
+        let i = c.current("<b>job</b>").expect("open");
+        let page = detail(&i);
+        for bad in ["<script", "<img", "<b>", "\u{1b}", "\u{7}", "</pre></pre>"] {
+            assert!(!page.contains(bad), "{bad:?} in the page");
+        }
+        assert_eq!(page.matches("</svg>").count(), 1);
+        assert!(page.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"));
+        assert!(page.contains("\u{241b}[31m"), "control pictures");
+        let list = list(
+            &[Arc::new(i)],
+            &Get::new("/incidents", Some("job=%3Cb%3E")),
+            1,
+            0,
+        );
+        assert!(!list.contains("<b>job"), "{list}");
+        assert!(
+            list.contains("value=\"&lt;b&gt;\""),
+            "the form echoes escaped"
+        );
+    }
+}

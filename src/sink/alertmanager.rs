@@ -690,3 +690,314 @@ pub fn run(rx: Receiver<AlertJob>, mut alerter: Alerter, f: &IncidentFamilies, s
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::incident::testutil::event;
+    use crate::incident::{Correlator, IncidentConfig};
+    use crate::kb::Role;
+    use crate::sink::webhook::testing::TicketServer;
+
+    /// Records the waits instead of sleeping.
+    #[derive(Clone, Default)]
+    struct Recorded(Arc<Mutex<Vec<Duration>>>);
+
+    impl Pause for Recorded {
+        fn pause(&mut self, duration: Duration) {
+            self.0.lock().expect("lock").push(duration);
+        }
+    }
+
+    fn parse(text: &str) -> (Option<AlertmanagerConfig>, Vec<String>) {
+        let raw: RawAlertmanagerConfig = toml::from_str(text).expect("toml");
+        let mut out = Vec::new();
+        let c = AlertmanagerConfig::from_raw(&raw, &mut Errors::new("alertmanager", &mut out));
+        (c, out.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn the_section_names_its_fields_and_hides_credentials() {
+        assert!(parse("").0.is_none());
+        let (c, errors) = parse(
+            "url = \"http://am:s3cret@127.0.0.1:9093/\"\nresend_interval_ms = 5000\n\
+             labels = { team = \"ml-infra\" }\nheaders = { Authorization = \"Bearer t0ken\" }\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let c = c.expect("valid");
+        assert_eq!(c.endpoint, "http://am:s3cret@127.0.0.1:9093/api/v2/alerts");
+        assert_eq!(c.resend_interval, Duration::from_secs(5));
+        let mut p = Printer::default();
+        c.print(&mut p);
+        let text = p.finish();
+        assert!(
+            text.contains("url = \"http://[redacted]@127.0.0.1:9093/\""),
+            "{text}"
+        );
+        assert!(text.contains("labels = { team = \"ml-infra\" }"), "{text}");
+        assert!(
+            !text.contains("s3cret") && !text.contains("t0ken"),
+            "{text}"
+        );
+        let (c, errors) = parse(
+            "url = \"ftp://x\"\nqueue = 0\nmax_backoff_ms = 1\nlabels = { severity = \"x\", \"0bad\" = \"y\" }\n",
+        );
+        assert!(c.is_none());
+        let fields: Vec<&str> = errors
+            .iter()
+            .map(|e| e.split(':').next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "alertmanager.url",
+                "alertmanager.queue",
+                "alertmanager.max_backoff_ms",
+                "alertmanager.labels.0bad",
+                "alertmanager.labels.severity"
+            ]
+        );
+        assert_eq!(
+            AlertmanagerConfig::new("http://am:9093/api/v2/alerts").endpoint,
+            "http://am:9093/api/v2/alerts"
+        );
+    }
+
+    /// An Xid incident of job `job` opened (at 12:00), updated by a cascade, then resolved.
+    fn incident(job: &str) -> Vec<IncidentEvent> {
+        let mut c = Correlator::new(IncidentConfig::default()).expect("config");
+        let mut out = Vec::new();
+        let mut root = event("XID_79", Role::Root, "gpu_hardware")
+            .job(job)
+            .host("node-05")
+            .ts("2024-05-01T12:00:00Z")
+            .build();
+        root.cluster = Some("east".into());
+        c.observe(&root, &mut out);
+        let cascade = event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout")
+            .job(job)
+            .rank(1)
+            .ts("2024-05-01T12:10:00Z")
+            .cap("elapsed_ms", "600000")
+            .build();
+        c.observe(&cascade, &mut out);
+        c.resolve_all(&mut out);
+        out
+    }
+
+    fn at(rfc3339: &str) -> SystemTime {
+        let ms = crate::time::parse(rfc3339)
+            .and_then(|s| s.millis())
+            .expect("a time");
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms as u64)
+    }
+
+    #[test]
+    fn an_alert_carries_the_labels_annotations_and_times_of_its_incident() {
+        let changes = incident("llm-7");
+        let mut cfg = AlertmanagerConfig::new("http://am:9093");
+        cfg.labels.insert("team".into(), "ml".into());
+        cfg.page_base = Some("https://faultline.example/".into());
+        let now = at("2024-05-01T13:00:00Z");
+        let a = alert(&changes[0], &cfg, now);
+        let want: BTreeMap<String, String> = [
+            ("alertname", "FaultlineIncident"),
+            ("category", "gpu_hardware"),
+            ("cluster", "east"),
+            ("domain", "test"),
+            ("error_code", "XID_79"),
+            ("fingerprint", changes[0].fingerprint.as_str()),
+            ("job_id", "llm-7"),
+            ("severity", "error"),
+            ("team", "ml"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(a.labels, want);
+        assert_eq!(a.annotations["summary"], changes[0].summary);
+        assert_eq!(a.annotations["description"], "XID_79 title");
+        assert_eq!(a.annotations["root_cause"], "because");
+        assert_eq!(a.annotations["runbook_url"], DEFAULT_RUNBOOK_URL);
+        let page = format!(
+            "https://faultline.example/incidents/{}",
+            changes[0].fingerprint
+        );
+        assert_eq!(a.annotations["incident_url"], page);
+        assert_eq!(a.generator_url, page);
+        assert!(
+            a.annotations["culprit"].contains("node-05"),
+            "{:?}",
+            a.annotations
+        );
+        assert_eq!(a.starts_at, "2024-05-01T12:00:00.000Z");
+        assert_eq!(
+            a.ends_at, "2024-05-01T13:04:00.000Z",
+            "now plus four resends"
+        );
+        let last = changes.last().expect("resolved");
+        assert_eq!(last.status, Status::Resolved);
+        let r = alert(last, &cfg, now);
+        assert_eq!(r.labels, a.labels, "the same alert");
+        assert_eq!(r.ends_at, "2024-05-01T13:00:00.000Z", "resolved now");
+        // A first log time ahead of the clock starts the alert now, never after its end.
+        let early = alert(&changes[0], &cfg, at("2024-05-01T11:00:00Z"));
+        assert_eq!(early.starts_at, "2024-05-01T11:00:00.000Z");
+    }
+
+    fn alerter(url: &str) -> (Alerter, Recorded) {
+        let mut cfg = AlertmanagerConfig::new(url);
+        cfg.endpoint = url.to_string();
+        cfg.max_attempts = 3;
+        cfg.initial_backoff = Duration::from_millis(100);
+        cfg.max_backoff = Duration::from_secs(1);
+        cfg.queue = 2;
+        let waits = Recorded::default();
+        let sink = AlertmanagerSink::new(cfg)
+            .expect("http")
+            .with_pause(Box::new(waits.clone()));
+        (Alerter::new(sink), waits)
+    }
+
+    fn posted(server: &TicketServer) -> Vec<Vec<Value>> {
+        server
+            .requests()
+            .into_iter()
+            .map(|r| r.body.as_array().cloned().expect("an array of alerts"))
+            .collect()
+    }
+
+    #[test]
+    fn changes_fire_resend_and_resolve_one_alert() {
+        let server = TicketServer::accepting();
+        let (mut a, _) = alerter(&server.url);
+        let changes: Vec<Arc<IncidentEvent>> =
+            incident("llm-7").into_iter().map(Arc::new).collect();
+        let now = at("2024-05-01T13:00:00Z");
+        a.changes(&changes[..1], now).expect("posted");
+        assert_eq!(a.open(), 1);
+        a.resend(now + Duration::from_secs(60))
+            .expect("posted again");
+        a.changes(&changes[changes.len() - 1..], now + Duration::from_secs(90))
+            .expect("resolved");
+        assert_eq!(a.open(), 0);
+        a.resend(now + Duration::from_secs(120))
+            .expect("nothing to send");
+        let bodies = posted(&server);
+        assert_eq!(bodies.len(), 3, "fire, resend, resolve; nothing after");
+        let labels: std::collections::BTreeSet<String> =
+            bodies.iter().map(|b| b[0]["labels"].to_string()).collect();
+        assert_eq!(labels.len(), 1, "one alert throughout");
+        assert_eq!(
+            bodies[1][0]["endsAt"], "2024-05-01T13:05:00.000Z",
+            "extended"
+        );
+        assert_eq!(bodies[2][0]["endsAt"], "2024-05-01T13:01:30.000Z", "ended");
+        assert_eq!(a.sink().stats().posted, 3);
+    }
+
+    #[test]
+    fn a_re_elected_root_resolves_the_alert_under_its_old_labels() {
+        let mut c = Correlator::new(IncidentConfig::default()).expect("config");
+        let mut out = Vec::new();
+        let timeout = event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout")
+            .rank(1)
+            .ts("2024-05-01T12:10:00Z")
+            .build();
+        c.observe(&timeout, &mut out);
+        let oom = event("CUDA_OOM", Role::Root, "oom")
+            .rank(3)
+            .ts("2024-05-01T12:09:00Z")
+            .build();
+        c.observe(&oom, &mut out);
+        let changes: Vec<Arc<IncidentEvent>> = out.into_iter().map(Arc::new).collect();
+        assert_eq!(changes.len(), 2);
+        assert_ne!(changes[0].root.error_code, changes[1].root.error_code);
+        let server = TicketServer::accepting();
+        let (mut a, _) = alerter(&server.url);
+        let now = at("2024-05-01T13:00:00Z");
+        a.changes(&changes[..1], now).expect("posted");
+        a.changes(&changes[1..], now).expect("posted");
+        let bodies = posted(&server);
+        let second = &bodies[1];
+        assert_eq!(second.len(), 2, "{second:?}");
+        assert_eq!(second[0]["labels"]["error_code"], "CUDA_OOM");
+        assert_eq!(second[0]["endsAt"], "2024-05-01T13:04:00.000Z");
+        assert_eq!(second[1]["labels"]["error_code"], "NCCL_TIMEOUT");
+        assert_eq!(
+            second[1]["endsAt"], "2024-05-01T13:00:00.000Z",
+            "the old one ends"
+        );
+        assert_eq!(a.open(), 1);
+    }
+
+    #[test]
+    fn failed_requests_retry_with_backoff_and_keep_the_resolution() {
+        let server = TicketServer::start(usize::MAX, 503);
+        let (mut a, waits) = alerter(&server.url);
+        let changes: Vec<Arc<IncidentEvent>> =
+            incident("llm-7").into_iter().map(Arc::new).collect();
+        let now = at("2024-05-01T13:00:00Z");
+        let e = a.changes(&changes[..1], now).expect_err("refused");
+        assert_eq!((e.attempts, e.error.as_str()), (3, "HTTP 503"));
+        assert_eq!(
+            *waits.0.lock().expect("lock"),
+            vec![Duration::from_millis(100), Duration::from_millis(200)]
+        );
+        assert_eq!(a.open(), 1, "still firing: posted again at the next resend");
+        a.changes(&changes[changes.len() - 1..], now)
+            .expect_err("refused");
+        assert_eq!(
+            (a.open(), a.unresolved.len()),
+            (0, 1),
+            "the resolution waits"
+        );
+        assert_eq!(a.sink().stats().failed, 2);
+        assert_eq!(a.sink().stats().retries, 4);
+        drop(server);
+
+        // The next resend carries it to a receiver that accepts.
+        let server = TicketServer::accepting();
+        a.sink.cfg.endpoint.clone_from(&server.url);
+        a.resend(now + Duration::from_secs(60)).expect("posted");
+        let bodies = posted(&server);
+        assert_eq!(bodies.len(), 1);
+        assert_eq!(bodies[0][0]["endsAt"], "2024-05-01T13:00:00.000Z");
+        assert!(a.unresolved.is_empty());
+    }
+
+    #[test]
+    fn client_errors_are_not_retried_and_ticketed_only_skips_the_rest() {
+        let server = TicketServer::start(1, 400);
+        let (mut a, waits) = alerter(&server.url);
+        let changes: Vec<Arc<IncidentEvent>> =
+            incident("llm-7").into_iter().map(Arc::new).collect();
+        let e = a
+            .changes(&changes[..1], SystemTime::now())
+            .expect_err("400");
+        assert_eq!(e.attempts, 1);
+        assert!(waits.0.lock().expect("lock").is_empty());
+
+        let mut c = Correlator::new(IncidentConfig::default()).expect("config");
+        let mut out = Vec::new();
+        c.observe(
+            &event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout").build(),
+            &mut out,
+        );
+        assert!(!out[0].ticket.raised);
+        let server = TicketServer::accepting();
+        let (mut a, _) = alerter(&server.url);
+        a.sink.cfg.ticketed_only = true;
+        a.changes(&[Arc::new(out[0].clone())], SystemTime::now())
+            .expect("nothing to post");
+        assert!(server.requests().is_empty());
+        a.sink.cfg.ticketed_only = false;
+        a.changes(&[Arc::new(out[0].clone())], SystemTime::now())
+            .expect("posted");
+        assert_eq!(server.requests().len(), 1, "every open incident by default");
+    }
+}
