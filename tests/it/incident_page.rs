@@ -274,3 +274,91 @@ async fn chromium_shows_the_list_the_timeline_and_hostile_lines_as_text() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// The dashboard's data links on "Failures by root cause" and "Error codes" open the incident
+/// list filtered by the code they were clicked on: followed against a served list, each shows
+/// the incidents with that root and no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_links_each_root_cause_to_its_incidents() {
+    let d = crate::observability::dashboard();
+    let var = d["templating"]["list"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .find(|v| v["name"] == "faultline_url")
+        .expect("a faultline_url variable")
+        .clone();
+    assert_eq!(var["type"], "textbox");
+    assert_eq!(
+        var["query"],
+        format!("http://{}", faultline::server::DEFAULT_ADMIN_LISTEN)
+    );
+    let mut links = Vec::new();
+    for p in d["panels"].as_array().expect("panels") {
+        let title = p["title"].as_str().unwrap_or("");
+        let defaults = p["fieldConfig"]["defaults"]["links"].as_array().cloned();
+        let overrides = p["fieldConfig"]["overrides"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| o["matcher"]["options"] == "error_code")
+            .flat_map(|o| o["properties"].as_array().cloned().unwrap_or_default())
+            .filter(|prop| prop["id"] == "links")
+            .flat_map(|prop| prop["value"].as_array().cloned().unwrap_or_default());
+        for link in defaults.into_iter().flatten().chain(overrides) {
+            links.push((
+                title.to_string(),
+                link["url"].as_str().unwrap_or("").to_string(),
+            ));
+        }
+    }
+    let titles: Vec<&str> = links.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        titles,
+        ["Failures by root cause", "Error codes"],
+        "{links:?}"
+    );
+
+    let store = IncidentStore::new(1_000, 1_000);
+    for c in incident_changes(&[&repo().join("examples")]) {
+        store.record(&c);
+    }
+    let listener = server::bind("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let routes = server::incidents::routes(Routes::new(), Arc::clone(&store));
+    let serving = tokio::spawn(server::serve(listener, routes, stopped));
+    let checked = tokio::task::spawn_blocking(move || {
+        let mut checked = 0;
+        for (_, url) in &links {
+            for code in ["XID_79", "CUDA_OOM"] {
+                let url = url
+                    .replace("${faultline_url}", &format!("http://{addr}"))
+                    .replace("${__field.labels.error_code}", code)
+                    .replace("${__data.fields.error_code}", code);
+                let path = url
+                    .strip_prefix(&format!("http://{addr}"))
+                    .expect("under the admin server");
+                let (status, body) = crate::observability::http_get(addr, path).expect("answers");
+                assert_eq!(status, 200, "{url}");
+                let rows = body.matches("<tr class=\"incident\"").count();
+                let with_code = body
+                    .matches(&format!("<td><code>{code}</code></td>"))
+                    .count();
+                assert!(
+                    rows >= 1 && rows == with_code,
+                    "{url}: {rows} rows, {with_code} {code}"
+                );
+                checked += 1;
+            }
+        }
+        checked
+    })
+    .await
+    .expect("joins");
+    assert_eq!(checked, 4);
+    stop.send_replace(true);
+    serving.await.expect("server stops");
+}
