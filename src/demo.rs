@@ -76,6 +76,9 @@ pub struct DemoArgs {
     /// Print the match events too (before the incidents).
     #[arg(long)]
     pub matches: bool,
+    /// Post the incidents to this Alertmanager (`http://127.0.0.1:9093`) as alerts.
+    #[arg(long, value_name = "URL")]
+    pub alertmanager: Option<String>,
 }
 
 /// Why the demo failed.
@@ -197,6 +200,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         (EVENTS_TOPIC, 1),
         (INCIDENTS_TOPIC, 1),
         (DEAD_LETTER_TOPIC, 1),
+        (INCIDENTS_TOPIC, 1),
     ] {
         cluster.create_topic(topic, partitions, 1)?;
     }
@@ -226,7 +230,8 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
             .await?;
     if let Some(addr) = correlator.admin_addr() {
         eprintln!(
-            "faultline demo: the correlator's admin endpoints at http://{addr}/healthz, /readyz and /metrics"
+            "faultline demo: the correlator's admin endpoints at http://{addr}/healthz, /readyz and \
+             /metrics; incidents at http://{addr}/incidents"
         );
     }
     let mut matchers = Vec::new();
@@ -362,6 +367,9 @@ fn config(
         Role::Correlate => args.admin_listen.clone(),
         _ => "off".into(),
     });
+    if role == Role::Correlate {
+        raw.alertmanager.url.clone_from(&args.alertmanager);
+    }
     let mut config = Config::from_raw(raw)?;
     if let Some(i) = config.incidents.as_mut() {
         i.correlator.clock_anchor = anchor;

@@ -5,7 +5,8 @@
 //! [`crate::pipeline`], `[output]` in [`crate::sink::kafka`], `[kb]` in [`crate::reload`],
 //! `[admin]` in [`crate::server`], `[redact]` in [`crate::redact`], `[metrics]` in
 //! [`crate::metrics`], `[telemetry]` in [`crate::telemetry`], `[incidents]` in
-//! [`crate::incident::config`], `[webhook]` in [`crate::sink::webhook`]. This module composes
+//! [`crate::incident::config`], `[webhook]` in [`crate::sink::webhook`], `[alertmanager]` in
+//! [`crate::sink::alertmanager`]. This module composes
 //! them and checks the rules that span tables (no output topic may be an input topic).
 //!
 //! Every setting can come from the file, a flag or an environment variable ([`Overrides`]); a
@@ -28,6 +29,7 @@ use crate::pipeline::config::{
 use crate::redact::{RawRedact, RedactConfig};
 use crate::reload::{KbConfig, RawKb};
 use crate::server::{AdminConfig, RawAdmin};
+use crate::sink::alertmanager::{AlertmanagerConfig, RawAlertmanagerConfig};
 use crate::sink::kafka::{OutputConfig, RawOutput};
 use crate::sink::webhook::{RawWebhookConfig, RunWebhookConfig};
 use crate::telemetry::{RawTelemetryConfig, TelemetryConfig};
@@ -74,6 +76,10 @@ pub struct RawConfig {
     /// `[webhook]`: tickets for incidents (on when `url` is set; needs `[incidents]`).
     #[serde(default)]
     pub webhook: RawWebhookConfig,
+    /// `[alertmanager]`: incidents as Alertmanager alerts (on when `url` is set; needs
+    /// `[incidents]`).
+    #[serde(default)]
+    pub alertmanager: RawAlertmanagerConfig,
 }
 
 /// `faultline run` arguments: the file, the overrides, and `--check-config`.
@@ -226,6 +232,18 @@ pub struct Overrides {
     /// What this process does: all, match or correlate (`incidents.role`).
     #[arg(long, env = "FAULTLINE_INCIDENTS_ROLE", value_name = "ROLE")]
     pub role: Option<String>,
+    /// Bearer token of the incident pages and API (`admin.token`); prefer the variable, a flag
+    /// shows in the process list.
+    #[arg(
+        long,
+        env = "FAULTLINE_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub admin_token: Option<String>,
+    /// Alertmanager to post incidents to (`alertmanager.url`).
+    #[arg(long, env = "FAULTLINE_ALERTMANAGER_URL", value_name = "URL")]
+    pub alertmanager_url: Option<String>,
 }
 
 /// Why a configuration was rejected.
@@ -287,6 +305,8 @@ pub struct Config {
     pub incidents: Option<IncidentsConfig>,
     /// `[webhook]`; `None`: no tickets.
     pub webhook: Option<RunWebhookConfig>,
+    /// `[alertmanager]`; `None`: no alerts.
+    pub alertmanager: Option<AlertmanagerConfig>,
 }
 
 impl RawConfig {
@@ -374,6 +394,12 @@ impl RawConfig {
         set(&mut self.admin.listen, &o.admin_listen);
         set(&mut self.admin.stall_timeout_ms, &o.stall_timeout_ms);
         set(&mut self.incidents.role, &o.role);
+        if o.admin_token.is_some() {
+            // The variable replaces the file's token, whichever way the file gives it.
+            self.admin.token_file = None;
+            set(&mut self.admin.token, &o.admin_token);
+        }
+        set(&mut self.alertmanager.url, &o.alertmanager_url);
         if errors.is_empty() {
             Ok(())
         } else {
@@ -430,6 +456,10 @@ impl Config {
             IncidentsConfig::from_raw(&raw.incidents, &mut Errors::new("incidents", &mut errors));
         let webhook =
             RunWebhookConfig::from_raw(&raw.webhook, &mut Errors::new("webhook", &mut errors));
+        let alertmanager = AlertmanagerConfig::from_raw(
+            &raw.alertmanager,
+            &mut Errors::new("alertmanager", &mut errors),
+        );
         // Rules that span tables.
         let mut rules = Errors::new("", &mut errors);
         if raw.webhook.url.is_some() && raw.incidents.topic.is_none() {
@@ -466,6 +496,12 @@ impl Config {
                 }
             }
         }
+        if raw.alertmanager.url.is_some() && raw.incidents.topic.is_none() {
+            rules.push_field(
+                "alertmanager.url",
+                "needs incidents.topic: alerts follow the incidents the service produces",
+            );
+        }
         let outputs = [
             ("output.topic", Some(&output.topic)),
             ("dead_letter.topic", Some(&dead_letter.topic)),
@@ -496,6 +532,7 @@ impl Config {
             telemetry,
             redact,
             webhook: webhook.filter(|_| incidents.is_some()),
+            alertmanager: alertmanager.filter(|_| incidents.is_some()),
             incidents,
         })
     }
@@ -517,6 +554,9 @@ impl Config {
         }
         if let Some(w) = &self.webhook {
             w.print(&mut p);
+        }
+        if let Some(a) = &self.alertmanager {
+            a.print(&mut p);
         }
         p.finish()
     }

@@ -22,6 +22,7 @@
 //! - [`multiline`]: traceback and summary blocks per (job, rank) stream, bounded.
 //! - [`lifecycle`]: one incident's state, when it emits, how it snapshots to JSON.
 //! - [`fleet`]: bad-node scores across jobs.
+//! - [`timeline`]: when each rank first spoke, bounded, for the incident page.
 //! - [`correlate`]: the [`Correlator`]: jobs, caps, eviction, resolution, restart loops, tickets.
 //!
 //! The JSON contract of [`IncidentEvent`] is documented in `docs/incidents.md`.
@@ -38,6 +39,7 @@ pub mod multiline;
 pub mod nodes;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -326,6 +328,10 @@ pub struct IncidentEvent {
     /// Unique per correlator; keys "the same incident" for sinks that keep the latest state.
     #[serde(skip)]
     pub serial: u64,
+    /// When each rank first spoke, and the envelope's cluster: for the incident page, the API
+    /// and the alert's `cluster` label; not part of the JSON contract.
+    #[serde(skip)]
+    pub timeline: Arc<timeline::TimelineView>,
 }
 
 /// Another root-role match of the incident (the primary one is `root`).

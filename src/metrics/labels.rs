@@ -151,6 +151,20 @@ label_set!(
 );
 
 label_set!(
+    /// What became of alerts for Alertmanager (`faultline_alertmanager_alerts_total{result}`).
+    AlertResult {
+        /// Accepted by Alertmanager (every resend counts).
+        Posted => "posted",
+        /// Not accepted after the retries; posted again at the next resend.
+        Failed => "failed",
+        /// The change did not fit in the Alertmanager queue.
+        Dropped => "dropped",
+        /// Still queued at shutdown (posted again after the restart).
+        Abandoned => "abandoned",
+    }
+);
+
+label_set!(
     /// An envelope field that may become an extra label of `faultline_matches_total`: a closed
     /// set on purpose, each low-cardinality by nature (a fleet has a handful of clusters, not
     /// thousands of jobs).

@@ -1,11 +1,14 @@
 //! Incidents from `faultline run`: the matcher's events through the [`Correlator`], incident
-//! changes to the incidents topic and, for ticketed incidents, to a webhook.
+//! changes to the incidents topic, to the admin server's incident store, to Alertmanager and,
+//! for ticketed incidents, to a webhook.
 //!
 //! ```text
 //!  MatchStage::process ── events ──▶ IncidentStage::observe ──▶ Correlator
 //!        │ (before the records are resolved)   │ hold the incident's first record per partition
 //!        ▼                                     ▼
 //!  tick (idle, per batch) ──▶ expire ──▶ changes ──▶ incidents topic (key: fingerprint)
+//!                                               ├──▶ incident store (admin pages, API)
+//!                                               ├──▶ Alertmanager thread (bounded queue) ──▶ HTTP
 //!                                               └──▶ webhook thread (bounded queue) ──▶ HTTP
 //! ```
 //!
@@ -42,7 +45,10 @@
 //! HTTP: when the queue is full, the change is dropped, counted
 //! (`faultline_webhook_changes_total{result="dropped"}`) and logged (ERROR for a resolution:
 //! the ticket stays open until the incident's next occurrence; WARN otherwise: the incident's
-//! next change carries its full state).
+//! next change carries its full state). Alertmanager ([`crate::sink::alertmanager`]) likewise:
+//! its own thread, a bounded queue (`alertmanager.queue`), drops counted in
+//! `faultline_alertmanager_alerts_total{result="dropped"}` and logged; a dropped resolution
+//! still ends the alert within four resend intervals (its `endsAt`).
 
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -53,8 +59,12 @@ use super::Stop;
 use crate::enrich::MatchEvent;
 use crate::incident::config::IncidentsConfig;
 use crate::incident::{Correlator, CorrelatorStats, IncidentEvent, Status};
-use crate::metrics::{Eviction, IncidentFamilies, Metrics, ResolutionLabel, WebhookResult};
+use crate::metrics::{
+    AlertResult, Eviction, IncidentFamilies, Metrics, ResolutionLabel, WebhookResult,
+};
 use crate::offsets::{RecordId, Release, Tracker};
+use crate::server::store::IncidentStore;
+use crate::sink::alertmanager::{self, AlertJob, Alerter, AlertmanagerConfig, AlertmanagerSink};
 use crate::sink::kafka::KafkaSink;
 use crate::sink::webhook::{
     DeadLetter, Delivery, Pause, RunWebhookConfig, WebhookError, WebhookSink,
@@ -117,6 +127,19 @@ pub const MAX_NODE_HOLDS: usize = 10_000;
 /// A change for the webhook thread, with the release its handling helps.
 type Job = (IncidentEvent, Option<Arc<Release>>);
 
+/// Where incident changes go besides the incidents topic.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs<'a> {
+    /// `[webhook]`: tickets.
+    pub webhook: Option<&'a RunWebhookConfig>,
+    /// `[alertmanager]`: alerts.
+    pub alertmanager: Option<&'a AlertmanagerConfig>,
+    /// The admin server's incident store.
+    pub store: Option<Arc<IncidentStore>>,
+    /// The base of incident page links in tickets and alerts.
+    pub page_base: Option<String>,
+}
+
 /// The incident part of the matcher thread.
 pub struct IncidentStage {
     topic: String,
@@ -127,6 +150,8 @@ pub struct IncidentStage {
     families: IncidentFamilies,
     tracer: Option<IncidentTracer>,
     webhook: Option<SyncSender<Job>>,
+    alerts: Option<SyncSender<AlertJob>>,
+    store: Option<Arc<IncidentStore>>,
     holds: HashMap<u64, Held>,
     /// Node events' records, oldest first.
     node_holds: std::collections::VecDeque<NodeHold>,
@@ -140,6 +165,7 @@ pub struct IncidentStage {
     published: CorrelatorStats,
     last_publish: Option<Instant>,
     last_drop_log: Option<Instant>,
+    last_alert_drop_log: Option<Instant>,
 }
 
 impl std::fmt::Debug for IncidentStage {
@@ -170,26 +196,30 @@ impl Pause for StopPause {
 }
 
 impl IncidentStage {
-    /// The stage and, when a webhook is configured, its thread (join it after the matcher).
+    /// The stage and the threads of its webhook and Alertmanager, when configured (join them
+    /// after the matcher).
     pub fn start(
         config: &IncidentsConfig,
-        webhook: Option<&RunWebhookConfig>,
+        outputs: Outputs<'_>,
         sink: Arc<KafkaSink>,
         tracker: Arc<Tracker>,
         stop: Arc<Stop>,
         metrics: &Metrics,
         tracer: Option<IncidentTracer>,
-    ) -> Result<(Self, Option<std::thread::JoinHandle<()>>), StartError> {
+    ) -> Result<(Self, Vec<std::thread::JoinHandle<()>>), StartError> {
         let correlator = Correlator::new(config.correlator.clone())?;
         let families = metrics.incidents().clone();
-        let (webhook, thread) = match webhook {
-            None => (None, None),
+        let mut threads = Vec::new();
+        let webhook = match outputs.webhook {
+            None => None,
             Some(w) => {
                 let dead_letter = match &w.dead_letter {
                     Some(p) => DeadLetter::File(p.clone()),
                     None => DeadLetter::Drop,
                 };
-                let hook = WebhookSink::new(w.sink.clone(), dead_letter)?
+                let mut cfg = w.sink.clone();
+                cfg.page_base.clone_from(&outputs.page_base);
+                let hook = WebhookSink::new(cfg, dead_letter)?
                     .with_pause(Box::new(StopPause(Arc::clone(&stop))));
                 let (tx, rx) = sync_channel::<Job>(w.queue);
                 let (f, s) = (families.clone(), Arc::clone(&stop));
@@ -197,7 +227,27 @@ impl IncidentStage {
                     .name("faultline-webhook".into())
                     .spawn(move || deliver(rx, hook, &f, &s))
                     .map_err(StartError::Thread)?;
-                (Some(tx), Some(thread))
+                threads.push(thread);
+                Some(tx)
+            }
+        };
+        let alerts = match outputs.alertmanager {
+            None => None,
+            Some(a) => {
+                let mut cfg = a.clone();
+                cfg.page_base.clone_from(&outputs.page_base);
+                let queue = cfg.queue;
+                let alerter = Alerter::new(
+                    AlertmanagerSink::new(cfg)?.with_pause(Box::new(StopPause(Arc::clone(&stop)))),
+                );
+                let (tx, rx) = sync_channel::<AlertJob>(queue);
+                let (f, s) = (families.clone(), Arc::clone(&stop));
+                let thread = std::thread::Builder::new()
+                    .name("faultline-alertmanager".into())
+                    .spawn(move || alertmanager::run(rx, alerter, &f, &s))
+                    .map_err(StartError::Thread)?;
+                threads.push(thread);
+                Some(tx)
             }
         };
         Ok((
@@ -210,6 +260,8 @@ impl IncidentStage {
                 families,
                 tracer,
                 webhook,
+                alerts,
+                store: outputs.store,
                 holds: HashMap::new(),
                 node_holds: std::collections::VecDeque::new(),
                 observed: HashMap::new(),
@@ -220,8 +272,9 @@ impl IncidentStage {
                 published: CorrelatorStats::default(),
                 last_publish: None,
                 last_drop_log: None,
+                last_alert_drop_log: None,
             },
-            thread,
+            threads,
         ))
     }
 
@@ -412,14 +465,20 @@ impl IncidentStage {
                 t.record(change);
             }
             let to_webhook = self.webhook.is_some() && change.ticket.raised;
+            let to_alerts = self.alerts.is_some();
             let release = (change.status == Status::Resolved).then(|| {
                 let ids = self
                     .holds
                     .remove(&change.serial)
                     .map(|h| h.ids)
                     .unwrap_or_default();
-                Release::new(Arc::clone(&self.tracker), ids, 1 + u32::from(to_webhook))
+                let parties = 1 + u32::from(to_webhook) + u32::from(to_alerts);
+                Release::new(Arc::clone(&self.tracker), ids, parties)
             });
+            let shared = (self.store.is_some() || to_alerts).then(|| Arc::new(change.clone()));
+            if let (Some(store), Some(shared)) = (&self.store, &shared) {
+                store.record_shared(Arc::clone(shared));
+            }
             self.json.clear();
             if let Err(e) = serde_json::to_writer(&mut self.json, change) {
                 tracing::error!(error = %e, "serialising an incident");
@@ -434,6 +493,9 @@ impl IncidentStage {
                 // Holds stay: after the restart the incident is read and produced again.
                 self.stop.fail(e.into());
                 break;
+            }
+            if let Some(shared) = shared.filter(|_| to_alerts) {
+                self.enqueue_alert(shared, release.clone());
             }
             if to_webhook {
                 self.enqueue_webhook(change, release);
@@ -475,6 +537,32 @@ impl IncidentStage {
                     r.done();
                 }
             }
+        }
+    }
+
+    fn enqueue_alert(&mut self, change: Arc<IncidentEvent>, release: Option<Arc<Release>>) {
+        let Some(tx) = &self.alerts else {
+            return;
+        };
+        let Err(
+            TrySendError::Full((change, release)) | TrySendError::Disconnected((change, release)),
+        ) = tx.try_send((change, release))
+        else {
+            return;
+        };
+        self.families.alerts(AlertResult::Dropped, 1);
+        let now = Instant::now();
+        if self
+            .last_alert_drop_log
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+        {
+            self.last_alert_drop_log = Some(now);
+            tracing::warn!(fingerprint = %change.fingerprint, status = ?change.status,
+                "alertmanager queue full: change not posted; the alert is posted again at the \
+                 next change or resend, or ends by itself at its endsAt");
+        }
+        if let Some(r) = release {
+            r.done();
         }
     }
 
@@ -543,8 +631,11 @@ pub enum StartError {
     /// The webhook sink could not be built.
     #[error(transparent)]
     Webhook(#[from] WebhookError),
-    /// The OS refused to spawn the webhook thread.
-    #[error("starting the webhook thread: {0}")]
+    /// The Alertmanager sink could not be built.
+    #[error(transparent)]
+    Alertmanager(#[from] alertmanager::AlertmanagerError),
+    /// The OS refused to spawn the webhook or Alertmanager thread.
+    #[error("starting an incident delivery thread: {0}")]
     Thread(std::io::Error),
 }
 
@@ -606,9 +697,9 @@ mod tests {
         )
         .expect("valid");
         let stop = Stop::new();
-        let (mut stage, thread) = IncidentStage::start(
+        let (mut stage, threads) = IncidentStage::start(
             &config,
-            None,
+            Outputs::default(),
             sink,
             Arc::clone(&tracker),
             stop,
@@ -616,7 +707,7 @@ mod tests {
             None,
         )
         .expect("starts");
-        assert!(thread.is_none(), "no webhook");
+        assert!(threads.is_empty(), "no webhook, no Alertmanager");
 
         let tp = TopicPartition {
             topic: Arc::from("logs"),

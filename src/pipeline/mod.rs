@@ -4,7 +4,8 @@
 //!  source thread ──Batch (bounded queue)──▶ match stage thread ──events──▶ sink (producer)
 //!   │ poll, register offsets                   │ decode, scan, enrich         │ delivery
 //!   │ store watermarks ◀──────── Tracker ◀─────┴ resolve(outputs) ◀───────────┘ reports = acks
-//!   └ rebalance: drain, commit                 │ incident stage ──▶ incidents topic, webhook
+//!   └ rebalance: drain, commit                 │ incident stage ──▶ incidents topic, webhook,
+//!                                              │                    Alertmanager, admin pages
 //!                          reload (SIGHUP, KB dir poll) ──watch─┘ swapped between batches
 //! ```
 //!
@@ -19,7 +20,8 @@
 //! - [`config`]: the `[pipeline]`, `[input]` and `[dead_letter]` tables.
 //! - [`decode`]: what a record is and whether it can be read.
 //! - [`match_stage`]: decode, scan, enrich, produce, resolve; panics isolated there.
-//! - [`incidents`]: the correlator, the incidents topic and the webhook thread.
+//! - [`incidents`]: the correlator, the incidents topic, the incident store of the admin
+//!   server, and the webhook and Alertmanager threads.
 //! - [`shard`]: role `match`: each event's partition on the events topic (correlator shard).
 //! - [`correlate`]: role `correlate`: the correlator fed by the events topic.
 //! - [`signals`]: SIGTERM, SIGINT, SIGHUP.
@@ -103,6 +105,9 @@ pub enum PipelineError {
     /// The incident stage could not start.
     #[error(transparent)]
     Incidents(#[from] incidents::StartError),
+    /// The admin server's token is missing or unreadable.
+    #[error(transparent)]
+    AdminToken(#[from] server::AdminError),
 }
 
 /// The pipeline's stop: the [`Shutdown`] flags every stage reads, and the first error that
@@ -166,8 +171,12 @@ pub struct Running {
     reload: tokio::sync::mpsc::Sender<()>,
     admin: Option<std::net::SocketAddr>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    /// The webhook thread: joined after the matcher, within the drain timeout.
-    webhook: Option<(std::thread::JoinHandle<()>, Duration)>,
+    /// The webhook and Alertmanager threads: joined after the matcher, within the drain
+    /// timeout.
+    delivery: Vec<std::thread::JoinHandle<()>>,
+    drain_timeout: Duration,
+    /// The incidents the admin pages show, when incidents and the admin server are on.
+    store: Option<Arc<server::store::IncidentStore>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Flushed after the stages stop, so the last spans are exported.
     telemetry: Option<crate::telemetry::Telemetry>,
@@ -227,28 +236,37 @@ async fn start_inner(
         &config.telemetry,
         crate::telemetry::SpanDropCounters::of(&metrics),
     )?;
+    // The incident pages' store: the correlator's open incidents and the recently resolved.
+    let store = match (&config.incidents, config.admin.listen) {
+        (Some(c), Some(_)) => Some(server::store::IncidentStore::new(
+            c.correlator.max_open_incidents,
+            config.admin.resolved_incidents,
+        )),
+        _ => None,
+    };
     let admin = match config.admin.listen {
         Some(addr) => {
+            let token = config.admin.resolve_token()?;
             let listener = server::bind(addr)
                 .await
                 .map_err(|error| PipelineError::Admin { addr, error })?;
             let bound = listener.local_addr().unwrap_or(addr);
             let h = Arc::clone(&health);
             let m = Arc::clone(&metrics);
-            let routes =
-                server::health_routes(move || h.readiness()).route("/metrics", move || {
-                    server::Reply {
-                        status: 200,
-                        content_type: crate::metrics::CONTENT_TYPE,
-                        body: m.render(),
-                    }
+            let mut routes = server::health_routes(move || h.readiness())
+                .route("/metrics", move || {
+                    server::Reply::new(200, crate::metrics::CONTENT_TYPE, m.render())
                 });
+            if let Some(store) = &store {
+                routes = server::incidents::routes(routes, Arc::clone(store));
+            }
             tasks.push(tokio::spawn(server::serve(
                 listener,
-                routes,
+                routes.with_token(token),
                 stop.subscribe(),
             )));
-            tracing::info!(addr = %bound, "admin server listening (/healthz, /readyz, /metrics)");
+            tracing::info!(addr = %bound, incidents = store.is_some(),
+                "admin server listening (/healthz, /readyz, /metrics, /incidents, /api/v1/incidents)");
             Some(bound)
         }
         None => None,
@@ -306,11 +324,17 @@ async fn start_inner(
         Arc::clone(&health),
         Arc::clone(&metrics),
     )?;
-    let (incidents, webhook) = match &config.incidents {
+    let (incidents, delivery) = match &config.incidents {
         Some(c) if role != Role::Match => {
-            let (stage, thread) = incidents::IncidentStage::start(
+            let outputs = incidents::Outputs {
+                webhook: config.webhook.as_ref(),
+                alertmanager: config.alertmanager.as_ref(),
+                store: store.clone(),
+                page_base: config.admin.page_base(admin),
+            };
+            let (stage, threads) = incidents::IncidentStage::start(
                 c,
-                config.webhook.as_ref(),
+                outputs,
                 Arc::clone(&sink),
                 Arc::clone(&health.tracker),
                 Arc::clone(&stop),
@@ -319,9 +343,9 @@ async fn start_inner(
                     .as_ref()
                     .map(crate::telemetry::Telemetry::incident_tracer),
             )?;
-            (Some(stage), thread.map(|t| (t, config.kafka.drain_timeout)))
+            (Some(stage), threads)
         }
-        _ => (None, None),
+        _ => (None, Vec::new()),
     };
     let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);
     let stage: Box<dyn FnOnce() + Send> = match (role, incidents) {
@@ -387,7 +411,9 @@ async fn start_inner(
         reload: reload_tx,
         admin,
         threads,
-        webhook,
+        delivery,
+        drain_timeout: config.kafka.drain_timeout,
+        store,
         tasks,
         telemetry,
     })
@@ -402,6 +428,12 @@ impl Running {
     /// What it did so far.
     pub fn stats(&self) -> Stats {
         self.health.stats()
+    }
+
+    /// The incidents the admin pages show (open and recently resolved), when incidents and the
+    /// admin server are on.
+    pub fn incident_store(&self) -> Option<&Arc<server::store::IncidentStore>> {
+        self.store.as_ref()
     }
 
     /// The admin server's address, when it runs.
@@ -435,7 +467,8 @@ impl Running {
             health,
             stop,
             threads,
-            webhook,
+            delivery,
+            drain_timeout,
             tasks,
             telemetry,
             ..
@@ -445,12 +478,14 @@ impl Running {
                 .await
                 .unwrap_or(false);
         stop.request();
-        if let Some((thread, limit)) = webhook {
-            // Its queue is closed with the matcher; an attempt in progress may take its timeout.
-            let joining = tokio::task::spawn_blocking(move || thread.join().is_ok());
-            if tokio::time::timeout(limit, joining).await.is_err() {
-                tracing::warn!("the webhook thread is still sending; not waiting for it");
+        // Their queues are closed with the matcher; an attempt in progress may take its timeout.
+        let joining = tokio::task::spawn_blocking(move || {
+            for t in delivery {
+                let _ = t.join();
             }
+        });
+        if tokio::time::timeout(drain_timeout, joining).await.is_err() {
+            tracing::warn!("a webhook or Alertmanager thread is still sending; not waiting for it");
         }
         for t in tasks {
             let _ = t.await;
