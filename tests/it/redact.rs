@@ -83,6 +83,12 @@ fn the_manifest_lists_secrets_the_corpus_holds() {
         "cli_secret",
         "env_secret",
         "password",
+        "secret_field",
+        "openai_api_key",
+        "anthropic_api_key",
+        "slack_token",
+        "jwt",
+        "private_key",
     ] {
         assert!(kinds.contains(kind), "no {kind} in SECRETS.txt");
     }
