@@ -61,15 +61,16 @@ macro_rules! bare {
 /// The built-in rules, `(name, pattern)`, most specific first: where two rules find the same
 /// secret, the earlier one names it.
 pub const BUILTIN_RULES: &[(&str, &str)] = &[
-    // PEM private keys: from the BEGIN line through the END line when both are on the line
-    // (a one-line print: `\n`-escaped in JSON or a repr, or newlines collapsed by a shell);
-    // a BEGIN without its END (the block cut by a line limit, or its lines arriving one by
-    // one) is redacted to the end of the line, or to a `--` (no base64 body holds one), since
-    // what follows it may be key material. A body line on a line of its own holds no marker a
-    // rule could see: docs/security.md says why it is never quoted.
+    // PEM private keys: from the BEGIN line through the END line when both are in the text (a
+    // one-line print: `\n`-escaped in JSON or a repr, or newlines collapsed by a shell; a
+    // multi-line text such as a dead letter's payload); a BEGIN without its END (the block cut
+    // by a line limit, or its lines arriving one by one) is redacted to the end of the text,
+    // or to a `--` (no base64 body holds one), since what follows it may be key material. A
+    // body line on a line of its own holds nothing a rule can tell from a digest:
+    // docs/security.md says why it is never quoted.
     (
         "private_key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:[^\n-]|-[^\n-])*(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----)?",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:[^-]|-[^-])*(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----)?",
     ),
     // Hugging Face user access tokens: `hf_` and 34 letters or digits.
     ("hf_token", r"hf_[A-Za-z0-9]{30,}"),
@@ -929,6 +930,11 @@ mod tests {
                 format!("ValueError: Could not deserialize key data: b'[REDACTED:private_key]{after}' (bad padding)"),
             );
         }
+        // A multi-line text (a dead letter's payload): the block across its lines.
+        assert_eq!(
+            redact(&format!("key:\n-----BEGIN RSA PRIVATE KEY-----\n{body}\n{tail}\n-----END RSA PRIVATE KEY-----\nnext line --flag")),
+            "key:\n[REDACTED:private_key]\nnext line --flag"
+        );
         // Cut by a line limit: no END; the rest of the line may be key material.
         let out = redact(&format!(
             "KeyError: '-----BEGIN EC PRIVATE KEY-----\\n{body}\\n{tail}"
