@@ -221,8 +221,11 @@ fn scenarios(tag: &str) -> Vec<Scenario> {
     ]
 }
 
-/// The envelopes, each wrapping one message as its shipper writes it.
-const ENVELOPES: &[(&str, fn(&str) -> String)] = &[
+/// Wraps one message as a shipper writes it.
+type Wrap = fn(&str) -> String;
+
+/// The envelopes: a file name, and how its lines are written.
+const ENVELOPES: &[(&str, Wrap)] = &[
     ("raw.log", |m| format!("[default0]:{m}")),
     ("cri.log", |m| {
         format!("2025-03-02T10:01:06.123456789Z stderr F {m}")
