@@ -16,6 +16,7 @@ mod kb;
 mod limits;
 mod observability;
 mod redact;
+mod redact_envelopes;
 mod scan;
 mod support;
 mod telemetry;
