@@ -100,6 +100,10 @@ pub struct Overrides {
     /// Consumer group (`kafka.group_id`).
     #[arg(long, env = "FAULTLINE_KAFKA_GROUP_ID", value_name = "GROUP")]
     pub group_id: Option<String>,
+    /// Static group membership: this instance's stable name, e.g. the pod name of a
+    /// StatefulSet (`kafka.instance_id`).
+    #[arg(long, env = "FAULTLINE_KAFKA_INSTANCE_ID", value_name = "NAME")]
+    pub instance_id: Option<String>,
     /// Input topic, repeatable; `^regex` subscribes by pattern (`kafka.topics`).
     #[arg(
         long = "topic",
@@ -211,6 +215,10 @@ pub struct Overrides {
     /// Batches queued between the consumer and the matcher (`pipeline.queue_batches`).
     #[arg(long, env = "FAULTLINE_PIPELINE_QUEUE_BATCHES", value_name = "N")]
     pub queue_batches: Option<usize>,
+    /// Directory of the crash notes that find a record killing the process
+    /// (`pipeline.state_dir`); off when unset.
+    #[arg(long, env = "FAULTLINE_PIPELINE_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Knowledge-base directory, watched for changes; the built-in KB when absent (`kb.dir`).
     #[arg(long = "kb", env = "FAULTLINE_KB", value_name = "DIR")]
     pub kb_dir: Option<PathBuf>,
@@ -315,6 +323,7 @@ impl RawConfig {
         let k = &mut self.kafka;
         set(&mut k.brokers, &o.brokers);
         set(&mut k.group_id, &o.group_id);
+        set(&mut k.instance_id, &o.instance_id);
         if !o.topics.is_empty() {
             k.topics = Some(o.topics.clone());
         }
@@ -366,6 +375,7 @@ impl RawConfig {
         set(&mut p.batch_max_bytes, &o.batch_max_bytes);
         set(&mut p.batch_linger_ms, &o.batch_linger_ms);
         set(&mut p.queue_batches, &o.queue_batches);
+        set(&mut p.state_dir, &o.state_dir);
         set(&mut self.kb.dir, &o.kb_dir);
         set(&mut self.kb.watch_interval_ms, &o.kb_watch_interval_ms);
         set(&mut self.admin.listen, &o.admin_listen);

@@ -19,6 +19,7 @@
 //! - [`config`]: the `[pipeline]`, `[input]` and `[dead_letter]` tables.
 //! - [`decode`]: what a record is and whether it can be read.
 //! - [`match_stage`]: decode, scan, enrich, produce, resolve; panics isolated there.
+//! - [`quarantine`]: crash notes, which find a record that kills the process across restarts.
 //! - [`incidents`]: the correlator, the incidents topic and the webhook thread.
 //! - [`signals`]: SIGTERM, SIGINT, SIGHUP.
 
@@ -40,6 +41,7 @@ pub mod config;
 pub mod decode;
 pub mod incidents;
 pub mod match_stage;
+pub mod quarantine;
 pub mod signals;
 
 pub use decode::LimitExceeded;
@@ -90,6 +92,9 @@ pub enum PipelineError {
     /// The incident stage could not start.
     #[error(transparent)]
     Incidents(#[from] incidents::StartError),
+    /// The crash notes under `pipeline.state_dir` could not be opened.
+    #[error(transparent)]
+    Quarantine(#[from] quarantine::QuarantineError),
 }
 
 /// The pipeline's stop: the [`Shutdown`] flags every stage reads, and the first error that
@@ -237,6 +242,10 @@ pub async fn start_with_faults(
     )));
 
     let settings = kafka_settings(&config.kafka);
+    let links = Arc::new(crate::kafka::links::BrokerLinks::new(
+        metrics.broker_disconnects(crate::metrics::KafkaClient::Consumer),
+        metrics.broker_disconnects(crate::metrics::KafkaClient::Producer),
+    ));
     let rules = config.redact.rules()?;
     let redactor = config.redact.enabled.then(|| Arc::clone(&rules));
     let sink = Arc::new(
@@ -247,7 +256,8 @@ pub async fn start_with_faults(
             Arc::clone(&health.tracker),
             Arc::clone(&health.delivered),
         )?
-        .with_dead_letter_redactor(config.dead_letter.redact.then_some(rules)),
+        .with_dead_letter_redactor(config.dead_letter.redact.then_some(rules))
+        .with_links(Arc::clone(&links)),
     );
     let source = KafkaSource::new(
         &config.kafka,
@@ -255,6 +265,7 @@ pub async fn start_with_faults(
         config.pipeline.batch,
         Arc::clone(&health),
         Arc::clone(&metrics),
+        links,
     )?;
     let (incidents, webhook) = match &config.incidents {
         Some(c) => {
@@ -273,6 +284,14 @@ pub async fn start_with_faults(
         }
         None => (None, None),
     };
+    let quarantine = match &config.pipeline.state_dir {
+        Some(dir) => Some(quarantine::Quarantine::open(
+            dir,
+            &config.kafka.group_id,
+            config.kafka.instance_id.as_deref(),
+        )?),
+        None => None,
+    };
     let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);
     let stage = MatchStage::new(StageParts {
         config: Arc::clone(&config),
@@ -286,6 +305,7 @@ pub async fn start_with_faults(
         redactor,
         faults,
         incidents,
+        quarantine,
     })?;
     let mut threads = Vec::new();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {

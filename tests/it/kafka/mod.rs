@@ -5,9 +5,11 @@
 //! Waiting is bounded polling on an observable condition (offsets committed, records on a
 //! topic) with a deadline; nothing sleeps to let something happen.
 
+mod crash_loop;
 mod dead_letters;
 mod in_process;
 mod incidents;
+mod outage;
 mod out_of_process;
 
 use std::collections::HashMap;

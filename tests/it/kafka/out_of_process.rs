@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use super::*;
 
 /// The mock broker process; killed on drop.
-struct BrokerProcess {
+pub(super) struct BrokerProcess {
     child: Child,
     stdin: std::process::ChildStdin,
     stdout: BufReader<std::process::ChildStdout>,
@@ -42,7 +42,7 @@ impl BrokerProcess {
     }
 
     /// Sends one command and checks the answer.
-    fn command(&mut self, cmd: &str) {
+    pub(super) fn command(&mut self, cmd: &str) {
         use std::io::Write;
         writeln!(self.stdin, "{cmd}").expect("command sent");
         let mut answer = String::new();
@@ -59,7 +59,7 @@ impl Drop for BrokerProcess {
 }
 
 /// A broker for out-of-process tests: the real one when configured, else a mock process.
-fn broker() -> (Option<BrokerProcess>, String) {
+pub(super) fn broker() -> (Option<BrokerProcess>, String) {
     match std::env::var("FAULTLINE_TEST_BROKERS") {
         Ok(b) if !b.is_empty() => (None, b),
         _ => {
@@ -70,23 +70,23 @@ fn broker() -> (Option<BrokerProcess>, String) {
     }
 }
 
-fn faultline() -> Command {
+pub(super) fn faultline() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_faultline"));
     // Only what the test sets: no FAULTLINE_* from the developer's shell.
     c.env_clear().env("FAULTLINE_LOG", "warn");
     c
 }
 
-struct Topics {
-    input: String,
-    output: String,
-    dlq: String,
-    group: String,
+pub(super) struct Topics {
+    pub(super) input: String,
+    pub(super) output: String,
+    pub(super) dlq: String,
+    pub(super) group: String,
 }
 
 impl Topics {
     /// Fresh names: no test sees another's topics or group.
-    fn unique() -> Self {
+    pub(super) fn unique() -> Self {
         Topics {
             input: unique("logs"),
             output: unique("events"),
@@ -97,7 +97,12 @@ impl Topics {
 }
 
 /// Creates a topic on the mock broker process, or on the real broker when one is configured.
-async fn make_topic(broker: &mut Option<BrokerProcess>, bootstrap: &str, name: &str, parts: i32) {
+pub(super) async fn make_topic(
+    broker: &mut Option<BrokerProcess>,
+    bootstrap: &str,
+    name: &str,
+    parts: i32,
+) {
     match broker {
         Some(b) => b.command(&format!("topic {name} {parts}")),
         None => create_topic(None, bootstrap, name, parts).await,
@@ -121,7 +126,7 @@ fn run_command(bootstrap: &str, t: &Topics, kb: &Path) -> Command {
 
 /// Waits for the child to exit; a watchdog kills it (and the test fails) past the deadline.
 /// Sends `child` a signal by name (`TERM`, `HUP`, ...).
-fn signal(child: &Child, name: &str) {
+pub(super) fn signal(child: &Child, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &child.id().to_string()])
         .status()
@@ -129,7 +134,7 @@ fn signal(child: &Child, name: &str) {
     assert!(status.success(), "kill -{name}");
 }
 
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+pub(super) fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
     let pid = child.id().to_string();
     let (exited, exit_seen) = std::sync::mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {
@@ -146,12 +151,12 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
     status
 }
 
-fn sum_ends(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
+pub(super) fn sum_ends(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
     end_offsets(bootstrap, topic, partitions).values().sum()
 }
 
 /// For each partition, one past the highest input offset that has an event so far.
-fn produced_through(events: &[In]) -> HashMap<i64, i64> {
+pub(super) fn produced_through(events: &[In]) -> HashMap<i64, i64> {
     let mut out = HashMap::new();
     for e in events {
         let v = e.json();
