@@ -124,9 +124,13 @@ impl BrokerLinks {
             return false;
         }
         let outage = outages.entry(broker.to_string()).or_insert_with(|| {
-            tracing::warn!(broker, client = client.as_str(), error = message,
+            tracing::warn!(
+                broker,
+                client = client.as_str(),
+                error = message,
                 "lost the connection to a broker; librdkafka reconnects by itself, nothing is \
-                 lost while it does");
+                 lost while it does"
+            );
             Outage {
                 since: now,
                 clients: [false; 2],
@@ -141,7 +145,12 @@ impl BrokerLinks {
                 c[i].inc();
             }
         } else {
-            tracing::debug!(broker, client = client.as_str(), error = message, "librdkafka");
+            tracing::debug!(
+                broker,
+                client = client.as_str(),
+                error = message,
+                "librdkafka"
+            );
         }
         true
     }
@@ -246,7 +255,10 @@ mod tests {
             "FAIL",
             "k:9092/1: SSL handshake failed: certificate verify failed"
         ));
-        assert!(!is_retried_connection_failure("MAXPOLL", "max.poll.interval.ms exceeded"));
+        assert!(!is_retried_connection_failure(
+            "MAXPOLL",
+            "max.poll.interval.ms exceeded"
+        ));
     }
 
     #[test]
@@ -264,7 +276,11 @@ mod tests {
         assert!(links.failed(KafkaClient::Producer, b, "refused", t0));
         assert!(links.in_outage());
         let counts = |c: KafkaClient| metrics.broker_disconnects(c).get();
-        assert_eq!(counts(KafkaClient::Consumer), 1, "one loss, however many retries");
+        assert_eq!(
+            counts(KafkaClient::Consumer),
+            1,
+            "one loss, however many retries"
+        );
         assert_eq!(counts(KafkaClient::Producer), 1);
         // A handle that stayed up through the outage does not end it.
         links.up(KafkaClient::Producer, b, t0 - Duration::from_secs(1));
@@ -284,6 +300,9 @@ mod tests {
             assert!(links.failed(KafkaClient::Consumer, &format!("b{i}:9092"), "x", t0));
         }
         assert!(!links.failed(KafkaClient::Consumer, "one-more:9092", "x", t0));
-        assert!(links.failed(KafkaClient::Producer, "b0:9092", "x", t0), "known ones go on");
+        assert!(
+            links.failed(KafkaClient::Producer, "b0:9092", "x", t0),
+            "known ones go on"
+        );
     }
 }

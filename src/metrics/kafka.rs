@@ -85,6 +85,7 @@ impl KafkaFamilies {
 
     /// The counter of `client`'s lost broker connections.
     pub fn broker_disconnects(&self, client: KafkaClient) -> prometheus::IntCounter {
-        self.broker_disconnects.with_label_values(&[client.as_str()])
+        self.broker_disconnects
+            .with_label_values(&[client.as_str()])
     }
 }

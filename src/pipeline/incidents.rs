@@ -579,8 +579,7 @@ impl IncidentStage {
         f.tickets_raised.inc_by(s.tickets - p.tickets);
         f.open.set(self.correlator.open_incidents() as i64);
         let incident_holds: usize = self.holds.values().map(|h| h.ids.len()).sum();
-        f.holds
-            .set((incident_holds + self.node_holds.len()) as i64);
+        f.holds.set((incident_holds + self.node_holds.len()) as i64);
         if let Some(t) = self.correlator.now() {
             f.bad_node_score_max
                 .set(self.correlator.fleet().max_score(t).unwrap_or(0.0));

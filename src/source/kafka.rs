@@ -321,7 +321,9 @@ impl ConsumerContext for SourceContext {
             Err(e) if self.links.in_outage() => {
                 tracing::debug!(error = %e, "offset commit failed; retried by the next commit")
             }
-            Err(e) => tracing::warn!(error = %e, "offset commit failed; retried by the next commit"),
+            Err(e) => {
+                tracing::warn!(error = %e, "offset commit failed; retried by the next commit")
+            }
         }
     }
 }
@@ -487,7 +489,8 @@ impl KafkaSource {
         drop(commits);
         tracing::debug!("committing the stored offsets");
         match self.consumer.commit_consumer_state(CommitMode::Async) {
-            Ok(()) | Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
+            Ok(())
+            | Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
             Err(e) => tracing::debug!(error = %e, "requesting an offset commit"),
         }
     }

@@ -84,7 +84,13 @@ fn suspects_of_two_crashes_are_matched_one_record_at_a_time_in_order() {
     let b = batch(&[(0, 1), (1, 7), (0, 2), (0, 3), (1, 8), (0, 4), (0, 5)]);
     assert_eq!(
         q.plan(&b.records),
-        vec![Step::Run(0..3), Step::One(3), Step::Run(4..5), Step::One(5), Step::Run(6..7)]
+        vec![
+            Step::Run(0..3),
+            Step::One(3),
+            Step::Run(4..5),
+            Step::One(5),
+            Step::Run(6..7)
+        ]
     );
     // One crash only: matched together with the rest.
     q.notes.suspects[0].crashes = 1;
@@ -142,7 +148,10 @@ fn three_crashes_on_one_record_dead_letter_it_and_an_idle_kill_is_no_crash() {
     // Crash 1 and 2: the same batch of 30 records.
     let q = crash_while_matching(dir.path(), &offsets(0, 29));
     assert_eq!(q.suspects()[0].crashes, 1);
-    assert_eq!(q.plan(&batch(&offsets(0, 29)).records), vec![Step::Run(0..30)]);
+    assert_eq!(
+        q.plan(&batch(&offsets(0, 29)).records),
+        vec![Step::Run(0..30)]
+    );
     let q = crash_while_matching(dir.path(), &offsets(0, 29));
     assert_eq!(q.suspects()[0].crashes, 2);
     let steps = q.plan(&batch(&offsets(0, 29)).records);

@@ -9,8 +9,8 @@ mod crash_loop;
 mod dead_letters;
 mod in_process;
 mod incidents;
-mod outage;
 mod out_of_process;
+mod outage;
 
 use std::collections::HashMap;
 use std::path::Path;

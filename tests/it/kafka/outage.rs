@@ -13,7 +13,14 @@ use super::*;
 fn admin_addr(log: &[String]) -> Option<std::net::SocketAddr> {
     log.iter()
         .filter(|l| l.contains("admin server listening"))
-        .find_map(|l| l.split("addr=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .find_map(|l| {
+            l.split("addr=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
 }
 
 /// One sample of `/metrics`, summed over the series whose line starts with `series`.
@@ -73,10 +80,7 @@ async fn a_broker_outage_that_is_ridden_out_logs_no_error() {
         committed(&bootstrap, &t.group, &t.input, 1) == vec![100]
     })
     .await;
-    wait_for("the admin address", || {
-        member.saw("admin server listening")
-    })
-    .await;
+    wait_for("the admin address", || member.saw("admin server listening")).await;
     let admin = admin_addr(&member.log).expect("addr=HOST:PORT");
     let disconnects = "faultline_broker_disconnects_total";
     let before = metric(admin, disconnects);
@@ -102,7 +106,10 @@ async fn a_broker_outage_that_is_ridden_out_logs_no_error() {
     assert!(wait_exit(&mut member.child).success(), "SIGTERM exits 0");
     let log = member.finish().to_vec();
     let errors: Vec<&String> = log.iter().filter(|l| level(l) == Some("ERROR")).collect();
-    assert!(errors.is_empty(), "ERROR lines for an outage ridden out: {errors:#?}");
+    assert!(
+        errors.is_empty(),
+        "ERROR lines for an outage ridden out: {errors:#?}"
+    );
     let summaries: Vec<&String> = log
         .iter()
         .filter(|l| l.contains("reachable again"))
