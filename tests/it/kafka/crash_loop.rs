@@ -176,7 +176,6 @@ async fn eight_sigkills_in_a_crash_loop_lose_nothing_and_duplicate_little() {
         .await;
         member.kill();
         member.finish();
-        std::fs::write(format!("/tmp/cl/member-{kill}.log"), member.log.join("\n")).ok(); // DEBUG-TMP
         let committed = committed(&bootstrap, &t.group, &t.input, PARTS);
         let through = produced_through(&consume_all(&bootstrap, &t.output, PARTS));
         let w: i64 = (0..PARTS)

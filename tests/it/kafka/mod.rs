@@ -11,6 +11,7 @@ mod in_process;
 mod incidents;
 mod out_of_process;
 mod outage;
+mod poison;
 
 use std::collections::HashMap;
 use std::path::Path;
