@@ -27,7 +27,7 @@ use crate::offsets::TopicPartition;
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Acknowledged records that make a commit due (once [`MIN_INTERVAL`] has passed).
-pub const COMMIT_RECORDS: u64 = 200;
+pub const COMMIT_RECORDS: u64 = 50;
 
 /// The most partitions remembered; past it the oldest assignment's marks are dropped, which
 /// only makes their next store count as a first one (an early commit).

@@ -120,8 +120,8 @@ fn record(i: usize) -> Out {
     )
 }
 
-/// Produces the stream at a steady pace (a training fleet's logs, not a backlog): 50 records
-/// every 200 ms, so that the kills below happen while it flows.
+/// Produces the stream at a steady pace (a training fleet's logs, not a backlog): 40 records
+/// every 200 ms (100 s in all), so that the kills below happen while it flows.
 async fn stream(bootstrap: String, topic: String) {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
@@ -130,7 +130,7 @@ async fn stream(bootstrap: String, topic: String) {
         .create()
         .expect("producer");
     let mut ticks = tokio::time::interval(Duration::from_millis(200));
-    for chunk in (0..RECORDS).collect::<Vec<_>>().chunks(50) {
+    for chunk in (0..RECORDS).collect::<Vec<_>>().chunks(40) {
         ticks.tick().await;
         let mut deliveries = Vec::new();
         for &i in chunk {
@@ -164,16 +164,31 @@ async fn eight_sigkills_in_a_crash_loop_lose_nothing_and_duplicate_little() {
 
     let mut window = 0i64;
     for kill in 0..8 {
-        let before = sum_ends(&bootstrap, &t.output, PARTS);
         let mut member = Member::spawn(&mut default_run(&bootstrap, &t, kb.path()));
-        wait_for("partitions assigned", || member.saw("partitions assigned")).await;
-        // Even kills strike right after the assignment, as soon as the first event is out;
-        // odd ones once the member has caught up with a good part of the backlog.
-        let grown = if kill % 2 == 0 { 1 } else { 150 };
-        wait_for("output grows", || {
-            sum_ends(&bootstrap, &t.output, PARTS) >= before + grown
+        wait_for("partitions assigned", || {
+            member.saw(&format!("partitions assigned partitions={PARTS}"))
         })
         .await;
+        let assigned = Instant::now();
+        // The backlog that piled up while no member was alive: caught up once every
+        // partition's last match before its end at the assignment has an event.
+        let ends = end_offsets(&bootstrap, &t.input, PARTS);
+        wait_for("the member caught up with the backlog", || {
+            let through = produced_through(&consume_all(&bootstrap, &t.output, PARTS));
+            (0..PARTS)
+                .all(|p| through.get(&(p as i64)).copied().unwrap_or(0) + EVERY as i64 >= ends[&p])
+        })
+        .await;
+        // Then even kills strike right away (10 live events later, under half a second at
+        // the stream's pace), odd ones a couple of seconds later (60 events): all well within
+        // the 5 s that a timer-only commit needs for its first commit.
+        let grown = if kill % 2 == 0 { 10 } else { 60 };
+        let before = sum_ends(&bootstrap, &t.output, PARTS);
+        wait_for("live events", || {
+            flow.is_finished() || sum_ends(&bootstrap, &t.output, PARTS) >= before + grown
+        })
+        .await;
+        let lived = assigned.elapsed();
         member.kill();
         member.finish();
         let committed = committed(&bootstrap, &t.group, &t.input, PARTS);
@@ -184,7 +199,11 @@ async fn eight_sigkills_in_a_crash_loop_lose_nothing_and_duplicate_little() {
                     .max(0)
             })
             .sum();
-        eprintln!("kill {kill}: committed {committed:?}, uncommitted window {w} records");
+        eprintln!(
+            "kill {kill}, {} ms after the assignment: committed {committed:?}, uncommitted \
+             window {w} records",
+            lived.as_millis()
+        );
         window += w;
     }
     flow.await.expect("the stream was produced");
