@@ -111,7 +111,7 @@ const RECORDS: usize = 20_000;
 const EVERY: usize = 10;
 
 fn record(i: usize) -> Out {
-    let payload = if i % EVERY == 0 {
+    let payload = if i.is_multiple_of(EVERY) {
         format!("[rank1]: BOOM {i}")
     } else {
         format!("step {i} loss 0.{} ok", i % 97)
