@@ -200,7 +200,6 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         (EVENTS_TOPIC, 1),
         (INCIDENTS_TOPIC, 1),
         (DEAD_LETTER_TOPIC, 1),
-        (INCIDENTS_TOPIC, 1),
     ] {
         cluster.create_topic(topic, partitions, 1)?;
     }

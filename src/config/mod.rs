@@ -809,6 +809,38 @@ topics = ["t"]
     }
 
     #[test]
+    fn static_membership_sets_group_instance_id_and_commits_are_faultlines() {
+        let c = parse(&format!("{MINIMAL}instance_id = \"faultline-0\"\n")).expect("valid");
+        let s = kafka_settings(&c.kafka);
+        let get = |k: &str| {
+            s.consumer
+                .iter()
+                .find(|(x, _)| x == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("group.instance.id"), Some("faultline-0"));
+        assert_eq!(
+            get("enable.auto.commit"),
+            Some("false"),
+            "source::commit commits"
+        );
+        let dynamic = kafka_settings(&parse(MINIMAL).expect("valid").kafka);
+        assert!(dynamic
+            .consumer
+            .iter()
+            .all(|(k, _)| k != "group.instance.id"));
+        for bad in ["", "pod 0", "pod/0"] {
+            let e = parse(&format!("{MINIMAL}instance_id = {bad:?}\n")).expect_err(bad);
+            assert_eq!(fields(e), ["kafka.instance_id"], "{bad:?}");
+        }
+        let e = parse(&format!(
+            "{MINIMAL}[kafka.consumer_options]\n\"group.instance.id\" = \"x\"\n"
+        ))
+        .expect_err("managed");
+        assert_eq!(fields(e), ["kafka.consumer_options.\"group.instance.id\""]);
+    }
+
+    #[test]
     fn kafka_settings_keep_the_guarantees_and_pass_options_through() {
         let c = parse(
             r#"
