@@ -42,7 +42,7 @@ impl BrokerProcess {
     }
 
     /// Sends one command and checks the answer.
-    fn command(&mut self, cmd: &str) {
+    pub(super) fn command(&mut self, cmd: &str) {
         use std::io::Write;
         writeln!(self.stdin, "{cmd}").expect("command sent");
         let mut answer = String::new();
@@ -157,12 +157,12 @@ pub(super) fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
     status
 }
 
-fn sum_ends(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
+pub(super) fn sum_ends(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
     end_offsets(bootstrap, topic, partitions).values().sum()
 }
 
 /// For each partition, one past the highest input offset that has an event so far.
-fn produced_through(events: &[In]) -> HashMap<i64, i64> {
+pub(super) fn produced_through(events: &[In]) -> HashMap<i64, i64> {
     let mut out = HashMap::new();
     for e in events {
         let v = e.json();
