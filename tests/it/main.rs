@@ -6,6 +6,7 @@ mod compose;
 mod corpus;
 mod correlation;
 mod docs;
+mod eval;
 mod fuzz_corpus;
 mod incidents;
 mod isolation;
