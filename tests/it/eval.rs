@@ -69,7 +69,14 @@ fn the_eval_command_reports_the_same_numbers() {
     let out = Command::new(env!("CARGO_BIN_EXE_faultline"))
         .current_dir(repo())
         .env_remove("FAULTLINE_KB")
-        .args(["eval", "--kb", "kb", "--format", "json", "tests/corpus/real"])
+        .args([
+            "eval",
+            "--kb",
+            "kb",
+            "--format",
+            "json",
+            "tests/corpus/real",
+        ])
         .output()
         .expect("runs");
     assert!(

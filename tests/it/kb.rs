@@ -12,6 +12,12 @@ fn shipped_kb_passes_kb_check_in_both_engines() {
     let report = check::check(files, "kb");
     let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
     assert!(errors.is_empty(), "kb check errors:\n{}", errors.join("\n"));
+    let warnings: Vec<String> = report.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        warnings.is_empty(),
+        "kb check warnings (costly patterns, review gaps, lines without a winner):\n{}",
+        warnings.join("\n")
+    );
     assert!(report.entries >= 100, "only {} entries", report.entries);
     assert!(report.examples >= 2 * report.entries);
 }
@@ -271,6 +277,31 @@ examples = ["CUDA error: demo 7"]
 negative_examples = ["CUDA error: demo"]
 references = ["here"]
 "#;
+
+#[test]
+fn costly_patterns_are_warnings_that_name_the_pattern() {
+    let text = GOOD
+        .replace(
+            r"patterns = ['CUDA error: demo (?P<code>\d+)']",
+            r"patterns = ['CUDA error: demo (?P<code>\d+)', '.*error: demo \d+x', 'E\d(?:x|yz)']",
+        )
+        .replace(
+            r#"examples = ["CUDA error: demo 7"]"#,
+            r#"examples = ["CUDA error: demo 7", "error: demo 7x", "E7x"]"#,
+        );
+    let report = check::check(vec![("cuda/demo.toml".into(), text)], "bad");
+    let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let costly: Vec<String> = report
+        .warnings
+        .iter()
+        .filter(|w| w.field.starts_with("patterns["))
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(costly.len(), 2, "{costly:?}");
+    assert!(costly[0].contains("field `patterns[1]`") && costly[0].contains("unbounded repeat"));
+    assert!(costly[1].contains("field `patterns[2]`") && costly[1].contains("literal of 3 bytes"));
+}
 
 #[test]
 fn a_good_entry_passes() {

@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
+mod ansi;
 mod architecture;
 mod cli;
 mod compose;
@@ -12,6 +13,7 @@ mod incidents;
 mod isolation;
 mod kafka;
 mod kb;
+mod kb_explain;
 mod limits;
 mod observability;
 mod redact;
