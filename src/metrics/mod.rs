@@ -38,8 +38,8 @@ pub use batch::{BatchCounts, MAX_VALUE_BYTES};
 pub use config::{DimensionConfig, MetricsConfig, RawMetricsConfig, DEFAULT_MAX_VALUES};
 pub use incidents::IncidentFamilies;
 pub use labels::{
-    DeadLetterReason, Dimension, Eviction, Output, PanicStage, ReloadResult, ResolutionLabel,
-    SpanDrop, WebhookResult,
+    AlertResult, CorrelatorResult, DeadLetterReason, Dimension, Eviction, Output, PanicStage,
+    ReloadResult, ResolutionLabel, SpanDrop, WebhookResult,
 };
 
 /// `Content-Type` of [`Metrics::render`]'s output: the Prometheus text exposition format.

@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
+mod alertmanager;
 mod ansi;
 mod architecture;
 mod cli;
@@ -9,6 +10,7 @@ mod correlation;
 mod docs;
 mod eval;
 mod fuzz_corpus;
+mod incident_page;
 mod incidents;
 mod isolation;
 mod kafka;
@@ -17,6 +19,7 @@ mod kb_explain;
 mod limits;
 mod observability;
 mod redact;
+mod redact_envelopes;
 mod scan;
 mod support;
 mod telemetry;
