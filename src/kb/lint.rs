@@ -271,7 +271,11 @@ mod tests {
     #[test]
     fn short_literals_warn() {
         assert_eq!(keys(r"\d+:\d+"), ["short_literal", "leading_repeat"]);
-        assert_eq!(keys(r"(?:Killed|ab) x"), ["short_literal"]);
+        assert_eq!(keys(r"(?:Killed|ab)\d"), ["short_literal"]);
+        assert!(
+            keys(r"(?:Killed|ab) x").is_empty(),
+            "each branch joins the literal after it"
+        );
         assert_eq!(keys(r"[A-Z][a-z]+Error: \w"), Vec::<&str>::new());
         assert!(matches!(findings(r"E\d"), ref f if f == &[Finding::ShortLiteral(1)]));
     }

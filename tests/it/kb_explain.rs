@@ -47,15 +47,81 @@ fn entry(id: &str) -> Entry {
         .unwrap_or_else(|| panic!("no entry {id}"))
 }
 
-/// Every percentage of `text` (`80%`, `72.5 %`) sits on a line that says what backs it: a
-/// sample (`n=`) or that it is an estimate.
+/// The prose of every entry (titles, root causes, the advice's own words, the seed's too): a
+/// percentage inside it ("alert on filesystem usage above 85%") is advice, not a rate.
+fn prose() -> Vec<String> {
+    let mut out = Vec::new();
+    for e in &kb().entries {
+        out.push(e.title.clone());
+        out.push(e.root_cause.replace('\n', " "));
+        let seed = e.seed.as_ref();
+        out.extend(seed.map(|s| s.title.clone()));
+        for w in e
+            .workarounds
+            .iter()
+            .chain(seed.into_iter().flat_map(|s| &s.workarounds))
+        {
+            out.push(w.text.clone());
+            out.extend(w.command.iter().flat_map(|c| c.lines().map(str::to_string)));
+        }
+        for d in e
+            .dead_ends
+            .iter()
+            .chain(seed.into_iter().flat_map(|s| &s.dead_ends))
+        {
+            out.push(d.action.clone());
+            out.push(d.why.clone());
+        }
+    }
+    out.retain(|p| p.contains('%'));
+    // Longest first, so a text is removed before any shorter text inside it.
+    out.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    out
+}
+
+/// A percentage: `80%`, `72.5 %`.
+fn percentage() -> regex::Regex {
+    regex::Regex::new(r"\d+(?:\.\d+)? ?%").expect("regex")
+}
+
+/// `line` with every piece of the entries' prose in it replaced.
+fn without_prose(line: &str, prose: &[String]) -> String {
+    prose.iter().fold(line.to_string(), |rest, p| {
+        rest.replace(p.as_str(), "<prose>")
+    })
+}
+
+/// Every percentage of `text` (`80%`, `72.5 %`) outside the entries' own prose sits on a line
+/// that says what backs it: a sample (`n=`) or that it is an estimate.
 fn assert_percentages_qualified(text: &str) {
-    let pct = regex::Regex::new(r"\d+(?:\.\d+)? ?%").expect("regex");
-    for line in text.lines().filter(|l| pct.is_match(l)) {
+    let pct = percentage();
+    let prose = prose();
+    for line in text.lines() {
+        let rest = without_prose(line, &prose);
         assert!(
-            line.contains("n=") || line.contains("estimate"),
+            !pct.is_match(&rest) || rest.contains("n=") || rest.contains("estimate"),
             "an unqualified percentage: {line:?}"
         );
+    }
+}
+
+#[test]
+fn a_percentage_outside_the_prose_must_be_qualified() {
+    let e = kb()
+        .entries
+        .iter()
+        .flat_map(|e| &e.workarounds)
+        .find(|w| w.text.contains('%'))
+        .map(|w| w.text.clone())
+        .expect("some advice names a percentage");
+    assert_percentages_qualified(&format!("  try: {e}"));
+    for bad in [
+        format!("  try: {e} (80% success)"),
+        "  try: Restart the job (80% success)".to_string(),
+        "  don't: x (y) (70 % fail)".to_string(),
+    ] {
+        let caught = std::panic::catch_unwind(|| assert_percentages_qualified(&bad));
+        assert!(caught.is_err(), "not caught: {bad}");
     }
 }
 
@@ -308,6 +374,7 @@ fn no_entry_renders_an_estimate_as_measured_in_text_or_json() {
         let json = serde_json::to_value(Diagnosis::of(e)).expect("JSON");
         assert_json_rates_honest(&json, &e.verification);
     }
+    let (prose, pct) = (prose(), percentage());
     // The same entries with an unsampled rate on every item (what an AI-written estimate looks
     // like): nothing of it is shown, in text or JSON.
     for e in &kb.entries {
@@ -320,8 +387,13 @@ fn no_entry_renders_an_estimate_as_measured_in_text_or_json() {
         }
         guessed.fix_rate = Some(0.75);
         let text = text_of(&guessed);
-        for line in text.lines().filter(|l| l.contains('%')) {
-            assert!(line.starts_with("  seed's "), "{}: {line}", e.id);
+        for line in text.lines() {
+            let rest = without_prose(line, &prose);
+            assert!(
+                !pct.is_match(&rest) || line.starts_with("  seed's "),
+                "{}: {line}",
+                e.id
+            );
         }
         let d = Diagnosis::of(&guessed);
         assert!(d.fix_rate.is_none() || e.verification == "measured");
