@@ -214,7 +214,7 @@ Examples:
 Examples:
   faultline bench patterns > /tmp/patterns.txt && rg -c -f /tmp/patterns.txt /tmp/corpus.log
   faultline bench patterns --per-entry --background ../shared/corpus/loghub
-  faultline bench patterns --per-entry --corpus /tmp/corpus.log --top 0 --format json")]
+  faultline bench patterns --per-entry --corpus /tmp/corpus.log --top 0 --json")]
     Patterns {
         #[command(flatten)]
         kb: KbArg,
