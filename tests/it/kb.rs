@@ -438,3 +438,50 @@ fn deadends_json_imports_pass_kb_check() {
         assert!(report.errors.is_empty(), "{name}: {:?}", report.errors);
     }
 }
+
+#[test]
+fn bench_patterns_per_entry_ranks_every_entry_from_the_cli() {
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_faultline"))
+            .current_dir(repo())
+            .env_remove("FAULTLINE_KB")
+            .args(["bench", "patterns", "--kb", "kb", "--per-entry"])
+            .args(["--size-mb", "1", "--runs", "1"])
+            .args(extra)
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let json: serde_json::Value = serde_json::from_str(&run(&["--json"])).expect("JSON");
+    let entries = json["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), kb().entries.len(), "every entry is ranked");
+    let excess: Vec<f64> = entries
+        .iter()
+        .map(|e| e["excess_ns_per_mb"].as_f64().expect("a cost"))
+        .collect();
+    assert!(
+        excess.windows(2).all(|w| w[0] >= w[1]),
+        "most expensive first"
+    );
+    assert!(entries.iter().any(|e| e["hits"].as_u64() > Some(0)));
+    let text = run(&["--top", "4"]);
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|id| id.contains('/'))
+        })
+        .collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    assert!(
+        rows[0].starts_with("1 ") && rows[3].starts_with("4 "),
+        "{text}"
+    );
+    assert!(text.contains("whole KB in one database"), "{text}");
+}
