@@ -11,14 +11,12 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::engine::{ChunkInfo, Engine};
-use crate::enrich::Enricher;
+use crate::engine::Engine;
 use crate::incident::IncidentConfig;
 use crate::kb::{self, KnowledgeBase};
-use crate::record::Provenance;
 use crate::redact::{Redactor, RuleSpec};
 use crate::scan::{self, ScanOptions};
-use crate::sink::stdout::{self as out, Format, StdoutSink};
+use crate::sink::stdout::{Format, StdoutSink};
 use crate::source::file;
 
 /// faultline: tells a GPU-training fleet what just broke, why, and what to do about it.
@@ -210,10 +208,13 @@ Examples:
         #[arg(long, default_value_t = 100)]
         step_ms: i64,
     },
-    /// Print every KB pattern, one per line (for `rg -f`).
+    /// Print every KB pattern, one per line (for `rg -f`); with --per-entry, rank the entries
+    /// by scan cost instead (docs/performance.md).
     #[command(after_help = "\
 Examples:
-  faultline bench patterns > /tmp/patterns.txt && rg -c -f /tmp/patterns.txt /tmp/corpus.log")]
+  faultline bench patterns > /tmp/patterns.txt && rg -c -f /tmp/patterns.txt /tmp/corpus.log
+  faultline bench patterns --per-entry --background ../shared/corpus/loghub
+  faultline bench patterns --per-entry --corpus /tmp/corpus.log --top 0 --json")]
     Patterns {
         #[command(flatten)]
         kb: KbArg,
@@ -221,6 +222,8 @@ Examples:
         /// a name may appear only once).
         #[arg(long)]
         unnamed: bool,
+        #[command(flatten)]
+        per_entry: crate::bench::PerEntryArgs,
     },
     /// Match members and a correlator on an embedded broker: the maximum rate, the latency from
     /// a log line to its match event and to its incident at 10/50/90% of it, and the
@@ -406,11 +409,17 @@ Examples:
         #[arg(long)]
         force: bool,
     },
-    /// Show which entries match a line, with captures and diagnosis.
+    /// Show which entries match a line, with captures, diagnosis, verification level and
+    /// review trail.
     #[command(after_help = "\
+Text shows each entry's own advice in the author's order (first action first). The seed
+knowledge base's AI-written advice is unverified and shown only with --all, labelled as the
+seed's; JSON always carries it (origin \"seed\", rate_kind \"estimate\") and the review trail.
+
 Examples:
   faultline kb explain '[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'
-  faultline kb explain --format json 'NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.'")]
+  faultline kb explain --format json 'NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.'
+  faultline kb explain --all '[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.'")]
     Explain {
         /// The log line (raw text or a JSON envelope).
         line: String,
@@ -418,6 +427,9 @@ Examples:
         kb: KbArg,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Also show the seed's AI-written advice (unverified) after the entry's own.
+        #[arg(long)]
+        all: bool,
     },
     /// Draft KB entries for the most frequent unknown error templates of logs.
     #[command(after_help = "\
@@ -473,7 +485,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Kb(KbCommand::Import { files, out, force }) => run_import(&files, &out, force),
-        Command::Kb(KbCommand::Explain { line, kb, format }) => run_explain(&line, &kb, format),
+        Command::Kb(KbCommand::Explain {
+            line,
+            kb,
+            format,
+            all,
+        }) => run_explain(&line, &kb, format, all),
         Command::Bench(BenchCommand::Corpus {
             kb,
             size_mb,
@@ -620,8 +637,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(BenchCommand::Patterns { kb, unnamed }) => {
+        Command::Bench(BenchCommand::Patterns {
+            kb,
+            unnamed,
+            per_entry,
+        }) => {
             let kb = kb.load()?;
+            if per_entry.per_entry {
+                let text =
+                    crate::bench::per_entry(&kb, &per_entry).map_err(|e| anyhow::anyhow!("{e}"))?;
+                write_stdout(text.as_bytes())?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let names = regex::Regex::new(r"\(\?P?<[A-Za-z_][A-Za-z0-9_]*>")?;
             let text: String = kb
                 .patterns
@@ -809,27 +836,9 @@ fn run_import(files: &[PathBuf], out_dir: &Path, force: bool) -> Result<ExitCode
     })
 }
 
-fn run_explain(line: &str, kb: &KbArg, format: Format) -> Result<ExitCode> {
-    let kb = kb.load()?;
-    let engine = Engine::new(kb)?;
-    let enricher = Enricher::new(Arc::clone(&engine.kb));
-    let mut worker = engine.worker()?;
-    let mut events = Vec::new();
-    engine.scan_chunk(
-        &mut worker,
-        line.as_bytes(),
-        ChunkInfo {
-            first_line: 1,
-            truncated: false,
-        },
-        &mut |hit| {
-            let source = Provenance::File {
-                path: "<argument>".into(),
-                line: 1,
-            };
-            events.push(enricher.event(&hit, "explain", source));
-        },
-    )?;
+fn run_explain(line: &str, kb: &KbArg, format: Format, all: bool) -> Result<ExitCode> {
+    let engine = Engine::new(kb.load()?)?;
+    let events = crate::explain::explain(&engine, line)?;
     let mut buf = Vec::new();
     if events.is_empty() {
         writeln!(buf, "no entry matches this line")?;
@@ -837,10 +846,10 @@ fn run_explain(line: &str, kb: &KbArg, format: Format) -> Result<ExitCode> {
     for e in &events {
         match format {
             Format::Json => {
-                serde_json::to_writer_pretty(&mut buf, e)?;
+                serde_json::to_writer_pretty(&mut buf, &crate::explain::to_json(&engine.kb, e)?)?;
                 writeln!(buf)?;
             }
-            Format::Text => out::write_event_text(&mut buf, e)?,
+            Format::Text => crate::explain::write_text(&mut buf, &engine.kb, e, all)?,
         }
     }
     write_stdout(&buf)?;

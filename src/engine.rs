@@ -6,6 +6,12 @@
 //! captures. JSON envelope lines are decoded first and their messages scanned one by one, since
 //! escaping can hide a match from the raw bytes. Everything a line costs beyond the one
 //! buffer-wide scan is paid only by lines that hit.
+//!
+//! Lines with ANSI escape sequences (colours `ESC[1;31m`, other CSI sequences, OSC titles and
+//! links) match as if the sequences were absent: one `memchr` pass per chunk finds the lines
+//! holding an ESC byte, and only those are copied without their sequences ([`strip_ansi`]),
+//! scanned and confirmed on the copy. The event then quotes the cleaned line, and its captures
+//! (and any offsets into [`Hit::record`]) refer to the cleaned line, not to the raw bytes.
 
 use std::sync::Arc;
 
@@ -53,6 +59,8 @@ pub struct Worker<M: Matcher> {
     patterns: Vec<u32>,
     seen: Vec<usize>,
     json: Vec<LogRecord<'static>>,
+    /// A line without its ANSI escape sequences.
+    clean: Vec<u8>,
     /// Capture slots per pattern (each regex needs its own).
     caps: Vec<regex_automata::util::captures::Captures>,
 }
@@ -118,6 +126,7 @@ impl<M: Matcher> Engine<M> {
             patterns: Vec::new(),
             seen: Vec::new(),
             json: Vec::new(),
+            clean: Vec::new(),
             caps: self
                 .kb
                 .patterns
@@ -166,6 +175,7 @@ impl<M: Matcher> Engine<M> {
         w.hits.sort_unstable();
 
         let mut json_lines = json_line_starts(chunk).peekable();
+        let mut escape_lines = escape_line_starts(chunk).peekable();
         let mut counter = LineCounter {
             pos: 0,
             first: info.first_line,
@@ -173,16 +183,25 @@ impl<M: Matcher> Engine<M> {
         };
         let mut i = 0;
         loop {
-            let next_hit = w.hits.get(i).map(|h| line_bounds(chunk, h.end as usize));
+            // The next line that needs a look: it has a hit, is a JSON envelope or holds an ESC.
+            let next_hit = w.hits.get(i).map(|h| line_start(chunk, h.end as usize));
             let next_json = json_lines.peek().copied();
-            let (start, end, is_json) = match (next_hit, next_json) {
-                (None, None) => break,
-                (Some((s, e)), Some(j)) if s < j => (s, e, false),
-                (Some(_), Some(j)) | (None, Some(j)) => (j, line_end(chunk, j), true),
-                (Some((s, e)), None) => (s, e, false),
+            let next_escape = escape_lines.peek().copied();
+            let Some(start) = [next_hit, next_json, next_escape]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
+                break;
             };
+            let end = line_end(chunk, start);
+            let is_json = next_json == Some(start);
             if is_json {
                 json_lines.next();
+            }
+            let has_escape = next_escape == Some(start);
+            if has_escape {
+                escape_lines.next();
             }
             // The hits on this line: contiguous, since hits are sorted by end offset.
             let first = i;
@@ -199,6 +218,11 @@ impl<M: Matcher> Engine<M> {
                     for record in &mut records {
                         // A record cut by the envelope's record limit stays marked.
                         record.truncated |= info.truncated;
+                        if memchr::memchr(ESC, &record.message).is_some() {
+                            let mut clean = Vec::with_capacity(record.message.len());
+                            strip_ansi(&record.message, &mut clean);
+                            record.message = std::borrow::Cow::Owned(clean);
+                        }
                         w.line_hits.clear();
                         self.matcher
                             .find(&mut w.scratch, &record.message, &mut w.line_hits)?;
@@ -211,6 +235,22 @@ impl<M: Matcher> Engine<M> {
                 if decoded {
                     continue;
                 }
+            }
+            if has_escape {
+                // The raw line's hits (if any) are superseded by the cleaned line's.
+                let mut clean = std::mem::take(&mut w.clean);
+                strip_ansi(line, &mut clean);
+                let mut record = envelope::decode_raw(&clean);
+                record.truncated = info.truncated;
+                w.line_hits.clear();
+                self.matcher
+                    .find(&mut w.scratch, &record.message, &mut w.line_hits)?;
+                let hits = std::mem::take(&mut w.line_hits);
+                self.confirm(w, &hits, &record, line_no, on_hit);
+                w.line_hits = hits;
+                drop(record);
+                w.clean = clean;
+                continue;
             }
             if i > first {
                 let mut record = envelope::decode_raw(line);
@@ -351,15 +391,78 @@ impl LineCounter {
     }
 }
 
-/// The line containing the byte before `end` (a match's last byte): `[start, end)` offsets.
-fn line_bounds(chunk: &[u8], end: usize) -> (usize, usize) {
+/// The start of the line containing the byte before `end` (a match's last byte).
+fn line_start(chunk: &[u8], end: usize) -> usize {
     let end = end.min(chunk.len());
-    let start = memchr::memrchr(b'\n', &chunk[..end]).map_or(0, |i| i + 1);
-    (start, line_end(chunk, start.max(end)))
+    memchr::memrchr(b'\n', &chunk[..end]).map_or(0, |i| i + 1)
 }
 
 fn line_end(chunk: &[u8], from: usize) -> usize {
     memchr::memchr(b'\n', &chunk[from..]).map_or(chunk.len(), |i| from + i)
+}
+
+/// The escape byte that starts every ANSI sequence.
+const ESC: u8 = 0x1b;
+
+/// Starts of the lines holding an ESC byte, each once, in order.
+fn escape_line_starts(chunk: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        let at = from + memchr::memchr(ESC, chunk.get(from..)?)?;
+        let start = memchr::memrchr(b'\n', &chunk[..at]).map_or(0, |i| i + 1);
+        from = line_end(chunk, at) + 1;
+        Some(start)
+    })
+}
+
+/// Copies `line` into `out` (cleared first) without its ANSI escape sequences: CSI (`ESC [`,
+/// parameter and intermediate bytes, a final byte: colours such as `ESC[1;31m`, `ESC[0m`,
+/// cursor moves, erase `ESC[K`), OSC (`ESC ]` up to BEL or `ESC \`: window titles,
+/// hyperlinks), and the short escapes (`ESC ( B`, `ESC =`, `ESC 7`). A sequence cut off by the
+/// end of the line is dropped to there; a lone ESC is dropped.
+pub fn strip_ansi(line: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    let mut i = 0;
+    while let Some(at) = memchr::memchr(ESC, &line[i..]) {
+        out.extend_from_slice(&line[i..i + at]);
+        i += at + 1;
+        let skip = |i: &mut usize, range: std::ops::RangeInclusive<u8>| {
+            while line.get(*i).is_some_and(|b| range.contains(b)) {
+                *i += 1;
+            }
+        };
+        match line.get(i) {
+            Some(b'[') => {
+                i += 1;
+                skip(&mut i, 0x20..=0x3f);
+                if line.get(i).is_some_and(|b| (0x40..=0x7e).contains(b)) {
+                    i += 1;
+                }
+            }
+            Some(b']') => {
+                i += 1;
+                while let Some(&b) = line.get(i) {
+                    i += 1;
+                    if b == 0x07 {
+                        break;
+                    }
+                    if b == ESC && line.get(i) == Some(&b'\\') {
+                        i += 1;
+                        break;
+                    }
+                }
+            }
+            Some(0x20..=0x2f) => {
+                skip(&mut i, 0x20..=0x2f);
+                if line.get(i).is_some_and(|b| (0x30..=0x7e).contains(b)) {
+                    i += 1;
+                }
+            }
+            Some(0x30..=0x7e) => i += 1,
+            _ => {}
+        }
+    }
+    out.extend_from_slice(&line[i..]);
 }
 
 /// Offsets of the lines whose first byte is `{`: the JSON envelope candidates.
@@ -488,6 +591,60 @@ mod tests {
         };
         assert_eq!(codes("boom 7\n"), vec!["A".to_string()]);
         assert_eq!(codes("boom!\n"), vec!["ANY_BOOM".to_string()]);
+    }
+
+    fn strip(line: &[u8]) -> String {
+        let mut out = b"stale".to_vec();
+        strip_ansi(line, &mut out);
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn ansi_sequences_are_stripped() {
+        assert_eq!(
+            strip(b"\x1b[1;31mRuntimeError\x1b[0m: boom"),
+            "RuntimeError: boom"
+        );
+        assert_eq!(strip(b"a\x1b[Kb\x1b[2Jc\x1b[38;5;196md"), "abcd");
+        assert_eq!(
+            strip(b"\x1b]0;title\x07x \x1b]8;;https://a.b/\x1b\\link\x1b]8;;\x1b\\"),
+            "x link"
+        );
+        assert_eq!(strip(b"\x1b(Bx\x1b=y\x1b7z\x1b"), "xyz");
+        assert_eq!(strip(b"plain"), "plain");
+        assert_eq!(
+            strip(b"cut \x1b[38;5"),
+            "cut ",
+            "a sequence cut by the line end"
+        );
+        assert_eq!(strip("\x1b[33mé\x1b[0m".as_bytes()), "é");
+    }
+
+    #[test]
+    fn coloured_lines_match_as_if_plain() {
+        // Line 2: colour codes split "boom" from its number, so the raw bytes do not match.
+        // Line 4: the raw bytes match too; still one event, captured on the cleaned line.
+        let out = both(
+            "ok\n\x1b[31mboom\x1b[0m \x1b[1m42\x1b[0m\nboom 7\n\x1b[31mboom 5\x1b[0m\n\x1b[32mall good\x1b[0m\n",
+        );
+        assert_eq!(
+            out,
+            vec![
+                (2, "A".into(), r#"[("n", "42")]"#.into()),
+                (3, "A".into(), r#"[("n", "7")]"#.into()),
+                (4, "A".into(), r#"[("n", "5")]"#.into()),
+            ]
+        );
+        // An escape between two hit lines of one chunk keeps every line number right.
+        let out = both("\x1b[0mx\nfail now!\n\x1b[1mfail\x1b[0m again!\nboom 3");
+        let lines: Vec<u64> = out.iter().map(|o| o.0).collect();
+        assert_eq!(lines, [2, 3, 4]);
+    }
+
+    #[test]
+    fn coloured_json_messages_match() {
+        let out = both("{\"log\":\"\\u001b[31mboom\\u001b[0m 9\\n\"}\n");
+        assert_eq!(out, vec![(1, "A".into(), r#"[("n", "9")]"#.into())]);
     }
 
     #[test]

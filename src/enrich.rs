@@ -173,25 +173,48 @@ fn sampled(
 }
 
 impl Workaround {
-    /// How people read its rate: "72% of 41 (source)", "seed's AI estimate 80%", or nothing.
+    /// How people read its rate: "72% success, community-reported, n=41, source: ...",
+    /// "seed's AI estimate, never measured: 80% success", or nothing.
     pub fn rate_text(&self) -> Option<String> {
-        rate_text(self.success_rate, self.n, self.rate_kind, "success")
+        rate_text(
+            self.success_rate,
+            self.n,
+            self.source.as_deref(),
+            self.rate_kind,
+            "success",
+        )
     }
 }
 
 impl DeadEnd {
     /// As [`Workaround::rate_text`].
     pub fn rate_text(&self) -> Option<String> {
-        rate_text(self.fail_rate, self.n, self.rate_kind, "fail")
+        rate_text(
+            self.fail_rate,
+            self.n,
+            self.source.as_deref(),
+            self.rate_kind,
+            "fail",
+        )
     }
 }
 
-fn rate_text(rate: Option<f64>, n: Option<u32>, kind: Option<&str>, word: &str) -> Option<String> {
+/// A rate for people, always with what backs it: an estimate says so; a measured or reported
+/// rate names its sample size and source, or is not shown.
+fn rate_text(
+    rate: Option<f64>,
+    n: Option<u32>,
+    source: Option<&str>,
+    kind: Option<&str>,
+    word: &str,
+) -> Option<String> {
     let pct = (rate? * 100.0).round();
-    Some(match (kind, n) {
-        (Some("estimate"), _) => format!("seed's AI estimate, never measured: {pct:.0}% {word}"),
-        (Some("measured"), Some(n)) => format!("{pct:.0}% {word}, measured over {n}"),
-        (_, Some(n)) => format!("{pct:.0}% {word} in {n} reports"),
+    Some(match (kind?, n, source) {
+        ("estimate", _, _) => format!("seed's AI estimate, never measured: {pct:.0}% {word}"),
+        (kind, Some(n), Some(source)) if n > 0 && !source.trim().is_empty() => format!(
+            "{pct:.0}% {word}, {}, n={n}, source: {source}",
+            kind.replace('_', "-")
+        ),
         _ => return None,
     })
 }

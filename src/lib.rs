@@ -44,6 +44,7 @@
 //!   [`pipeline::match_stage`], [`pipeline::incidents`], [`pipeline::signals`]; the roles of a
 //!   split deployment: [`pipeline::shard`], [`pipeline::correlate`]).
 //! - [`scan`]: the file and stdin driver.
+//! - [`explain`]: `faultline kb explain`: one line's matches, trust level and advice.
 //! - [`mine`]: `faultline templates` (unknown error lines -> templates) and `kb suggest`
 //!   (templates -> KB drafts), over the same readers and engine as `scan`.
 //! - [`config`]: composes every component's table into `faultline.toml`.
@@ -60,6 +61,7 @@ pub mod engine;
 pub mod enrich;
 pub mod envelope;
 pub mod eval;
+pub mod explain;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod incident;

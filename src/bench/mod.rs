@@ -203,6 +203,204 @@ pub fn raw_hyperscan(
     Ok((bytes, total))
 }
 
+/// `faultline bench patterns --per-entry` and its options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PerEntryArgs {
+    /// Rank the entries by scan cost: each entry's patterns alone in a Hyperscan database,
+    /// timed over a corpus; prints entry, ns/MB, MB/s and share of the total.
+    #[arg(long)]
+    pub per_entry: bool,
+    /// The corpus to scan (default: one generated as `bench corpus` does, --size-mb large).
+    #[arg(long, value_name = "FILE", requires = "per_entry")]
+    pub corpus: Option<std::path::PathBuf>,
+    /// Directory of `*.log` files to mix into the generated corpus (the loghub samples).
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "per_entry",
+        conflicts_with = "corpus"
+    )]
+    pub background: Option<std::path::PathBuf>,
+    /// Size of the generated corpus in MiB.
+    #[arg(long, default_value_t = 32, requires = "per_entry")]
+    pub size_mb: u64,
+    /// Runs per measurement; the best is kept.
+    #[arg(long, default_value_t = 3, requires = "per_entry")]
+    pub runs: usize,
+    /// Entries printed, most expensive first (0: all).
+    #[arg(long, default_value_t = 30, requires = "per_entry")]
+    pub top: usize,
+    /// Print the whole ranking as JSON.
+    #[arg(long, requires = "per_entry")]
+    pub json: bool,
+}
+
+/// Runs `bench patterns --per-entry`: reads or generates the corpus, ranks the entries and
+/// renders the ranking.
+pub fn per_entry(
+    kb: &KnowledgeBase,
+    args: &PerEntryArgs,
+) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+    let corpus = match &args.corpus {
+        Some(path) => fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        None => {
+            let background = background_lines(args.background.as_deref())?;
+            let mut out = Vec::new();
+            write_corpus(kb, &background, args.size_mb << 20, 0.001, 42, &mut out)?;
+            out
+        }
+    };
+    let costs = entry_costs(kb, &corpus, args.runs)?;
+    Ok(if args.json {
+        serde_json::to_string_pretty(&costs)? + "\n"
+    } else {
+        render_entry_costs(&costs, args.top)
+    })
+}
+
+/// What one entry's patterns cost alone: `faultline bench patterns --per-entry`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EntryCost {
+    /// The entry's id.
+    pub id: String,
+    /// Its patterns.
+    pub patterns: usize,
+    /// Raw hits over the corpus.
+    pub hits: u64,
+    /// Scan time of a database of its patterns alone, in nanoseconds per MB (10^6 bytes) of
+    /// corpus, best of the runs.
+    pub ns_per_mb: f64,
+    /// The same as throughput, in MB/s.
+    pub mb_per_s: f64,
+    /// `ns_per_mb` above the floor: a database of one literal that never occurs.
+    pub excess_ns_per_mb: f64,
+    /// Its share of the sum of all entries' excess costs.
+    pub share: f64,
+}
+
+/// The per-entry ranking and what it is relative to.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EntryCosts {
+    /// Corpus bytes scanned per run.
+    pub bytes: u64,
+    /// Runs per measurement (the best is kept).
+    pub runs: usize,
+    /// The floor: one literal that never occurs, in ns/MB.
+    pub floor_ns_per_mb: f64,
+    /// The whole KB in one database, in ns/MB (less than the sum of the entries: Hyperscan
+    /// shares its literal matching between patterns).
+    pub all_ns_per_mb: f64,
+    /// Every entry, most expensive first.
+    pub entries: Vec<EntryCost>,
+}
+
+/// A literal no log contains: the floor of a Hyperscan scan.
+const FLOOR_PATTERN: &str = "zq9xk4wvQ7faultline-floor";
+
+/// Times each entry's patterns alone in a Hyperscan database of their own over `corpus`
+/// (whole 1 MiB buffers, one core, best of `runs`), and ranks the entries by cost.
+pub fn entry_costs(
+    kb: &KnowledgeBase,
+    corpus: &[u8],
+    runs: usize,
+) -> Result<EntryCosts, crate::matcher::MatchError> {
+    use crate::matcher::{HyperscanMatcher, Matcher};
+    let runs = runs.max(1);
+    let mb = corpus.len().max(1) as f64 / 1e6;
+    let time = |m: &HyperscanMatcher| -> Result<(f64, u64), crate::matcher::MatchError> {
+        let mut scratch = m.scratch()?;
+        let mut hits = Vec::new();
+        let (mut best, mut total) = (f64::INFINITY, 0u64);
+        for _ in 0..runs {
+            total = 0;
+            let start = std::time::Instant::now();
+            for block in corpus.chunks(1 << 20) {
+                m.find(&mut scratch, block, &mut hits)?;
+                total += hits.len() as u64;
+                hits.clear();
+            }
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        Ok((best * 1e9 / mb, total))
+    };
+    let (floor, _) = time(&HyperscanMatcher::compile(&[FLOOR_PATTERN])?)?;
+    let all: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+    let (all_ns, _) = time(&HyperscanMatcher::compile(&all)?)?;
+    let mut entries = Vec::with_capacity(kb.entries.len());
+    for (e, entry) in kb.entries.iter().enumerate() {
+        let sources: Vec<&str> = kb
+            .patterns
+            .iter()
+            .filter(|p| p.entry == e)
+            .map(|p| p.source.as_str())
+            .collect();
+        let (ns, hits) = time(&HyperscanMatcher::compile(&sources)?)?;
+        entries.push(EntryCost {
+            id: entry.id.clone(),
+            patterns: sources.len(),
+            hits,
+            ns_per_mb: ns,
+            mb_per_s: 1e9 / ns,
+            excess_ns_per_mb: (ns - floor).max(0.0),
+            share: 0.0,
+        });
+    }
+    let sum: f64 = entries.iter().map(|c| c.excess_ns_per_mb).sum();
+    for c in &mut entries {
+        c.share = if sum > 0.0 {
+            c.excess_ns_per_mb / sum
+        } else {
+            0.0
+        };
+    }
+    entries.sort_by(|a, b| b.excess_ns_per_mb.total_cmp(&a.excess_ns_per_mb));
+    Ok(EntryCosts {
+        bytes: corpus.len() as u64,
+        runs,
+        floor_ns_per_mb: floor,
+        all_ns_per_mb: all_ns,
+        entries,
+    })
+}
+
+/// The ranking as a table for people: the `top` most expensive entries (0: all).
+pub fn render_entry_costs(c: &EntryCosts, top: usize) -> String {
+    let mut out = format!(
+        "{:.1} MB scanned, best of {}; floor (one absent literal) {:.0} ns/MB ({:.0} MB/s); \
+         whole KB in one database {:.0} ns/MB ({:.0} MB/s)\n\n{:<4} {:<44} {:>4} {:>9} {:>9} \
+         {:>9} {:>7} {:>9}\n",
+        c.bytes as f64 / 1e6,
+        c.runs,
+        c.floor_ns_per_mb,
+        1e9 / c.floor_ns_per_mb,
+        c.all_ns_per_mb,
+        1e9 / c.all_ns_per_mb,
+        "rank",
+        "entry",
+        "pats",
+        "ns/MB",
+        "MB/s",
+        "excess",
+        "share",
+        "hits"
+    );
+    let n = if top == 0 { c.entries.len() } else { top };
+    for (i, e) in c.entries.iter().take(n).enumerate() {
+        out.push_str(&format!(
+            "{:<4} {:<44} {:>4} {:>9.0} {:>9.0} {:>9.0} {:>6.1}% {:>9}\n",
+            i + 1,
+            e.id,
+            e.patterns,
+            e.ns_per_mb,
+            e.mb_per_s,
+            e.excess_ns_per_mb,
+            e.share * 100.0,
+            e.hits
+        ));
+    }
+    out
+}
+
 /// A KB `factor` times the size of `files`: each entry plus `factor - 1` copies whose patterns
 /// and examples start with a literal of their own, so the matcher has `factor` times as many
 /// distinct signatures to look for. Returns (relative path, TOML text) pairs.
@@ -443,6 +641,25 @@ mod tests {
         assert_eq!(a, b);
         assert!(a.len() as u64 >= 200_000 && a.len() < 202_000);
         assert_eq!(failures, lines / 100);
+    }
+
+    #[test]
+    fn per_entry_costs_rank_every_entry() {
+        let kb = KnowledgeBase::embedded().expect("kb");
+        let mut corpus = Vec::new();
+        write_corpus(&kb, &[], 300_000, 0.01, 3, &mut corpus).expect("writes");
+        let c = entry_costs(&kb, &corpus, 1).expect("compiles");
+        assert_eq!(c.entries.len(), kb.entries.len());
+        assert!(c
+            .entries
+            .windows(2)
+            .all(|w| w[0].excess_ns_per_mb >= w[1].excess_ns_per_mb));
+        let share: f64 = c.entries.iter().map(|e| e.share).sum();
+        assert!((share - 1.0).abs() < 1e-6, "shares add up: {share}");
+        assert!(c.entries.iter().any(|e| e.hits > 0), "the examples hit");
+        let text = render_entry_costs(&c, 5);
+        assert_eq!(text.lines().count(), 3 + 5, "{text}");
+        assert!(text.contains(&c.entries[0].id));
     }
 
     #[test]

@@ -223,6 +223,16 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
             warnings.push(problem(&kb, e, field, message));
         }
     }
+    for p in kb.patterns.iter() {
+        for f in super::lint::findings(&p.source) {
+            warnings.push(problem(
+                &kb,
+                p.entry,
+                format!("patterns[{}]", p.index),
+                f.message(),
+            ));
+        }
+    }
     report.errors = errors;
     report.warnings = warnings;
     report

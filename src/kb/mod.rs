@@ -7,6 +7,7 @@
 pub mod check;
 pub mod entry;
 pub mod import;
+pub mod lint;
 pub mod list;
 pub mod spec;
 

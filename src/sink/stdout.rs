@@ -146,6 +146,21 @@ impl<W: Write> StdoutSink<W> {
 
 /// An event for people: where, what, why, and what to do.
 pub fn write_event_text(out: &mut impl Write, e: &MatchEvent) -> io::Result<()> {
+    write_event_head(out, e)?;
+    let d = &e.diagnosis;
+    for w in d.verified_workarounds().take(3) {
+        let rate = w.rate_text().map(|r| format!(" ({r})")).unwrap_or_default();
+        writeln!(out, "  try: {}{rate}", w.text)?;
+    }
+    for d in d.verified_dead_ends().take(2) {
+        writeln!(out, "  don't: {} ({})", d.action, d.why)?;
+    }
+    writeln!(out)
+}
+
+/// The first lines of an event for people: where, which entry, the line, its captures, what
+/// failed and why (`kb explain` adds the review trail and the advice after them).
+pub fn write_event_head(out: &mut impl Write, e: &MatchEvent) -> io::Result<()> {
     let mut who = format!("job={}", e.job_id);
     if let Some(rank) = e.rank {
         who.push_str(&format!(" rank={rank}"));
@@ -170,15 +185,7 @@ pub fn write_event_text(out: &mut impl Write, e: &MatchEvent) -> io::Result<()> 
     }
     let d = &e.diagnosis;
     writeln!(out, "  what: {}", d.title)?;
-    writeln!(out, "  why: {}", d.root_cause.replace('\n', " "))?;
-    for w in d.verified_workarounds().take(3) {
-        let rate = w.rate_text().map(|r| format!(" ({r})")).unwrap_or_default();
-        writeln!(out, "  try: {}{rate}", w.text)?;
-    }
-    for d in d.verified_dead_ends().take(2) {
-        writeln!(out, "  don't: {} ({})", d.action, d.why)?;
-    }
-    writeln!(out)
+    writeln!(out, "  why: {}", d.root_cause.replace('\n', " "))
 }
 
 /// An incident for people, one block per failure: the headline (code and title), where (job,

@@ -12,6 +12,12 @@ fn shipped_kb_passes_kb_check_in_both_engines() {
     let report = check::check(files, "kb");
     let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
     assert!(errors.is_empty(), "kb check errors:\n{}", errors.join("\n"));
+    let warnings: Vec<String> = report.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        warnings.is_empty(),
+        "kb check warnings (costly patterns, review gaps, lines without a winner):\n{}",
+        warnings.join("\n")
+    );
     assert!(report.entries >= 100, "only {} entries", report.entries);
     assert!(report.examples >= 2 * report.entries);
 }
@@ -273,6 +279,31 @@ references = ["here"]
 "#;
 
 #[test]
+fn costly_patterns_are_warnings_that_name_the_pattern() {
+    let text = GOOD
+        .replace(
+            r"patterns = ['CUDA error: demo (?P<code>\d+)']",
+            r"patterns = ['CUDA error: demo (?P<code>\d+)', '.*error: demo \d+x', 'E\d(?:x|yz)']",
+        )
+        .replace(
+            r#"examples = ["CUDA error: demo 7"]"#,
+            r#"examples = ["CUDA error: demo 7", "error: demo 7x", "E7x"]"#,
+        );
+    let report = check::check(vec![("cuda/demo.toml".into(), text)], "bad");
+    let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let costly: Vec<String> = report
+        .warnings
+        .iter()
+        .filter(|w| w.field.starts_with("patterns["))
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(costly.len(), 2, "{costly:?}");
+    assert!(costly[0].contains("field `patterns[1]`") && costly[0].contains("unbounded repeat"));
+    assert!(costly[1].contains("field `patterns[2]`") && costly[1].contains("literal of 3 bytes"));
+}
+
+#[test]
 fn a_good_entry_passes() {
     assert_eq!(broken("cuda/demo.toml", GOOD), Vec::<String>::new());
 }
@@ -406,4 +437,51 @@ fn deadends_json_imports_pass_kb_check() {
         let report = check::check(files, name);
         assert!(report.errors.is_empty(), "{name}: {:?}", report.errors);
     }
+}
+
+#[test]
+fn bench_patterns_per_entry_ranks_every_entry_from_the_cli() {
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_faultline"))
+            .current_dir(repo())
+            .env_remove("FAULTLINE_KB")
+            .args(["bench", "patterns", "--kb", "kb", "--per-entry"])
+            .args(["--size-mb", "1", "--runs", "1"])
+            .args(extra)
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let json: serde_json::Value = serde_json::from_str(&run(&["--json"])).expect("JSON");
+    let entries = json["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), kb().entries.len(), "every entry is ranked");
+    let excess: Vec<f64> = entries
+        .iter()
+        .map(|e| e["excess_ns_per_mb"].as_f64().expect("a cost"))
+        .collect();
+    assert!(
+        excess.windows(2).all(|w| w[0] >= w[1]),
+        "most expensive first"
+    );
+    assert!(entries.iter().any(|e| e["hits"].as_u64() > Some(0)));
+    let text = run(&["--top", "4"]);
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|id| id.contains('/'))
+        })
+        .collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    assert!(
+        rows[0].starts_with("1 ") && rows[3].starts_with("4 "),
+        "{text}"
+    );
+    assert!(text.contains("whole KB in one database"), "{text}");
 }

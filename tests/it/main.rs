@@ -1,18 +1,21 @@
 //! Integration tests: one binary, one module per area.
 
 mod alertmanager;
+mod ansi;
 mod architecture;
 mod cli;
 mod compose;
 mod corpus;
 mod correlation;
 mod docs;
+mod eval;
 mod fuzz_corpus;
 mod incident_page;
 mod incidents;
 mod isolation;
 mod kafka;
 mod kb;
+mod kb_explain;
 mod kubernetes;
 mod limits;
 mod observability;

@@ -1,0 +1,105 @@
+//! `faultline eval` on the repository's real-log corpus (tests/corpus/real): the recognition
+//! numbers are pinned, so a KB or engine change that loses a detection, a headline or adds a
+//! false alarm fails CI. The numbers come from running the real evaluation (library and
+//! binary), never from a table in this file.
+
+use std::process::Command;
+
+use faultline::eval::{self, Report};
+
+use crate::support::{hyperscan, repo};
+
+/// The corpus as of this test's last update: excerpts may be added, never silently lost.
+const MIN_FAILURES: u64 = 386;
+const MIN_HEALTHY: u64 = 73;
+const MIN_SOURCES: u64 = 445;
+
+fn report() -> Report {
+    let dir = repo().join("tests/corpus/real");
+    let excerpts = eval::read_corpus(&dir).expect("the corpus parses");
+    eval::evaluate(&hyperscan(), &excerpts, &dir).expect("evaluates")
+}
+
+/// Every miss, as `faultline eval` lists them, for the failure message.
+fn misses(r: &Report) -> String {
+    let text = eval::render_text(r);
+    text.split_once("\nmisses:\n")
+        .map_or_else(String::new, |(_, m)| m.to_string())
+}
+
+#[test]
+fn recognition_on_the_real_corpus_does_not_drop() {
+    let r = report();
+    let o = &r.overall;
+    assert!(
+        o.failures >= MIN_FAILURES && o.healthy >= MIN_HEALTHY && r.sources >= MIN_SOURCES,
+        "the corpus shrank: {} failures, {} healthy, {} sources",
+        o.failures,
+        o.healthy,
+        r.sources
+    );
+    // Pinned at 100% detection and 100% top-1 (386 of 386 when this test was written): every
+    // failure excerpt must be detected and headlined right, and no healthy one may alert.
+    assert_eq!(
+        o.detected,
+        o.failures,
+        "detection dropped to {}/{}:\n{}",
+        o.detected,
+        o.failures,
+        misses(&r)
+    );
+    assert_eq!(
+        o.top1,
+        o.failures,
+        "top-1 dropped to {}/{}:\n{}",
+        o.top1,
+        o.failures,
+        misses(&r)
+    );
+    assert_eq!(o.false_alarms, 0, "false alarms:\n{}", misses(&r));
+    // The per-label counts add up to the overall ones (the table people read is the same).
+    let sum = |f: fn(&eval::Tally) -> u64| r.by_label.values().map(f).sum::<u64>();
+    assert_eq!(sum(|t| t.failures), o.failures);
+    assert_eq!(sum(|t| t.top1), o.top1);
+    assert_eq!(sum(|t| t.healthy), o.healthy);
+}
+
+#[test]
+fn the_eval_command_reports_the_same_numbers() {
+    let out = Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .current_dir(repo())
+        .env_remove("FAULTLINE_KB")
+        .args([
+            "eval",
+            "--kb",
+            "kb",
+            "--format",
+            "json",
+            "tests/corpus/real",
+        ])
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let o = &json["overall"];
+    let lib = report();
+    for (field, want) in [
+        ("failures", lib.overall.failures),
+        ("detected", lib.overall.detected),
+        ("top1", lib.overall.top1),
+        ("healthy", lib.overall.healthy),
+        ("false_alarms", lib.overall.false_alarms),
+    ] {
+        assert_eq!(o[field].as_u64(), Some(want), "overall.{field}");
+    }
+    assert!(lib.overall.failures >= MIN_FAILURES);
+    let outcomes = json["outcomes"].as_array().expect("outcomes");
+    assert_eq!(
+        outcomes.len() as u64,
+        lib.overall.failures + lib.overall.healthy
+    );
+}
