@@ -31,8 +31,8 @@ use serde_json::Value;
 
 use crate::config::{Config, RawConfig};
 use crate::incident::config::Role;
-use crate::record::Origin;
 use crate::pipeline::{self, PipelineError};
+use crate::record::Origin;
 use crate::sink::stdout::Format;
 use crate::source::file;
 
@@ -222,12 +222,11 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     };
     let kb_version = loaded.version().to_string();
     let loaded = Arc::new(loaded);
-    let correlator =
-        pipeline::start_shared(
-            config(&bootstrap, &args, Role::Correlate, anchor)?,
-            Arc::clone(&loaded),
-        )
-            .await?;
+    let correlator = pipeline::start_shared(
+        config(&bootstrap, &args, Role::Correlate, anchor)?,
+        Arc::clone(&loaded),
+    )
+    .await?;
     if let Some(addr) = correlator.admin_addr() {
         eprintln!(
             "faultline demo: the correlator's admin endpoints at http://{addr}/healthz, /readyz and \
@@ -463,9 +462,10 @@ async fn wait_until_done(
         ends.iter().all(|(&p, &end)| {
             end == 0
                 || matchers.iter().any(|m| {
-                    m.stats().watermarks.iter().any(|(tp, w)| {
-                        &*tp.topic == LOGS_TOPIC && tp.partition == p && *w >= end
-                    })
+                    m.stats()
+                        .watermarks
+                        .iter()
+                        .any(|(tp, w)| &*tp.topic == LOGS_TOPIC && tp.partition == p && *w >= end)
                 })
         })
     };
@@ -639,7 +639,10 @@ impl Printer {
     fn stop_collecting(mut self) -> Vec<Value> {
         self.halt();
         let mut last = self.latest.lock().unwrap_or_else(|p| p.into_inner());
-        std::mem::take(&mut *last).into_iter().map(|(_, v)| v).collect()
+        std::mem::take(&mut *last)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect()
     }
 }
 

@@ -370,7 +370,12 @@ impl CorrelateStage {
                     &kb_version,
                     &self.p.stop,
                 ) {
-                    tracker.resolve_many(records.iter().map(|r| &r.id).zip(self.outputs.iter().copied()));
+                    tracker.resolve_many(
+                        records
+                            .iter()
+                            .map(|r| &r.id)
+                            .zip(self.outputs.iter().copied()),
+                    );
                     forget(&tracker, &records[i..]);
                     return Err(e.into());
                 }
@@ -383,7 +388,12 @@ impl CorrelateStage {
             .records
             .fetch_add(records.len() as u64, Ordering::Relaxed);
         self.p.health.bytes.fetch_add(bytes, Ordering::Relaxed);
-        tracker.resolve_many(records.iter().map(|r| &r.id).zip(self.outputs.iter().copied()));
+        tracker.resolve_many(
+            records
+                .iter()
+                .map(|r| &r.id)
+                .zip(self.outputs.iter().copied()),
+        );
         Ok(())
     }
 }
@@ -436,8 +446,8 @@ mod tests {
 
     #[test]
     fn events_round_trip_through_their_json() {
-        let loaded =
-            Loaded::new(crate::kb::KnowledgeBase::embedded().expect("embedded KB")).expect("compiles");
+        let loaded = Loaded::new(crate::kb::KnowledgeBase::embedded().expect("embedded KB"))
+            .expect("compiles");
         let (engine, enricher) = (&loaded.engine, &loaded.enricher);
         let line = "May 18 19:02:39 gpu-node-02 kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=4121, GPU has fallen off the bus.";
         let mut events = Vec::new();
@@ -481,8 +491,16 @@ mod tests {
             decode_event(br#"{"type":"unknown","template_id":"t"}"#, enricher),
             Ok(Decoded::Other)
         ));
-        for bad in [&b"not json"[..], br#"{"kb_id":"x"}"#, br#"{"type":"match","schema_version":1}"#] {
-            assert!(decode_event(bad, enricher).is_err(), "{}", String::from_utf8_lossy(bad));
+        for bad in [
+            &b"not json"[..],
+            br#"{"kb_id":"x"}"#,
+            br#"{"type":"match","schema_version":1}"#,
+        ] {
+            assert!(
+                decode_event(bad, enricher).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

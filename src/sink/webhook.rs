@@ -208,6 +208,8 @@ pub struct WebhookSink {
     dead_letter: DeadLetter,
     pause: Box<dyn Pause>,
     stats: WebhookStats,
+    /// The last change dead-lettered, until [`WebhookSink::take_dead_letter`].
+    last_dead_letter: Option<DeadLetterRecord>,
 }
 
 impl std::fmt::Debug for WebhookSink {
@@ -248,6 +250,7 @@ impl WebhookSink {
             dead_letter,
             pause: Box::new(Sleep),
             stats: WebhookStats::default(),
+            last_dead_letter: None,
         })
     }
 
@@ -260,6 +263,12 @@ impl WebhookSink {
     /// Counters since the sink was built.
     pub fn stats(&self) -> &WebhookStats {
         &self.stats
+    }
+
+    /// The record of the last change dead-lettered (after the [`DeadLetter`] had it), for a
+    /// caller that keeps it elsewhere too (`faultline run` produces it to Kafka); one at most.
+    pub fn take_dead_letter(&mut self) -> Option<DeadLetterRecord> {
+        self.last_dead_letter.take()
     }
 
     /// Delivers one incident change if its ticket is raised; retries, then dead-letters.
@@ -317,6 +326,8 @@ impl WebhookSink {
             error: error.clone(),
             payload,
         };
+        // Kept first: a file that cannot be written must not lose the caller's copy.
+        self.last_dead_letter = Some(record.clone());
         match &mut self.dead_letter {
             DeadLetter::Drop => {}
             DeadLetter::Callback(f) => f(&record),

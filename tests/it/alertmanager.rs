@@ -315,7 +315,10 @@ async fn incidents_fire_survive_a_restart_and_resolve_in_a_real_alertmanager() {
         .lines()
         .find_map(|l| l.strip_prefix("faultline_alertmanager_alerts_total{result=\"posted\"} "))
         .and_then(|v| v.trim().parse::<f64>().ok());
-    assert!(posted.is_some_and(|n| n >= 2.0), "fired and resolved: {posted:?}");
+    assert!(
+        posted.is_some_and(|n| n >= 2.0),
+        "fired and resolved: {posted:?}"
+    );
     second.shutdown();
     second.wait().await.expect("clean stop");
     eprintln!(

@@ -374,7 +374,11 @@ impl Correlator {
             job.clock = Some(job.clock.map_or(l, |c| c.max(l)));
             // The job's first line with a time: what it printed before without one happened
             // just before it, not at whatever time another job's lines had reached.
-            if let Some(inc) = job.incident.as_mut().filter(|i| first && i.first_log_ms.is_none()) {
+            if let Some(inc) = job
+                .incident
+                .as_mut()
+                .filter(|i| first && i.first_log_ms.is_none())
+            {
                 self.open.remove(&inc.open_key);
                 inc.retime(l);
                 job.streams.retime(l);
