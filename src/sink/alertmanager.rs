@@ -1022,9 +1022,26 @@ mod tests {
             *waits.0.lock().expect("lock"),
             vec![Duration::from_millis(100), Duration::from_millis(200)]
         );
+        assert_eq!(e.alerts, vec![0], "which alerts were not accepted");
         assert_eq!(a.open(), 1, "still firing: posted again at the next resend");
+        let dead = a.take_undelivered();
+        assert_eq!(
+            dead.len(),
+            1,
+            "the change's alert, for the dead-letter topic"
+        );
+        assert_eq!(dead[0].fingerprint, changes[0].fingerprint);
+        assert_eq!((dead[0].attempts, dead[0].error.as_str()), (3, "HTTP 503"));
+        assert_eq!(dead[0].payload[0].labels["alertname"], ALERT_NAME);
+        assert!(a.take_undelivered().is_empty(), "taken once");
         a.changes(&changes[changes.len() - 1..], now)
             .expect_err("refused");
+        let dead = a.take_undelivered();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(
+            dead[0].payload[0].ends_at, "2024-05-01T13:00:00.000Z",
+            "the resolution"
+        );
         assert_eq!(
             (a.open(), a.unresolved.len()),
             (0, 1),
@@ -1038,6 +1055,10 @@ mod tests {
         let server = TicketServer::accepting();
         a.sink.cfg.endpoint.clone_from(&server.url);
         a.resend(now + Duration::from_secs(60)).expect("posted");
+        assert!(
+            a.take_undelivered().is_empty(),
+            "resends are not dead-lettered"
+        );
         let bodies = posted(&server);
         assert_eq!(bodies.len(), 1);
         assert_eq!(bodies[0][0]["endsAt"], "2024-05-01T13:00:00.000Z");

@@ -68,7 +68,8 @@ impl OutputConfig {
 /// Header names of a dead letter, beside the record's own headers.
 pub mod headers {
     /// Why the record was dead-lettered: a closed set (`too_large`, `invalid_utf8`,
-    /// `not_an_envelope`, `panic`; [`crate::metrics::DEAD_LETTER_REASONS`]).
+    /// `not_an_envelope`, `panic`, `invalid_event`: [`crate::metrics::DeadLetterReason`]; for
+    /// ticket changes and alerts, [`super::Undeliverable`]).
     pub const REASON: &str = "faultline.reason";
     /// The detail of the reason, for people (a panic's message, secrets redacted).
     pub const ERROR: &str = "faultline.error";

@@ -982,6 +982,19 @@ mod tests {
         assert_eq!(record["ticket_key"], events[0].fingerprint);
         assert_eq!(record["payload"]["version"], "4");
         assert!(server.tickets.lock().expect("lock").is_empty());
+        // The caller's copy (the topic, in `faultline run`) is the same record, taken once.
+        let kept = s.take_dead_letter().expect("kept for the caller");
+        assert_eq!(serde_json::to_value(&kept).expect("json"), record);
+        assert_eq!(s.take_dead_letter(), None);
+        // A file that cannot be written still leaves the caller its copy.
+        let mut broken = WebhookSink::new(
+            WebhookConfig::new(server.url.clone(), PayloadFormat::Generic),
+            DeadLetter::File(dir.path().join("missing").join("dead.jsonl")),
+        )
+        .expect("sink")
+        .with_pause(Box::new(Recorded::default()));
+        assert!(broken.send(&events[0]).is_err(), "the file write failed");
+        assert_eq!(broken.take_dead_letter().expect("kept").attempts, 5);
     }
 
     #[test]
