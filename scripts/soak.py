@@ -32,7 +32,11 @@ RECOVERY_S = float(os.environ.get("SOAK_RECOVERY_S", "90"))
 FAIL_EVERY_S = float(os.environ.get("SOAK_FAIL_EVERY_S", "2"))
 SLOW_RECEIVER_S = float(os.environ.get("SOAK_SLOW_RECEIVER_S", "0.3"))
 KB_SRC = os.environ.get("SOAK_KB", "kb")
-QUIET_MS = 5000
+# An incident resolves this long (log time) after its last line. The correlator's clock runs
+# on from the newest log time it saw, so a member reading again behind it (after a SIGKILL or
+# a rebalance) would resolve an incident between its first and its second line if the quiet
+# period were shorter than that lag (5 s did: one job, two incidents).
+QUIET_MS = 60000
 # The mock broker keeps at most 5 MiB per partition: the load must leave a restarted member
 # (which re-reads from its last commit, held by open incidents) its records.
 BROKER_PARTITION_BYTES = 5 << 20
@@ -530,7 +534,7 @@ references = ["scripts/soak.py"]
     # 3. Drain: stop the load, wait for the lag and every incident to settle.
     load.finish()
     produced = broker.end_offsets(topics["logs"])
-    drain_deadline = time.time() + RECOVERY_S + QUIET_MS / 1000 * 4
+    drain_deadline = time.time() + RECOVERY_S + QUIET_MS / 1000 * 2
     final_lag = None
     while time.time() < drain_deadline:
         total, reported = lag_state(members)
