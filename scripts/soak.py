@@ -547,9 +547,14 @@ references = ["scripts/soak.py"]
         # handled (a resolution holds the commit until then).
         if reported == PARTITIONS and total == 0 and opened == 0 and committed(members) >= produced:
             final_lag = 0
-            break
+            # And every incident on the topic resolved (a member's gauge may lag behind).
+            changes = [json.loads(l) for l in
+                       broker.read(topics["incidents"], "%s\n").decode().splitlines()]
+            if {c["fingerprint"] for c in changes} <= {
+                    c["fingerprint"] for c in changes if c["status"] == "resolved"}:
+                break
         final_lag = total
-        time.sleep(1)
+        time.sleep(1)  # the sampling period
     for m in members:
         # A member restarted late may still be loading its KB: let it start before the stop.
         ready_by = time.time() + 120
