@@ -493,6 +493,10 @@ impl Config {
             // The correlator reads the events topic: it may not write there.
             for (field, topic) in [
                 ("dead_letter.topic", Some(&dead_letter.topic)),
+                (
+                    "dead_letter.undeliverable_topic",
+                    dead_letter.undeliverable_topic.as_ref(),
+                ),
                 ("incidents.topic", incidents.as_ref().map(|i| &i.topic)),
             ] {
                 if topic == Some(&output.topic) {
@@ -515,6 +519,10 @@ impl Config {
         let outputs = [
             ("output.topic", Some(&output.topic)),
             ("dead_letter.topic", Some(&dead_letter.topic)),
+            (
+                "dead_letter.undeliverable_topic",
+                dead_letter.undeliverable_topic.as_ref(),
+            ),
             ("incidents.topic", incidents.as_ref().map(|i| &i.topic)),
         ];
         for (field, topic) in outputs {

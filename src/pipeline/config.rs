@@ -199,6 +199,8 @@ pub struct RawDeadLetter {
     pub max_consecutive_invalid: Option<u64>,
     /// Redact dead letters' payloads (default false: the original bytes, for replay).
     pub redact: Option<bool>,
+    /// Topic of ticket changes and alerts their receivers never accepted (default: `topic`).
+    pub undeliverable_topic: Option<String>,
 }
 
 /// The default dead-letter topic.
@@ -226,6 +228,8 @@ pub struct DeadLetterConfig {
     /// Redact payloads before producing them (with the `[redact]` rules, whatever
     /// `redact.enabled` says); `false` keeps the original bytes for replay.
     pub redact: bool,
+    /// Topic of ticket changes and alerts their receivers never accepted; `None`: `topic`.
+    pub undeliverable_topic: Option<String>,
 }
 
 impl DeadLetterConfig {
@@ -247,7 +251,14 @@ impl DeadLetterConfig {
             errors.push("invalid_window", "must be positive");
         }
         let consecutive = d.max_consecutive_invalid.unwrap_or(100);
+        if d.undeliverable_topic
+            .as_ref()
+            .is_some_and(|t| t.trim().is_empty())
+        {
+            errors.push("undeliverable_topic", "must not be empty");
+        }
         DeadLetterConfig {
+            undeliverable_topic: d.undeliverable_topic,
             topic,
             limits: InvalidLimits {
                 max_ratio: (ratio < 1.0).then_some(ratio),
@@ -269,5 +280,9 @@ impl DeadLetterConfig {
             self.limits.max_consecutive.unwrap_or(0),
         );
         p.number("redact", self.redact);
+        p.value(
+            "undeliverable_topic",
+            self.undeliverable_topic.as_deref().unwrap_or(&self.topic),
+        );
     }
 }

@@ -49,6 +49,13 @@
 //! its own thread, a bounded queue (`alertmanager.queue`), drops counted in
 //! `faultline_alertmanager_alerts_total{result="dropped"}` and logged; a dropped resolution
 //! still ends the alert within four resend intervals (its `endsAt`).
+//!
+//! Undeliverable: a ticket change the webhook never accepted (retries exhausted or refused)
+//! and the alert of a change Alertmanager never accepted are produced to the dead-letter topic
+//! (`dead_letter.undeliverable_topic`, by default `dead_letter.topic`) with the reason
+//! `ticket_undeliverable` or `alert_undeliverable` and the attempts made, so they outlive the
+//! node ([`KafkaSink::send_undeliverable`]). A ticketed resolution's holds wait for that dead
+//! letter's acknowledgement, as they wait for a delivery.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -65,7 +72,7 @@ use crate::metrics::{
 use crate::offsets::{RecordId, Release, Tracker};
 use crate::server::store::IncidentStore;
 use crate::sink::alertmanager::{self, AlertJob, Alerter, AlertmanagerConfig, AlertmanagerSink};
-use crate::sink::kafka::KafkaSink;
+use crate::sink::kafka::{KafkaSink, Undeliverable, UndeliveredRecord};
 use crate::sink::webhook::{
     DeadLetter, Delivery, Pause, RunWebhookConfig, WebhookError, WebhookSink,
 };
@@ -138,6 +145,54 @@ pub struct Outputs<'a> {
     pub store: Option<Arc<IncidentStore>>,
     /// The base of incident page links in tickets and alerts.
     pub page_base: Option<String>,
+    /// Where undeliverable ticket changes and alerts go; `None`: the sink's dead-letter topic.
+    pub undeliverable_topic: Option<String>,
+}
+
+/// Produces ticket changes and alerts that were not delivered to the dead-letter topic.
+#[derive(Clone)]
+struct DeadLetters {
+    sink: Arc<KafkaSink>,
+    topic: String,
+    stop: Arc<Stop>,
+}
+
+impl DeadLetters {
+    /// Produces one; `release` is done when the broker acknowledged it. A produce error stops
+    /// the pipeline (the holds stay: the restarted service handles the change again).
+    fn send(
+        &self,
+        kind: Undeliverable,
+        fingerprint: &str,
+        payload: &impl serde::Serialize,
+        attempts: u32,
+        error: &str,
+        release: Option<Arc<Release>>,
+    ) {
+        let payload = match serde_json::to_vec(payload) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(fingerprint, error = %e, "serialising an undeliverable change");
+                if let Some(r) = release {
+                    r.done();
+                }
+                return;
+            }
+        };
+        let record = UndeliveredRecord {
+            kind,
+            fingerprint,
+            payload: &payload,
+            error,
+            attempts,
+        };
+        if let Err(e) = self
+            .sink
+            .send_undeliverable(&self.topic, record, release, &self.stop)
+        {
+            self.stop.fail(e.into());
+        }
+    }
 }
 
 /// The incident part of the matcher thread.
@@ -210,6 +265,14 @@ impl IncidentStage {
         let correlator = Correlator::new(config.correlator.clone())?;
         let families = metrics.incidents().clone();
         let mut threads = Vec::new();
+        let dead = DeadLetters {
+            topic: outputs
+                .undeliverable_topic
+                .clone()
+                .unwrap_or_else(|| sink.dead_letter_topic.clone()),
+            sink: Arc::clone(&sink),
+            stop: Arc::clone(&stop),
+        };
         let webhook = match outputs.webhook {
             None => None,
             Some(w) => {
@@ -222,10 +285,10 @@ impl IncidentStage {
                 let hook = WebhookSink::new(cfg, dead_letter)?
                     .with_pause(Box::new(StopPause(Arc::clone(&stop))));
                 let (tx, rx) = sync_channel::<Job>(w.queue);
-                let (f, s) = (families.clone(), Arc::clone(&stop));
+                let (f, s, d) = (families.clone(), Arc::clone(&stop), dead.clone());
                 let thread = std::thread::Builder::new()
                     .name("faultline-webhook".into())
-                    .spawn(move || deliver(rx, hook, &f, &s))
+                    .spawn(move || deliver(rx, hook, &f, &s, &d))
                     .map_err(StartError::Thread)?;
                 threads.push(thread);
                 Some(tx)
@@ -241,10 +304,20 @@ impl IncidentStage {
                     AlertmanagerSink::new(cfg)?.with_pause(Box::new(StopPause(Arc::clone(&stop)))),
                 );
                 let (tx, rx) = sync_channel::<AlertJob>(queue);
-                let (f, s) = (families.clone(), Arc::clone(&stop));
+                let (f, s, d) = (families.clone(), Arc::clone(&stop), dead.clone());
+                let mut undelivered = move |u: alertmanager::UndeliveredAlert| {
+                    d.send(
+                        Undeliverable::Alert,
+                        &u.fingerprint,
+                        &u,
+                        u.attempts,
+                        &u.error,
+                        None,
+                    );
+                };
                 let thread = std::thread::Builder::new()
                     .name("faultline-alertmanager".into())
-                    .spawn(move || alertmanager::run(rx, alerter, &f, &s))
+                    .spawn(move || alertmanager::run(rx, alerter, &f, &s, &mut undelivered))
                     .map_err(StartError::Thread)?;
                 threads.push(thread);
                 Some(tx)
@@ -591,7 +664,13 @@ impl IncidentStage {
 /// The webhook thread: one change at a time, retried per the sink's settings. After a stop
 /// request the queued changes are abandoned (counted): their incidents are still held, so the
 /// restarted service sends them again.
-fn deliver(rx: Receiver<Job>, mut hook: WebhookSink, f: &IncidentFamilies, stop: &Stop) {
+fn deliver(
+    rx: Receiver<Job>,
+    mut hook: WebhookSink,
+    f: &IncidentFamilies,
+    stop: &Stop,
+    dead: &DeadLetters,
+) {
     while let Ok((change, release)) = rx.recv() {
         if stop.requested() {
             f.webhook(WebhookResult::Abandoned);
@@ -611,12 +690,24 @@ fn deliver(rx: Receiver<Job>, mut hook: WebhookSink, f: &IncidentFamilies, stop:
             Err(e) => {
                 f.webhook(WebhookResult::DeadLettered);
                 tracing::error!(fingerprint = %change.fingerprint, error = %e,
-                    "webhook change lost: the dead letter could not be written");
+                    "webhook change not written to the dead-letter file (it goes to the topic)");
             }
         }
         f.webhook_retries.inc_by(hook.stats().retries - retries);
-        if let Some(r) = release {
-            r.done();
+        match hook.take_dead_letter() {
+            Some(record) => dead.send(
+                Undeliverable::Ticket,
+                &record.ticket_key,
+                &record,
+                record.attempts,
+                &record.error,
+                release,
+            ),
+            None => {
+                if let Some(r) = release {
+                    r.done();
+                }
+            }
         }
     }
 }

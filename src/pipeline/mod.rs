@@ -342,6 +342,7 @@ async fn start_inner(
                 alertmanager: config.alertmanager.as_ref(),
                 store: store.clone(),
                 page_base: config.admin.page_base(admin),
+                undeliverable_topic: config.dead_letter.undeliverable_topic.clone(),
             };
             let (stage, threads) = incidents::IncidentStage::start(
                 c,

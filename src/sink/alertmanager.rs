@@ -22,7 +22,10 @@
 //! - **Resolved**: the incident's resolution posts the alert with `endsAt` = now.
 //! - **Delivery**: transport errors, 408, 429 and 5xx are retried with exponential backoff up to
 //!   `max_attempts`; other 4xx are not. An alert that could not be posted is counted (`failed`)
-//!   and posted again at the next resend (a resolution too, kept in a bounded list). The
+//!   and posted again at the next resend (a resolution too, kept in a bounded list). The alert
+//!   of a change that could not be posted is also handed to the caller as an
+//!   [`UndeliveredAlert`] (`faultline run` produces it to the dead-letter topic, reason
+//!   `alert_undeliverable`); resends that fail are not (they repeat a state already there). The
 //!   matcher never waits: a full queue drops the change, counted and logged.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -384,6 +387,31 @@ pub struct PostFailed {
     pub attempts: u32,
     /// The last attempt's error (`HTTP 503`, a transport error).
     pub error: String,
+    /// The indexes (in the slice given to [`AlertmanagerSink::post`]) of the alerts not
+    /// accepted.
+    pub alerts: Vec<usize>,
+}
+
+/// The alert of an incident change that Alertmanager did not accept, as a dead letter: the
+/// JSON payload of a `faultline.reason: alert_undeliverable` record (`payload` can be POSTed
+/// to `/api/v2/alerts` as is).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UndeliveredAlert {
+    /// Always `dead_letter` (`type` in JSON).
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Version of the output contract.
+    pub schema_version: u32,
+    /// Where it was posted, credentials redacted.
+    pub url: String,
+    /// The incident's fingerprint (the alert's `fingerprint` label).
+    pub fingerprint: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last attempt's error.
+    pub error: String,
+    /// The alert, in the body shape of `POST /api/v2/alerts`.
+    pub payload: [Alert; 1],
 }
 
 /// Counters since the sink was built.
@@ -452,13 +480,21 @@ impl AlertmanagerSink {
 
     /// Posts `alerts` (in requests of at most 500), each request retried per the settings.
     pub fn post(&mut self, alerts: &[Alert]) -> Result<(), PostFailed> {
-        let mut failed = None;
-        for chunk in alerts.chunks(MAX_ALERTS_PER_POST) {
+        let mut failed: Option<PostFailed> = None;
+        for (n, chunk) in alerts.chunks(MAX_ALERTS_PER_POST).enumerate() {
             match self.post_one(chunk) {
                 Ok(()) => self.stats.posted += chunk.len() as u64,
                 Err(e) => {
                     self.stats.failed += chunk.len() as u64;
-                    failed = Some(e);
+                    let start = n * MAX_ALERTS_PER_POST;
+                    let all = failed.get_or_insert_with(|| PostFailed {
+                        attempts: 0,
+                        error: String::new(),
+                        alerts: Vec::new(),
+                    });
+                    all.attempts = e.attempts;
+                    all.error = e.error;
+                    all.alerts.extend(start..start + chunk.len());
                 }
             }
         }
@@ -469,6 +505,7 @@ impl AlertmanagerSink {
         let body = serde_json::to_vec(alerts).map_err(|e| PostFailed {
             attempts: 0,
             error: e.to_string(),
+            alerts: Vec::new(),
         })?;
         let mut attempts = 0;
         let mut backoff = self.cfg.initial_backoff;
@@ -499,7 +536,11 @@ impl AlertmanagerSink {
                 Err(e) => (e.to_string(), true, None),
             };
             if !retry || attempts >= self.cfg.max_attempts {
-                return Err(PostFailed { attempts, error });
+                return Err(PostFailed {
+                    attempts,
+                    error,
+                    alerts: Vec::new(),
+                });
             }
             self.stats.retries += 1;
             self.pause
@@ -527,6 +568,8 @@ pub struct Alerter {
     /// Resolutions whose request failed: posted again at the next resend.
     unresolved: VecDeque<Alert>,
     max_unresolved: usize,
+    /// The alerts of the last changes not accepted, until [`Alerter::take_undelivered`].
+    undelivered: Vec<UndeliveredAlert>,
 }
 
 impl Alerter {
@@ -538,7 +581,14 @@ impl Alerter {
             open: HashMap::new(),
             unresolved: VecDeque::new(),
             max_unresolved,
+            undelivered: Vec::new(),
         }
+    }
+
+    /// The alerts of the changes that the last [`Alerter::changes`] could not post (at most
+    /// one per change, or two for a re-elected root).
+    pub fn take_undelivered(&mut self) -> Vec<UndeliveredAlert> {
+        std::mem::take(&mut self.undelivered)
     }
 
     /// The sink, for its counters.
@@ -597,7 +647,20 @@ impl Alerter {
         let n = resolutions.len();
         alerts.extend(resolutions);
         let result = self.sink.post(&alerts);
-        if result.is_err() {
+        if let Err(e) = &result {
+            let url = redact_url(&self.sink.cfg.endpoint);
+            self.undelivered.clear();
+            for a in e.alerts.iter().filter_map(|&i| alerts.get(i)) {
+                self.undelivered.push(UndeliveredAlert {
+                    kind: "dead_letter",
+                    schema_version: crate::enrich::SCHEMA_VERSION,
+                    url: url.clone(),
+                    fingerprint: a.labels.get("fingerprint").cloned().unwrap_or_default(),
+                    attempts: e.attempts,
+                    error: e.error.clone(),
+                    payload: [a.clone()],
+                });
+            }
             let start = alerts.len() - n;
             for a in alerts.drain(start..) {
                 self.keep_unresolved(a);
@@ -638,9 +701,17 @@ impl Alerter {
 }
 
 /// The Alertmanager thread: takes changes off `rx` in batches, posts them, and posts every open
-/// alert again each resend interval. After a stop request the queued changes are abandoned
-/// (counted): their incidents are still held, so the restarted service posts them again.
-pub fn run(rx: Receiver<AlertJob>, mut alerter: Alerter, f: &IncidentFamilies, stop: &Shutdown) {
+/// alert again each resend interval; the alerts of changes that could not be posted go to
+/// `undelivered` (before their releases are done). After a stop request the queued changes are
+/// abandoned (counted): their incidents are still held, so the restarted service posts them
+/// again.
+pub fn run(
+    rx: Receiver<AlertJob>,
+    mut alerter: Alerter,
+    f: &IncidentFamilies,
+    stop: &Shutdown,
+    undelivered: &mut dyn FnMut(UndeliveredAlert),
+) {
     let interval = alerter.sink.cfg.resend_interval;
     let mut next = Instant::now() + interval;
     loop {
@@ -662,6 +733,9 @@ pub fn run(rx: Receiver<AlertJob>, mut alerter: Alerter, f: &IncidentFamilies, s
                 let changes: Vec<Arc<IncidentEvent>> =
                     jobs.iter().map(|(c, _)| Arc::clone(c)).collect();
                 let outcome = alerter.changes(&changes, SystemTime::now());
+                for u in alerter.take_undelivered() {
+                    undelivered(u);
+                }
                 for (_, release) in jobs {
                     if let Some(r) = release {
                         r.done();
@@ -948,9 +1022,26 @@ mod tests {
             *waits.0.lock().expect("lock"),
             vec![Duration::from_millis(100), Duration::from_millis(200)]
         );
+        assert_eq!(e.alerts, vec![0], "which alerts were not accepted");
         assert_eq!(a.open(), 1, "still firing: posted again at the next resend");
+        let dead = a.take_undelivered();
+        assert_eq!(
+            dead.len(),
+            1,
+            "the change's alert, for the dead-letter topic"
+        );
+        assert_eq!(dead[0].fingerprint, changes[0].fingerprint);
+        assert_eq!((dead[0].attempts, dead[0].error.as_str()), (3, "HTTP 503"));
+        assert_eq!(dead[0].payload[0].labels["alertname"], ALERT_NAME);
+        assert!(a.take_undelivered().is_empty(), "taken once");
         a.changes(&changes[changes.len() - 1..], now)
             .expect_err("refused");
+        let dead = a.take_undelivered();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(
+            dead[0].payload[0].ends_at, "2024-05-01T13:00:00.000Z",
+            "the resolution"
+        );
         assert_eq!(
             (a.open(), a.unresolved.len()),
             (0, 1),
@@ -964,6 +1055,10 @@ mod tests {
         let server = TicketServer::accepting();
         a.sink.cfg.endpoint.clone_from(&server.url);
         a.resend(now + Duration::from_secs(60)).expect("posted");
+        assert!(
+            a.take_undelivered().is_empty(),
+            "resends are not dead-lettered"
+        );
         let bodies = posted(&server);
         assert_eq!(bodies.len(), 1);
         assert_eq!(bodies[0][0]["endsAt"], "2024-05-01T13:00:00.000Z");

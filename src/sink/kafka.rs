@@ -1,6 +1,8 @@
 //! The Kafka sink: match events to the output topic, undecodable records to the dead-letter
-//! topic, incident changes to the incidents topic, and every delivery report back to the offset
-//! [`Tracker`] (an incident's resolution lifts the holds of its records: [`Release`]).
+//! topic, incident changes to the incidents topic, ticket changes and alerts their receivers
+//! never accepted to the dead-letter topic too ([`KafkaSink::send_undeliverable`]), and every
+//! delivery report back to the offset [`Tracker`] (an incident's resolution lifts the holds of
+//! its records: [`Release`]).
 //!
 //! A [`ThreadedProducer`] delivers in the background; each record carries the [`RecordId`] of
 //! the input record it came from, and the delivery callback acknowledges that record's output
@@ -68,7 +70,8 @@ impl OutputConfig {
 /// Header names of a dead letter, beside the record's own headers.
 pub mod headers {
     /// Why the record was dead-lettered: a closed set (`too_large`, `invalid_utf8`,
-    /// `not_an_envelope`, `panic`; [`crate::metrics::DEAD_LETTER_REASONS`]).
+    /// `not_an_envelope`, `panic`, `invalid_event`: [`crate::metrics::DeadLetterReason`]; for
+    /// ticket changes and alerts, [`super::Undeliverable`]).
     pub const REASON: &str = "faultline.reason";
     /// The detail of the reason, for people (a panic's message, secrets redacted).
     pub const ERROR: &str = "faultline.error";
@@ -81,6 +84,56 @@ pub mod headers {
     /// `true` when the payload was redacted (`dead_letter.redact`); absent when it holds the
     /// original bytes.
     pub const REDACTED: &str = "faultline.redacted";
+    /// Attempts made before a ticket change or an alert was given up (its receiver never
+    /// accepted it); absent on dead-lettered records.
+    pub const ATTEMPTS: &str = "faultline.attempts";
+}
+
+/// Why a ticket change or an alert went to the dead-letter topic: its `faultline.reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Undeliverable {
+    /// The webhook refused a ticket change until its retries ran out (`ticket_undeliverable`,
+    /// stage `webhook`).
+    Ticket,
+    /// Alertmanager refused the alert of an incident change until its retries ran out
+    /// (`alert_undeliverable`, stage `alertmanager`).
+    Alert,
+}
+
+impl Undeliverable {
+    /// Every reason, in declaration order.
+    pub const ALL: [Undeliverable; 2] = [Undeliverable::Ticket, Undeliverable::Alert];
+
+    /// The `faultline.reason` header.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Undeliverable::Ticket => "ticket_undeliverable",
+            Undeliverable::Alert => "alert_undeliverable",
+        }
+    }
+
+    /// The `faultline.stage` header: the thread that gave up.
+    pub fn stage(self) -> &'static str {
+        match self {
+            Undeliverable::Ticket => "webhook",
+            Undeliverable::Alert => "alertmanager",
+        }
+    }
+}
+
+/// A ticket change or an alert that was not delivered, as it goes to the dead-letter topic.
+#[derive(Debug, Clone, Copy)]
+pub struct UndeliveredRecord<'a> {
+    /// Which kind, and so the reason and stage headers.
+    pub kind: Undeliverable,
+    /// The record key: the incident's fingerprint.
+    pub fingerprint: &'a str,
+    /// The JSON record (what the receiver was sent, with its URL and the error).
+    pub payload: &'a [u8],
+    /// The last attempt's error (`faultline.error`).
+    pub error: &'a str,
+    /// Attempts made (`faultline.attempts`).
+    pub attempts: u32,
 }
 
 /// Errors that stop the pipeline.
@@ -127,6 +180,14 @@ pub enum Delivery {
         record: RecordId,
         /// A dead letter rather than a match event (counted apart).
         dead_letter: bool,
+    },
+    /// A ticket change or an alert that its receiver never accepted; the release (a
+    /// resolution's) is told when the broker acknowledged the dead letter.
+    Undelivered {
+        /// The incident's fingerprint, for the log line if the delivery fails.
+        fingerprint: String,
+        /// The holds this dead letter helps lift.
+        release: Option<Arc<Release>>,
     },
     /// An incident change; a resolution carries the holds its ack helps lift.
     Incident {
@@ -190,6 +251,11 @@ impl ProducerContext for SinkContext {
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
             }
+            (Ok(_), Delivery::Undelivered { release, .. }) => {
+                if let Some(r) = release {
+                    r.done();
+                }
+            }
             (Ok(_), Delivery::Incident { release, .. }) => {
                 if let Some(r) = release {
                     r.done();
@@ -209,6 +275,10 @@ impl ProducerContext for SinkContext {
                     Delivery::Incident { fingerprint, .. } => {
                         tracing::error!(error = %e, fingerprint = %fingerprint,
                             "incident change lost; stopping so that its records are read again after a restart");
+                    }
+                    Delivery::Undelivered { fingerprint, .. } => {
+                        tracing::error!(error = %e, fingerprint = %fingerprint,
+                            "undeliverable ticket change or alert lost; stopping so that its records are read again after a restart");
                     }
                 }
                 let _ = self.failure.set(e);
@@ -413,6 +483,53 @@ impl KafkaSink {
         if let Some(p) = &payload {
             r = r.payload(p.as_ref());
         }
+        self.send(r, stop)
+    }
+
+    /// Sends a ticket change or an alert that its receiver never accepted to `topic` (the
+    /// dead-letter topic, or `dead_letter.undeliverable_topic`), keyed by the incident's
+    /// fingerprint, with the headers `faultline.reason`, `faultline.error`, `faultline.stage`
+    /// and `faultline.attempts`; `release` is told when the broker
+    /// acknowledged it. With a dead-letter redactor the payload and the error are redacted.
+    pub fn send_undeliverable(
+        &self,
+        topic: &str,
+        record: UndeliveredRecord<'_>,
+        release: Option<Arc<Release>>,
+        stop: &Shutdown,
+    ) -> Result<(), SinkError> {
+        let redactor = self.dead_letter_redactor.as_deref();
+        let error = redactor.map_or(Cow::Borrowed(record.error), |r| r.redact_str(record.error));
+        let payload = redactor.map_or(Cow::Borrowed(record.payload), |r| r.redact(record.payload));
+        let attempts = record.attempts.to_string();
+        let mut h = OwnedHeaders::new_with_capacity(5);
+        for (key, value) in [
+            (headers::REASON, record.kind.reason()),
+            (headers::ERROR, error.as_ref()),
+            (headers::STAGE, record.kind.stage()),
+            (headers::ATTEMPTS, attempts.as_str()),
+        ] {
+            h = h.insert(Header {
+                key,
+                value: Some(value),
+            });
+        }
+        if redactor.is_some() {
+            h = h.insert(Header {
+                key: headers::REDACTED,
+                value: Some("true"),
+            });
+        }
+        let r = BaseRecord::with_opaque_to(
+            topic,
+            Box::new(Delivery::Undelivered {
+                fingerprint: record.fingerprint.to_string(),
+                release,
+            }),
+        )
+        .key(record.fingerprint)
+        .payload(payload.as_ref())
+        .headers(h);
         self.send(r, stop)
     }
 

@@ -208,6 +208,8 @@ pub struct WebhookSink {
     dead_letter: DeadLetter,
     pause: Box<dyn Pause>,
     stats: WebhookStats,
+    /// The last change dead-lettered, until [`WebhookSink::take_dead_letter`].
+    last_dead_letter: Option<DeadLetterRecord>,
 }
 
 impl std::fmt::Debug for WebhookSink {
@@ -248,6 +250,7 @@ impl WebhookSink {
             dead_letter,
             pause: Box::new(Sleep),
             stats: WebhookStats::default(),
+            last_dead_letter: None,
         })
     }
 
@@ -260,6 +263,12 @@ impl WebhookSink {
     /// Counters since the sink was built.
     pub fn stats(&self) -> &WebhookStats {
         &self.stats
+    }
+
+    /// The record of the last change dead-lettered (after the [`DeadLetter`] had it), for a
+    /// caller that keeps it elsewhere too (`faultline run` produces it to Kafka); one at most.
+    pub fn take_dead_letter(&mut self) -> Option<DeadLetterRecord> {
+        self.last_dead_letter.take()
     }
 
     /// Delivers one incident change if its ticket is raised; retries, then dead-letters.
@@ -317,6 +326,8 @@ impl WebhookSink {
             error: error.clone(),
             payload,
         };
+        // Kept first: a file that cannot be written must not lose the caller's copy.
+        self.last_dead_letter = Some(record.clone());
         match &mut self.dead_letter {
             DeadLetter::Drop => {}
             DeadLetter::Callback(f) => f(&record),
@@ -971,6 +982,19 @@ mod tests {
         assert_eq!(record["ticket_key"], events[0].fingerprint);
         assert_eq!(record["payload"]["version"], "4");
         assert!(server.tickets.lock().expect("lock").is_empty());
+        // The caller's copy (the topic, in `faultline run`) is the same record, taken once.
+        let kept = s.take_dead_letter().expect("kept for the caller");
+        assert_eq!(serde_json::to_value(&kept).expect("json"), record);
+        assert_eq!(s.take_dead_letter(), None);
+        // A file that cannot be written still leaves the caller its copy.
+        let mut broken = WebhookSink::new(
+            WebhookConfig::new(server.url.clone(), PayloadFormat::Generic),
+            DeadLetter::File(dir.path().join("missing").join("dead.jsonl")),
+        )
+        .expect("sink")
+        .with_pause(Box::new(Recorded::default()));
+        assert!(broken.send(&events[0]).is_err(), "the file write failed");
+        assert_eq!(broken.take_dead_letter().expect("kept").attempts, 5);
     }
 
     #[test]

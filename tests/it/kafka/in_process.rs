@@ -486,6 +486,7 @@ fn dead_letter_header_names_are_stable() {
         headers::STAGE,
         headers::KB_VERSION,
         headers::SOURCE,
+        headers::ATTEMPTS,
     ];
     assert_eq!(
         names,
@@ -494,7 +495,19 @@ fn dead_letter_header_names_are_stable() {
             "faultline.error",
             "faultline.stage",
             "faultline.kb_version",
-            "faultline.source"
+            "faultline.source",
+            "faultline.attempts"
+        ]
+    );
+    let reasons: Vec<_> = faultline::sink::kafka::Undeliverable::ALL
+        .iter()
+        .map(|u| (u.reason(), u.stage()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("ticket_undeliverable", "webhook"),
+            ("alert_undeliverable", "alertmanager")
         ]
     );
 }

@@ -13,6 +13,7 @@ mod out_of_process;
 mod outage;
 mod poison;
 mod scale_out;
+mod undeliverable;
 
 use std::collections::HashMap;
 use std::path::Path;
