@@ -301,6 +301,10 @@ pub struct ScanArgs {
     /// replaced), added to the built-in rules.
     #[arg(long, value_name = "NAME=PATTERN")]
     pub redact: Vec<RuleSpec>,
+    /// Do not mine the error lines that no KB entry knows (no `unknown` events, no
+    /// "unrecognised" section; see docs/unknown-failures.md).
+    #[arg(long)]
+    pub no_unknown: bool,
 }
 
 /// When `scan` shows a progress bar on stderr.
@@ -624,6 +628,7 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
         context_events: args.context_events,
         print_matches: args.matches || args.format == Format::Json || args.no_incidents,
         redactor,
+        unknown: (!args.no_unknown).then(crate::unknown::UnknownConfig::default),
     };
     let stdout = io::stdout().lock();
     let mut sink = StdoutSink::new(

@@ -5,7 +5,8 @@
 //! [`crate::pipeline`], `[output]` in [`crate::sink::kafka`], `[kb]` in [`crate::reload`],
 //! `[admin]` in [`crate::server`], `[redact]` in [`crate::redact`], `[metrics]` in
 //! [`crate::metrics`], `[telemetry]` in [`crate::telemetry`], `[incidents]` in
-//! [`crate::incident::config`], `[webhook]` in [`crate::sink::webhook`]. This module composes
+//! [`crate::incident::config`], `[webhook]` in [`crate::sink::webhook`], `[unknown]` in
+//! [`crate::unknown::config`]. This module composes
 //! them and checks the rules that span tables (no output topic may be an input topic).
 //!
 //! Every setting can come from the file, a flag or an environment variable ([`Overrides`]); a
@@ -31,6 +32,7 @@ use crate::server::{AdminConfig, RawAdmin};
 use crate::sink::kafka::{OutputConfig, RawOutput};
 use crate::sink::webhook::{RawWebhookConfig, RunWebhookConfig};
 use crate::telemetry::{RawTelemetryConfig, TelemetryConfig};
+use crate::unknown::{RawUnknownConfig, UnknownConfig};
 pub use section::FieldError;
 use section::{redact, Errors, Printer};
 
@@ -74,6 +76,9 @@ pub struct RawConfig {
     /// `[webhook]`: tickets for incidents (on when `url` is set; needs `[incidents]`).
     #[serde(default)]
     pub webhook: RawWebhookConfig,
+    /// `[unknown]`: live templates and events of error lines no KB entry knows (on by default).
+    #[serde(default)]
+    pub unknown: RawUnknownConfig,
 }
 
 /// `faultline run` arguments: the file, the overrides, and `--check-config`.
@@ -284,6 +289,8 @@ pub struct Config {
     pub incidents: Option<IncidentsConfig>,
     /// `[webhook]`; `None`: no tickets.
     pub webhook: Option<RunWebhookConfig>,
+    /// `[unknown]`.
+    pub unknown: UnknownConfig,
 }
 
 impl RawConfig {
@@ -420,6 +427,8 @@ impl Config {
             IncidentsConfig::from_raw(&raw.incidents, &mut Errors::new("incidents", &mut errors));
         let webhook =
             RunWebhookConfig::from_raw(&raw.webhook, &mut Errors::new("webhook", &mut errors));
+        let unknown =
+            UnknownConfig::from_raw(&raw.unknown, &mut Errors::new("unknown", &mut errors));
         // Rules that span tables.
         let mut rules = Errors::new("", &mut errors);
         if raw.webhook.url.is_some() && raw.incidents.topic.is_none() {
@@ -459,6 +468,7 @@ impl Config {
             redact,
             webhook: webhook.filter(|_| incidents.is_some()),
             incidents,
+            unknown,
         })
     }
 
@@ -480,6 +490,7 @@ impl Config {
         if let Some(w) = &self.webhook {
             w.print(&mut p);
         }
+        self.unknown.print(&mut p);
         p.finish()
     }
 }

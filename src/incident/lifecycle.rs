@@ -647,6 +647,7 @@ impl Incident {
             first_seen: self.first_log_ms.map(format_ms),
             last_seen: self.last_log_ms.map(format_ms),
             context: self.context.info(),
+            unrecognised: Vec::new(),
             diagnosis: Arc::clone(&root.diagnosis),
             restart_loop: self.restart_loop,
             recurrence: self.recurrence,

@@ -23,6 +23,7 @@
 //! - [`lifecycle`]: one incident's state, when it emits, how it snapshots to JSON.
 //! - [`fleet`]: bad-node scores across jobs.
 //! - [`correlate`]: the [`Correlator`]: jobs, caps, eviction, resolution, restart loops, tickets.
+//! - [`unrecognised`]: the unknown error templates an incident without a known root lists.
 //!
 //! The JSON contract of [`IncidentEvent`] is documented in `docs/incidents.md`.
 
@@ -38,6 +39,7 @@ pub mod multiline;
 pub mod nodes;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod unrecognised;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -302,6 +304,10 @@ pub struct IncidentEvent {
     pub last_seen: Option<String>,
     /// The root's traceback or c10 block and torchrun's summary, bounded.
     pub context: ContextInfo,
+    /// Root unknown only: the job's error lines that no KB entry knows, as templates seen near
+    /// the failure, newest first, at most five ([`unrecognised`]); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unrecognised: Vec<unrecognised::Unrecognised>,
     /// The root entry's diagnosis, as in match events.
     #[serde(serialize_with = "crate::enrich::serialize_diagnosis")]
     pub diagnosis: Arc<Diagnosis>,

@@ -20,7 +20,7 @@
 //! text, held until the end so that every line can be printed with its final template.
 
 pub mod command;
-pub mod gate;
+pub use crate::templates::gate;
 pub mod pattern;
 pub mod suggest;
 

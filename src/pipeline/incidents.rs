@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use super::Stop;
 use crate::enrich::MatchEvent;
 use crate::incident::config::IncidentsConfig;
+use crate::incident::unrecognised::{RecentUnknown, UnknownSeen};
 use crate::incident::{Correlator, CorrelatorStats, IncidentEvent, Status};
 use crate::metrics::{Eviction, IncidentFamilies, Metrics, ResolutionLabel, WebhookResult};
 use crate::offsets::{RecordId, Release, Tracker};
@@ -118,6 +119,9 @@ pub struct IncidentStage {
     published: CorrelatorStats,
     last_publish: Option<Instant>,
     last_drop_log: Option<Instant>,
+    /// Unknown templates per job, listed in incidents without a known root; `None`: unknown
+    /// events are off.
+    recent: Option<RecentUnknown>,
 }
 
 impl std::fmt::Debug for IncidentStage {
@@ -197,6 +201,7 @@ impl IncidentStage {
                 published: CorrelatorStats::default(),
                 last_publish: None,
                 last_drop_log: None,
+                recent: None,
             },
             thread,
         ))
@@ -256,6 +261,18 @@ impl IncidentStage {
         self.emit();
     }
 
+    /// Lists the unknown templates `recent` remembers in incidents without a known root.
+    pub fn track_unknown(&mut self, recent: RecentUnknown) {
+        self.recent = Some(recent);
+    }
+
+    /// Notes an unknown error line (see [`crate::incident::unrecognised`]).
+    pub fn observe_unknown(&mut self, seen: &UnknownSeen<'_>) {
+        if let Some(r) = self.recent.as_mut() {
+            r.note(seen);
+        }
+    }
+
     /// Lets log time run on at wall speed, resolves quiet incidents, lifts holds past
     /// `max_hold`, publishes metrics. Call it when idle and after each batch.
     pub fn tick(&mut self) {
@@ -290,8 +307,12 @@ impl IncidentStage {
 
     /// Produces the pending changes; a resolution lifts its incident's holds once delivered.
     fn emit(&mut self) {
-        let changes = std::mem::take(&mut self.changes);
-        for change in &changes {
+        let mut changes = std::mem::take(&mut self.changes);
+        for change in &mut changes {
+            if let Some(r) = &self.recent {
+                r.attach(change);
+            }
+            let change = &*change;
             match change.status {
                 Status::Open => self.families.opened(change),
                 Status::Updated => {}

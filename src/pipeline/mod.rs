@@ -21,6 +21,7 @@
 //! - [`match_stage`]: decode, scan, enrich, produce, resolve; panics isolated there.
 //! - [`incidents`]: the correlator, the incidents topic and the webhook thread.
 //! - [`signals`]: SIGTERM, SIGINT, SIGHUP.
+//! - `unknown`: the batch's unknown error lines -> templates -> `unknown` events.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +42,7 @@ pub mod decode;
 pub mod incidents;
 pub mod match_stage;
 pub mod signals;
+mod unknown;
 
 pub use decode::LimitExceeded;
 pub use match_stage::{FaultInjection, FaultPoint};
