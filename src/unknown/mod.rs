@@ -228,7 +228,12 @@ impl LiveMiner {
             .timestamp
             .as_deref()
             .and_then(crate::time::parse)
-            .map(|s| s.millis_near(state.clock.now()));
+            .map(|s| match s.millis() {
+                Some(ms) => ms,
+                // No year: the one nearest the job's clock, else the wall clock's, as the
+                // correlator places such stamps (so incident windows compare).
+                None => s.millis_near(state.clock.now().or_else(wall_ms)),
+            });
         let at = state.clock.tick(stamp, wall);
         let before = state.miner.len();
         let seen = state.miner.observe(line.message);
@@ -384,6 +389,15 @@ impl LiveMiner {
         jobs.sort_by(|a, b| a.job_id.cmp(&b.job_id));
         jobs
     }
+}
+
+/// The wall clock, in milliseconds since the epoch: the last resort to place a stamp that
+/// names no year.
+fn wall_ms() -> Option<Millis> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| Millis::try_from(d.as_millis()).ok())
 }
 
 /// `text` cut to at most `max` bytes on a character boundary; whether it was cut.
