@@ -1,10 +1,17 @@
-//! `faultline demo`: the whole Kafka pipeline on one machine, with nothing to install.
+//! `faultline demo`: the whole scaled-out Kafka deployment on one machine, with nothing to
+//! install.
 //!
-//! Starts an embedded Kafka-protocol broker (librdkafka's mock cluster), produces the sample
-//! job logs to it (one record per line, keyed by job id, as a log shipper would), runs the
-//! same pipeline as `faultline run` against it, and prints each diagnosis as it arrives on
-//! the output topic. It exits once every sample record is processed and every event printed,
-//! or with `--follow` keeps everything up until Ctrl-C, so more lines can be produced with any
+//! Starts an embedded Kafka-protocol broker (librdkafka's mock cluster) and produces the sample
+//! logs to it one record per line, spread over the input partitions round-robin (not by job),
+//! as a shipper that keys by nothing would. A job's line carries its job in a `job` header
+//! (the file's name, what a shipper's tail input adds) unless the line names its own job (an
+//! envelope field) or is a node's own line (syslog, journald): those go without one, as node
+//! logs do. Then it runs `--matchers N` match members (role `match`, one consumer group) and
+//! one correlator (role `correlate`), the same pipelines as `faultline run --role ...`, and
+//! prints the incidents from the incidents topic: as text once every sample is correlated, or
+//! each change as a JSON line with `--format json`. `--matches` prints the match events too.
+//! It exits once every sample record is matched and correlated and every incident printed, or
+//! with `--follow` keeps everything up until Ctrl-C, so more lines can be produced with any
 //! Kafka client.
 
 use std::collections::HashMap;
@@ -16,24 +23,31 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
 use crate::config::{Config, RawConfig};
+use crate::incident::config::Role;
 use crate::pipeline::{self, PipelineError};
+use crate::record::Origin;
 use crate::sink::stdout::Format;
 use crate::source::file;
 
 /// Topic the sample lines are produced to and the pipeline reads.
 pub const LOGS_TOPIC: &str = "faultline.demo.logs";
-/// Topic the pipeline writes its events to; the demo prints them from there.
+/// Topic the match members write their events to and the correlator reads (one shard).
 pub const EVENTS_TOPIC: &str = "faultline.demo.events";
-/// Topic of records the pipeline could not decode.
+/// Topic the correlator writes incident changes to; the demo prints them from there.
+pub const INCIDENTS_TOPIC: &str = "faultline.demo.incidents";
+/// Topic of records the pipelines could not decode.
 pub const DEAD_LETTER_TOPIC: &str = "faultline.demo.dead-letter";
-const PARTITIONS: i32 = 3;
+/// Partitions of the logs topic, spread over the match members.
+pub const LOG_PARTITIONS: i32 = 12;
+/// Most match members `--matchers` starts.
+pub const MAX_MATCHERS: usize = 16;
 
 /// `faultline demo` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -51,9 +65,20 @@ pub struct DemoArgs {
     /// Admin HTTP address (/healthz, /readyz); `off` disables.
     #[arg(long, default_value = crate::server::DEFAULT_ADMIN_LISTEN, value_name = "ADDR")]
     pub admin_listen: String,
-    /// How diagnoses are printed.
+    /// How incidents are printed: text blocks once the samples are correlated, or every change
+    /// as a JSON line (`type: "incident"`).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Match members (role `match`) in the consumer group; one correlator reads their events.
+    #[arg(long, default_value_t = 1, value_name = "N",
+        value_parser = clap::value_parser!(u16).range(1..=MAX_MATCHERS as i64))]
+    pub matchers: u16,
+    /// Print the match events too (before the incidents).
+    #[arg(long)]
+    pub matches: bool,
+    /// Post the incidents to this Alertmanager (`http://127.0.0.1:9093`) as alerts.
+    #[arg(long, value_name = "URL")]
+    pub alertmanager: Option<String>,
 }
 
 /// Why the demo failed.
@@ -91,10 +116,12 @@ impl From<std::io::Error> for DemoError {
 /// What the demo did.
 #[derive(Debug, Clone, Default)]
 pub struct DemoSummary {
-    /// Records the pipeline consumed.
+    /// Log records the match members consumed.
     pub records: u64,
-    /// Events printed from the events topic.
+    /// Match events on the events topic.
     pub events: u64,
+    /// Incidents (distinct fingerprints) on the incidents topic.
+    pub incidents: usize,
     /// Dead letters the broker acknowledged.
     pub dead_letters: u64,
     /// Sample jobs replayed.
@@ -163,15 +190,17 @@ pub fn samples(paths: &[PathBuf]) -> Result<Vec<Sample>, DemoError> {
     Ok(out)
 }
 
-/// Runs the demo, printing diagnoses to stdout and progress to stderr.
+/// Runs the demo, printing incidents to stdout and progress to stderr.
 pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     // The mock cluster is not `Send`: it lives on this task, which the CLI blocks on.
     let cluster = MockCluster::new(1)?;
     let bootstrap = cluster.bootstrap_servers();
     for (topic, partitions) in [
-        (LOGS_TOPIC, PARTITIONS),
-        (EVENTS_TOPIC, PARTITIONS),
+        (LOGS_TOPIC, LOG_PARTITIONS),
+        (EVENTS_TOPIC, 1),
+        (INCIDENTS_TOPIC, 1),
         (DEAD_LETTER_TOPIC, 1),
+        (INCIDENTS_TOPIC, 1),
     ] {
         cluster.create_topic(topic, partitions, 1)?;
     }
@@ -179,80 +208,213 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     let ends = produce_samples(&bootstrap, &jobs)?;
     let records: i64 = ends.values().sum();
     eprintln!(
-        "faultline demo: embedded Kafka broker at {bootstrap}; produced {records} log lines of {} job(s) to {LOGS_TOPIC}",
+        "faultline demo: embedded Kafka broker at {bootstrap}; produced {records} log lines of {} \
+         sample(s) to {LOGS_TOPIC}, round-robin over {LOG_PARTITIONS} partitions",
         jobs.len()
     );
-
-    let mut raw = RawConfig::default();
-    raw.kafka.brokers = Some(bootstrap.clone());
-    raw.kafka.group_id = Some("faultline-demo".into());
-    raw.kafka.topics = Some(vec![LOGS_TOPIC.into()]);
-    raw.kafka.commit_interval_ms = Some(1_000);
-    raw.input.job_id = Some("key".into());
-    raw.output.topic = Some(EVENTS_TOPIC.into());
-    raw.dead_letter.topic = Some(DEAD_LETTER_TOPIC.into());
-    raw.pipeline.batch_linger_ms = Some(20);
-    raw.kb.dir = args.kb.clone();
-    raw.admin.listen = Some(args.admin_listen.clone());
-    let config = Config::from_raw(raw)?;
-    let c = config.clone();
-    let loaded = tokio::task::spawn_blocking(move || pipeline::load_kb(&c))
-        .await
-        .map_err(|_| PipelineError::Panicked)?
-        .map_err(PipelineError::from)?;
+    let anchor = earliest_dated(&jobs);
+    let loaded = {
+        let c = config(&bootstrap, &args, Role::Match, anchor)?;
+        tokio::task::spawn_blocking(move || pipeline::load_kb(&c))
+            .await
+            .map_err(|_| PipelineError::Panicked)?
+            .map_err(PipelineError::from)?
+    };
     let kb_version = loaded.version().to_string();
-    let running = pipeline::start(config, loaded).await?;
-    if let Some(addr) = running.admin_addr() {
+    let loaded = Arc::new(loaded);
+    let correlator = pipeline::start_shared(
+        config(&bootstrap, &args, Role::Correlate, anchor)?,
+        Arc::clone(&loaded),
+    )
+    .await?;
+    if let Some(addr) = correlator.admin_addr() {
         eprintln!(
-            "faultline demo: admin endpoints at http://{addr}/healthz and http://{addr}/readyz"
+            "faultline demo: the correlator's admin endpoints at http://{addr}/healthz, /readyz and \
+             /metrics; incidents at http://{addr}/incidents"
         );
     }
+    let mut matchers = Vec::new();
+    for _ in 0..args.matchers {
+        let c = config(&bootstrap, &args, Role::Match, anchor)?;
+        matchers.push(pipeline::start_shared(c, Arc::clone(&loaded)).await?);
+    }
+    eprintln!(
+        "faultline demo: {} match member(s) in group faultline-demo, one correlator in group \
+         faultline-demo-correlator",
+        args.matchers
+    );
 
-    let printer = Printer::start(&bootstrap, args.format)?;
+    let incidents = Printer::start(&bootstrap, INCIDENTS_TOPIC, args.format, Kind::Incidents)?;
+    let events = args
+        .matches
+        .then(|| Printer::start(&bootstrap, EVENTS_TOPIC, args.format, Kind::Matches))
+        .transpose()?;
+    // The demo's own stop: Ctrl-C while following or waiting.
+    let stop = crate::pipeline::Stop::new();
     let signals = tokio::spawn(pipeline::signals::handle_signals(
-        std::sync::Arc::clone(running.stopper().shutdown()),
-        running.reloader(),
+        Arc::clone(stop.shutdown()),
+        correlator.reloader(),
     ));
     let outcome = if args.follow {
         eprintln!(
-            "faultline demo: following; produce more with e.g.\n  echo '[rank0]: torch.OutOfMemoryError: CUDA out of memory.' | kcat -P -b {bootstrap} -t {LOGS_TOPIC} -k my-job\nCtrl-C to stop"
+            "faultline demo: following; produce more with e.g.\n  echo '[rank0]: torch.OutOfMemoryError: CUDA out of memory.' | kcat -P -b {bootstrap} -t {LOGS_TOPIC} -H job=my-job\nCtrl-C to stop"
         );
-        let mut stop = running.stopper().subscribe();
-        let _ = stop.wait_for(|s| *s).await;
+        let mut stopped = stop.subscribe();
+        let _ = stopped.wait_for(|s| *s).await;
         Ok(())
     } else {
-        wait_until_done(&running, &printer, &bootstrap, &ends).await
+        wait_until_done(&matchers, &correlator, &stop, &bootstrap, &ends).await
     };
-    running.shutdown();
-    let report = running.wait().await;
+    // Stop the members first, then the correlator: its producer flushes the last changes.
+    let mut report = Ok(0);
+    for m in matchers {
+        m.shutdown();
+        match m.wait().await {
+            Ok(r) => {
+                if let Ok(n) = report.as_mut() {
+                    *n += r.stats.records;
+                }
+            }
+            Err(e) => report = Err(e),
+        }
+    }
+    correlator.shutdown();
+    let correlated = correlator.wait().await;
     signals.abort();
-    let printed = printer.stop();
-    outcome?;
-    let report = report?;
+    let printed = match outcome {
+        Ok(()) => finish(&bootstrap, incidents, events, &args).await,
+        Err(e) => {
+            incidents.stop();
+            if let Some(p) = events {
+                p.stop();
+            }
+            Err(e)
+        }
+    };
+    let (events, incidents) = printed?;
+    let records = report?;
+    correlated?;
     drop(cluster);
     let summary = DemoSummary {
-        records: report.stats.records,
-        events: printed,
-        dead_letters: report.stats.dead_letters_acked,
+        records,
+        events,
+        incidents,
+        dead_letters: 0,
         jobs: jobs.len(),
         kb_version,
     };
     eprintln!(
-        "faultline demo: {} records, {} diagnoses, {} dead letters, KB {}",
-        summary.records, summary.events, summary.dead_letters, summary.kb_version
+        "faultline demo: {} records, {} match events, {} incident(s), KB {}",
+        summary.records, summary.events, summary.incidents, summary.kb_version
     );
     Ok(summary)
 }
 
-/// Produces every line as one record keyed by its job; returns each partition's end offset.
+/// How long the demo's correlator waits before it calls an incident over: the samples were
+/// logged hours apart and arrive at once, spread over partitions read in parallel, so their
+/// order across partitions is arbitrary; a long quiet period keeps every incident open while
+/// its lines still arrive (the live default, 35 minutes, covers the skew of members that keep
+/// up with their partitions).
+pub const DEMO_QUIET_MS: i64 = 24 * 3_600_000;
+
+/// The earliest stamp with a year in the samples' envelopes (CRI, Docker, shipper JSON):
+/// the correlator places yearless stamps (syslog, glog) near it, as it would near today's date
+/// when live.
+pub fn earliest_dated(jobs: &[Sample]) -> Option<crate::time::Millis> {
+    let mut records = Vec::new();
+    let mut earliest = None;
+    for line in jobs.iter().flat_map(|(_, lines)| lines) {
+        records.clear();
+        let stamps: Vec<Option<String>> = if crate::envelope::looks_like_json(line)
+            && crate::envelope::decode_json(line, &mut records).is_ok()
+        {
+            records.iter().map(|r| r.meta.timestamp.clone()).collect()
+        } else {
+            vec![crate::envelope::decode_raw(line).meta.timestamp.clone()]
+        };
+        for t in stamps.iter().flatten() {
+            if let Some(ms) = crate::time::parse(t).and_then(|s| s.millis()) {
+                earliest = Some(earliest.map_or(ms, |e: crate::time::Millis| e.min(ms)));
+            }
+        }
+    }
+    earliest
+}
+
+/// The configuration of one demo pipeline of role `role`.
+fn config(
+    bootstrap: &str,
+    args: &DemoArgs,
+    role: Role,
+    anchor: Option<crate::time::Millis>,
+) -> Result<Config, DemoError> {
+    let mut raw = RawConfig::default();
+    raw.kafka.brokers = Some(bootstrap.to_string());
+    raw.kafka.group_id = Some("faultline-demo".into());
+    raw.kafka.topics = Some(vec![LOGS_TOPIC.into()]);
+    raw.kafka.commit_interval_ms = Some(1_000);
+    raw.input.job_id = Some("header:job".into());
+    raw.output.topic = Some(EVENTS_TOPIC.into());
+    raw.dead_letter.topic = Some(DEAD_LETTER_TOPIC.into());
+    raw.pipeline.batch_linger_ms = Some(20);
+    raw.incidents.topic = Some(INCIDENTS_TOPIC.into());
+    raw.incidents.role = Some(role.as_str().into());
+    raw.incidents.quiet_ms = Some(DEMO_QUIET_MS);
+    raw.kb.dir = args.kb.clone();
+    // The correlator has the incident metrics; the members run without an admin server.
+    raw.admin.listen = Some(match role {
+        Role::Correlate => args.admin_listen.clone(),
+        _ => "off".into(),
+    });
+    if role == Role::Correlate {
+        raw.alertmanager.url.clone_from(&args.alertmanager);
+    }
+    let mut config = Config::from_raw(raw)?;
+    if let Some(i) = config.incidents.as_mut() {
+        i.correlator.clock_anchor = anchor;
+    }
+    Ok(config)
+}
+
+/// Whether a sample line goes with a `job` header: not when it names its own job (an
+/// envelope field) or is a node's own line (syslog, journald, an envelope naming a host and no
+/// job), as a shipper would send them.
+pub fn needs_job_header(line: &[u8]) -> bool {
+    if crate::envelope::looks_like_json(line) {
+        let mut records = Vec::new();
+        if crate::envelope::decode_json(line, &mut records).is_ok() {
+            return records
+                .iter()
+                .all(|r| r.meta.job_id.is_none() && r.meta.host.is_none());
+        }
+        return true;
+    }
+    let record = crate::envelope::decode_raw(line);
+    record.meta.job_id.is_none()
+        && !(record.meta.origin == Origin::NodeLog && record.meta.host.is_some())
+}
+
+/// Produces every line as one record, round-robin over the partitions, with a `job` header
+/// where [`needs_job_header`]; returns each partition's end offset.
 fn produce_samples(bootstrap: &str, jobs: &[Sample]) -> Result<HashMap<i32, i64>, DemoError> {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
         .create()?;
+    let mut next = 0;
     for (job, lines) in jobs {
         for line in lines {
-            let mut record = BaseRecord::to(LOGS_TOPIC).key(job.as_str()).payload(line);
+            let partition = next % LOG_PARTITIONS;
+            next += 1;
+            let mut record = BaseRecord::<(), _>::to(LOGS_TOPIC)
+                .partition(partition)
+                .payload(line);
+            if needs_job_header(line) {
+                record = record.headers(OwnedHeaders::new().insert(Header {
+                    key: "job",
+                    value: Some(job.as_str()),
+                }));
+            }
             // The queue is large enough for the samples; wait for room if it is not.
             loop {
                 match producer.send(record) {
@@ -266,93 +428,146 @@ fn produce_samples(bootstrap: &str, jobs: &[Sample]) -> Result<HashMap<i32, i64>
         }
     }
     producer.flush(Duration::from_secs(30))?;
+    end_offsets(producer.client(), LOGS_TOPIC, LOG_PARTITIONS)
+}
+
+/// Each partition's end offset.
+fn end_offsets<C: rdkafka::client::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    partitions: i32,
+) -> Result<HashMap<i32, i64>, DemoError> {
     let mut ends = HashMap::new();
-    for p in 0..PARTITIONS {
-        let (_, high) =
-            producer
-                .client()
-                .fetch_watermarks(LOGS_TOPIC, p, Duration::from_secs(10))?;
+    for p in 0..partitions {
+        let (_, high) = client.fetch_watermarks(topic, p, Duration::from_secs(10))?;
         ends.insert(p, high);
     }
     Ok(ends)
 }
 
-/// Waits until every sample record is terminal and every event is printed.
+/// Waits until every sample record is matched (every partition's watermark, in whichever
+/// member owns it, at its end) and every event correlated.
 async fn wait_until_done(
-    running: &pipeline::Running,
-    printer: &Printer,
+    matchers: &[pipeline::Running],
+    correlator: &pipeline::Running,
+    stop: &crate::pipeline::Stop,
     bootstrap: &str,
     ends: &HashMap<i32, i64>,
 ) -> Result<(), DemoError> {
-    let limit = Duration::from_secs(120);
+    let limit = Duration::from_secs(180);
     let deadline = Instant::now() + limit;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
-    let mut stop = running.stopper().subscribe();
+    let mut stopped = stop.subscribe();
+    let matched = || {
+        ends.iter().all(|(&p, &end)| {
+            end == 0
+                || matchers.iter().any(|m| {
+                    m.stats()
+                        .watermarks
+                        .iter()
+                        .any(|(tp, w)| &*tp.topic == LOGS_TOPIC && tp.partition == p && *w >= end)
+                })
+        })
+    };
+    let mut events: Option<i64> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return Ok(()),
-        }
-        let marks = running.stats().watermarks;
-        let done = ends.iter().all(|(&p, &end)| {
-            end == 0
-                || marks
-                    .iter()
-                    .any(|(tp, w)| &*tp.topic == LOGS_TOPIC && tp.partition == p && *w >= end)
-        });
-        if done {
-            break;
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
         }
         if Instant::now() >= deadline {
             return Err(DemoError::Timeout(limit));
         }
-    }
-    // Every output is acknowledged; now wait for the printer to reach the end of the output.
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()?;
-    let mut highs = HashMap::new();
-    for p in 0..PARTITIONS {
-        let (_, high) = consumer.fetch_watermarks(EVENTS_TOPIC, p, Duration::from_secs(10))?;
-        highs.insert(p, high);
-    }
-    loop {
-        if printer.reached(&highs) {
-            return Ok(());
+        if events.is_none() && matched() {
+            // Every event is acknowledged by now: the events topic's end is final.
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .create()?;
+            events = Some(end_offsets(consumer.client(), EVENTS_TOPIC, 1)?[&0]);
         }
-        if Instant::now() >= deadline {
-            return Err(DemoError::Timeout(limit));
+        // The correlator has read (not committed: open incidents hold it) every event.
+        if let Some(end) = events {
+            if end == 0 || correlator.stats().records >= end as u64 {
+                return Ok(());
+            }
         }
-        tick.tick().await;
     }
 }
 
-/// Reads the output topic from the beginning and prints each event.
+/// After the pipelines stopped (their producers flushed): reads each printed topic to its end,
+/// prints the incidents' final states in text mode, and returns (match events, incidents).
+async fn finish(
+    bootstrap: &str,
+    incidents: Printer,
+    events: Option<Printer>,
+    args: &DemoArgs,
+) -> Result<(u64, usize), DemoError> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()?;
+    let limit = Duration::from_secs(60);
+    let deadline = Instant::now() + limit;
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let mut printers = vec![(INCIDENTS_TOPIC, &incidents)];
+    if let Some(p) = &events {
+        printers.push((EVENTS_TOPIC, p));
+    }
+    for (topic, printer) in printers {
+        let high = end_offsets(consumer.client(), topic, 1)?;
+        while !printer.reached(&high) {
+            if Instant::now() >= deadline {
+                return Err(DemoError::Timeout(limit));
+            }
+            tick.tick().await;
+        }
+    }
+    let matches = events.map_or(0, Printer::stop);
+    let last = incidents.stop_collecting();
+    if args.format == Format::Text {
+        let mut out = std::io::stdout().lock();
+        for incident in &last {
+            write_incident_text(&mut out, incident)?;
+        }
+        out.flush()?;
+    }
+    Ok((matches, last.len()))
+}
+
+/// What a printer reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Matches,
+    Incidents,
+}
+
+/// Reads a topic from the beginning: match events are printed as they arrive; incident
+/// changes are printed as they arrive in JSON, and their latest state per fingerprint is kept.
 struct Printer {
     positions: Arc<Mutex<HashMap<i32, i64>>>,
     printed: Arc<AtomicU64>,
+    latest: Arc<Mutex<Vec<(String, Value)>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Printer {
-    fn start(bootstrap: &str, format: Format) -> Result<Self, DemoError> {
+    fn start(bootstrap: &str, topic: &str, format: Format, kind: Kind) -> Result<Self, DemoError> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("group.id", "faultline-demo-printer")
             .set("enable.auto.commit", "false")
             .create()?;
         let mut tpl = TopicPartitionList::new();
-        for p in 0..PARTITIONS {
-            tpl.add_partition_offset(EVENTS_TOPIC, p, Offset::Beginning)?;
-        }
+        tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
         consumer.assign(&tpl)?;
         let positions = Arc::new(Mutex::new(HashMap::new()));
         let printed = Arc::new(AtomicU64::new(0));
+        let latest = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (pos, count, halt) = (
+        let (pos, count, last, halt) = (
             Arc::clone(&positions),
             Arc::clone(&printed),
+            Arc::clone(&latest),
             Arc::clone(&stop),
         );
         let thread = std::thread::spawn(move || {
@@ -361,15 +576,30 @@ impl Printer {
                     continue;
                 };
                 let payload = msg.payload().unwrap_or_default();
+                let value = serde_json::from_slice::<Value>(payload).ok();
                 let mut out = std::io::stdout().lock();
-                let written = match format {
-                    Format::Json => out.write_all(payload).and_then(|()| out.write_all(b"\n")),
-                    Format::Text => match serde_json::from_slice::<Value>(payload) {
-                        Ok(v) => write_event_text(&mut out, &v),
-                        Err(_) => Ok(()),
-                    },
+                let written = match (format, kind, &value) {
+                    (Format::Json, _, _) => {
+                        out.write_all(payload).and_then(|()| out.write_all(b"\n"))
+                    }
+                    (Format::Text, Kind::Matches, Some(v)) => write_event_text(&mut out, v),
+                    _ => Ok(()),
                 };
                 let _ = written.and_then(|()| out.flush());
+                drop(out);
+                if let (Kind::Incidents, Some(v)) = (kind, value) {
+                    // An incident whose root changed carries its previous fingerprint.
+                    let fp = v["fingerprint"].as_str().unwrap_or_default().to_string();
+                    let prev = v["previous_fingerprint"].as_str().map(str::to_string);
+                    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+                    match last
+                        .iter_mut()
+                        .find(|(f, _)| *f == fp || Some(f) == prev.as_ref())
+                    {
+                        Some(slot) => *slot = (fp, v),
+                        None => last.push((fp, v)),
+                    }
+                }
                 count.fetch_add(1, Ordering::Relaxed);
                 pos.lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -379,6 +609,7 @@ impl Printer {
         Ok(Printer {
             positions,
             printed,
+            latest,
             stop,
             thread: Some(thread),
         })
@@ -391,12 +622,33 @@ impl Printer {
             .all(|(p, &high)| high == 0 || pos.get(p).is_some_and(|&o| o >= high))
     }
 
-    fn stop(mut self) -> u64 {
+    fn halt(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+
+    /// Stops reading; how many records it read.
+    fn stop(mut self) -> u64 {
+        self.halt();
         self.printed.load(Ordering::Relaxed)
+    }
+
+    /// Stops reading; the latest state of each incident, in order of first appearance.
+    fn stop_collecting(mut self) -> Vec<Value> {
+        self.halt();
+        let mut last = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *last)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect()
+    }
+}
+
+impl Drop for Printer {
+    fn drop(&mut self) {
+        self.halt();
     }
 }
 
@@ -448,5 +700,70 @@ pub fn write_event_text(out: &mut impl Write, e: &Value) -> std::io::Result<()> 
         };
         writeln!(out, "  try: {}{rate}", s(w, "text"))?;
     }
+    writeln!(out)
+}
+
+/// An incident (as read back from the incidents topic) for people: the headline, where, the
+/// summary, the root line, the cascade, the first verified workarounds, and why this headline.
+pub fn write_incident_text(out: &mut impl Write, i: &Value) -> std::io::Result<()> {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let root = &i["root"];
+    let d = &i["diagnosis"];
+    let known = if i["root_known"].as_bool() == Some(false) {
+        "root unknown: "
+    } else {
+        ""
+    };
+    writeln!(out, "== {known}{} {}", s(root, "error_code"), s(d, "title"))?;
+    let mut where_ = vec![format!("job {}", s(i, "job_id"))];
+    let list = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+            .collect()
+    };
+    let hosts = list(&i["culprit"]["hosts"]);
+    match (hosts.is_empty(), root.get("host").and_then(Value::as_str)) {
+        (false, _) => where_.push(format!("host {}", hosts.join(", "))),
+        (true, Some(h)) => where_.push(format!("host {h}")),
+        (true, None) => {}
+    }
+    if let Some(gpu) = root.get("gpu").and_then(Value::as_str) {
+        where_.push(format!("GPU {gpu}"));
+    }
+    let ranks = list(&i["culprit"]["ranks"]);
+    match (ranks.is_empty(), root.get("rank").and_then(Value::as_u64)) {
+        (false, _) => where_.push(format!("rank {}", ranks.join(", "))),
+        (true, Some(r)) => where_.push(format!("rank {r}")),
+        (true, None) => {}
+    }
+    writeln!(
+        out,
+        "   {} · {} · {} match(es) · {}",
+        where_.join(" · "),
+        s(i, "status"),
+        i["counts"]["matches"].as_u64().unwrap_or(0),
+        s(i, "fingerprint")
+    )?;
+    writeln!(out, "   {}", s(i, "summary"))?;
+    writeln!(out, "     | {}", s(root, "line"))?;
+    if let Some(cascade) = i["cascades"].get("summary").and_then(Value::as_str) {
+        writeln!(out, "   cascade: {cascade}")?;
+    }
+    for w in d["workarounds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| w.get("origin").is_none())
+        .take(2)
+    {
+        writeln!(out, "   try: {}", s(w, "text"))?;
+    }
+    writeln!(
+        out,
+        "   why this headline: {}",
+        s(&i["grouping_info"], "explanation")
+    )?;
     writeln!(out)
 }

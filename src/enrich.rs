@@ -333,13 +333,14 @@ pub struct MatchEvent {
     /// Other entries that matched the same line and yielded to this one (one line, one event).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub also: Vec<String>,
-    /// Envelope `cluster`, for metrics dimensions; not part of the JSON contract.
-    #[serde(skip)]
+    /// The envelope's `cluster` (or `k8s.cluster.name`), when it named one: a metrics
+    /// dimension, and the correlator shard key (`incidents.shard_by = "cluster"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
 }
 
 /// Whose event a match is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// A job's own line.
@@ -389,6 +390,8 @@ impl MatchEvent {
 pub struct Enricher {
     kb: Arc<KnowledgeBase>,
     diagnoses: Vec<Arc<Diagnosis>>,
+    /// Entry index by id, for events read back from the events topic.
+    by_id: Arc<std::collections::HashMap<String, usize>>,
     /// Redacts the line and captures; `None` turns redaction off (`scan --no-redact`).
     redactor: Option<Arc<Redactor>>,
 }
@@ -401,11 +404,25 @@ impl Enricher {
             .iter()
             .map(|e| Arc::new(Diagnosis::of(e)))
             .collect();
+        let by_id = kb
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.id.clone(), i))
+            .collect();
         Enricher {
             kb,
             diagnoses,
+            by_id: Arc::new(by_id),
             redactor: Some(Redactor::builtin()),
         }
+    }
+
+    /// The entry `kb_id` and its shared diagnosis, when this KB has it: the correlator of role
+    /// `correlate` re-attaches them to events read back from the events topic.
+    pub fn entry(&self, kb_id: &str) -> Option<(&crate::kb::Entry, &Arc<Diagnosis>)> {
+        let &i = self.by_id.get(kb_id)?;
+        Some((&self.kb.entries[i], &self.diagnoses[i]))
     }
 
     /// Replaces the redactor (extra rules), or turns redaction off with `None`.

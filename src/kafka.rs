@@ -116,6 +116,12 @@ const MANAGED: &[(&str, &str)] = &[
 impl KafkaConfig {
     /// Validates `[kafka]`, applying defaults; every problem goes to `errors`.
     pub fn from_raw(k: RawKafka, errors: &mut Errors<'_>) -> KafkaConfig {
+        Self::from_raw_for(k, errors, true)
+    }
+
+    /// [`KafkaConfig::from_raw`]; `topics` may be empty when `require_topics` is false (a
+    /// correlator reads the events topic, not `kafka.topics`).
+    pub fn from_raw_for(k: RawKafka, errors: &mut Errors<'_>, require_topics: bool) -> KafkaConfig {
         let brokers = k.brokers.unwrap_or_default();
         if brokers.trim().is_empty() {
             errors.push(
@@ -159,7 +165,7 @@ impl KafkaConfig {
                 topics.push(TopicSpec::Name(t));
             }
         }
-        if topics.is_empty() && !bad_topic {
+        if topics.is_empty() && !bad_topic && require_topics {
             errors.push(
                 "topics",
                 "at least one topic is required (the file, --topic or FAULTLINE_KAFKA_TOPICS)",

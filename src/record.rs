@@ -10,7 +10,7 @@ use std::fmt;
 use serde::Serialize;
 
 /// Where a line came from, precise enough to find it again.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Provenance {
     /// A line of a file (or of stdin, named `-`); `line` counts from 1.

@@ -30,9 +30,48 @@ use crate::matcher::{HyperscanMatcher, Matcher, RawHit};
 /// Group of a rule's pattern that holds the secret; without it, the whole match is the secret.
 pub const SECRET_GROUP: &str = "secret";
 
+/// Key names that name a secret, for [`BUILTIN_RULES`]' `secret_field` rules (case-insensitive,
+/// whole key): `api_key`, `client_secret`, `access_token`, `password`, `private_key_id`...,
+/// with any `word_` prefix (`openai_api_key`, `db_password`), camelCase too (`apiKey`,
+/// `clientSecret`); `token` only alone or behind a credential word (`access_token`,
+/// `hf_token`), never behind another (`pad_token`, `eos_token` are tokenizer settings).
+/// A macro so that `concat!` can build the patterns at compile time.
+macro_rules! secret_key {
+    () => {
+        r"(?i)\b(?:(?:[a-z0-9]+[_-])*(?:api[_-]?key|apikey|client[_-]?secret|secret[_-]?(?:access[_-]?)?key|access[_-]?key|private[_-]?key(?:[_-]?id)?|(?:access|refresh|id|auth|bearer|session|api|oauth|hf|hub|huggingface|github|gh|gitlab|slack|bot|wandb|npm|pypi)[_-]?token|secret|passw(?:or)?d)|token)"
+    };
+}
+
+/// Between a secret key name and its value: the key's closing quote (escaped or not, as in
+/// `{\"api_key\": \"...\"}` inside a JSON message), then `:` or `=`.
+macro_rules! key_sep {
+    () => {
+        r#"(?:\\*["'])?\s*[:=]\s*"#
+    };
+}
+
+/// Characters of an unquoted value (YAML, logfmt, a query string): up to a space, quote,
+/// separator or bracket.
+macro_rules! bare {
+    () => {
+        r#"[^\s"'\\,;&<>(){}\[\]]"#
+    };
+}
+
 /// The built-in rules, `(name, pattern)`, most specific first: where two rules find the same
 /// secret, the earlier one names it.
 pub const BUILTIN_RULES: &[(&str, &str)] = &[
+    // PEM private keys: from the BEGIN line through the END line when both are in the text (a
+    // one-line print: `\n`-escaped in JSON or a repr, or newlines collapsed by a shell; a
+    // multi-line text such as a dead letter's payload); a BEGIN without its END (the block cut
+    // by a line limit, or its lines arriving one by one) is redacted to the end of the text,
+    // or to a `--` (no base64 body holds one), since what follows it may be key material. A
+    // body line on a line of its own holds nothing a rule can tell from a digest:
+    // docs/security.md says why it is never quoted.
+    (
+        "private_key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:[^-]|-[^-])*(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----)?",
+    ),
     // Hugging Face user access tokens: `hf_` and 34 letters or digits.
     ("hf_token", r"hf_[A-Za-z0-9]{30,}"),
     // AWS access key ids (long-term AKIA, temporary ASIA).
@@ -64,15 +103,35 @@ pub const BUILTIN_RULES: &[(&str, &str)] = &[
         "wandb_api_key",
         r"(?i)api\.wandb\.ai[^\n]{0,60}\b(?P<secret>[0-9a-f]{40})\b",
     ),
+    // Anthropic API keys (`sk-ant-api03-...`, `sk-ant-admin01-...`).
+    ("anthropic_api_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
+    // OpenAI API keys: legacy `sk-`, project `sk-proj-`, `sk-svcacct-`, `sk-admin-` (other
+    // vendors' `sk-` keys too).
+    ("openai_api_key", r"\bsk-[A-Za-z0-9_-]{20,}"),
+    // Slack bot, user, app-level, refresh and configuration tokens...
+    ("slack_token", r"\bxox[abeoprs]-[A-Za-z0-9-]{10,}"),
+    ("slack_token", r"\bxapp-[0-9]+-[A-Za-z0-9-]{10,}"),
+    // ...and incoming-webhook URLs (the path is the credential).
+    (
+        "slack_token",
+        r"\bhooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9_/-]{20,})",
+    ),
     // `Bearer <token>` wherever it appears (JWTs, OAuth tokens: long, so no English word).
     (
         "bearer_token",
         r"\b[Bb]earer\s+(?P<secret>[A-Za-z0-9._~+/-]{20,}=*)",
     ),
-    // `Authorization: <scheme> <credentials>` headers, whatever the length.
+    // `Authorization: <scheme> <credentials>` headers, whatever the length; the key's quotes
+    // may be escaped (a JSON document inside a JSON message).
     (
         "authorization",
-        r#"(?i)\bauthorization["']?\s*[:=]\s*["']?(?:bearer|token|basic|digest)\s+(?P<secret>[A-Za-z0-9._~+/=-]+)"#,
+        r#"(?i)\bauthorization(?:\\*["'])?\s*[:=]\s*\\*["']?(?:bearer|token|basic|digest)\s+(?P<secret>[A-Za-z0-9._~+/=-]+)"#,
+    ),
+    // JSON Web Tokens wherever they appear: a header and a payload (both base64url JSON
+    // objects, so `eyJ`), and the signature (empty for `alg: none`).
+    (
+        "jwt",
+        r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*",
     ),
     // Passwords in URLs: scheme://user:password@host (the user is kept). The password runs to
     // the first `@`: unencoded `/` happen (`s3://KEYID:SECRET/WITH/SLASHES@bucket`), and a
@@ -119,6 +178,42 @@ pub const BUILTIN_RULES: &[(&str, &str)] = &[
     (
         "password",
         r#"(?i)\b(?:[a-z0-9]+[_-])*(?:password|passwd)["']?\s*[=:]\s*'(?P<secret>[^'\n]+)'"#,
+    ),
+    // JSON, YAML, Python and logfmt fields whose key names a secret (`secret_key!`): the
+    // value goes, the key stays. A double-quoted value, escaped or not, runs to its closing
+    // quote (JSON escapes such as a service-account key's `\n` included)...
+    (
+        "secret_field",
+        concat!(
+            secret_key!(),
+            key_sep!(),
+            r#"\\*"(?P<secret>(?:[^"\\\n]|\\[^"\\\n])+)"#
+        ),
+    ),
+    // ...a single-quoted one to its quote...
+    (
+        "secret_field",
+        concat!(
+            secret_key!(),
+            key_sep!(),
+            r#"\\*'(?P<secret>(?:[^'\\\n]|\\[^'\\\n])+)"#
+        ),
+    ),
+    // ...and a bare one to a space, quote or separator, when it looks like a credential (a
+    // digit, or 24 characters): `token: expected` and `api_key: null` are prose and settings.
+    (
+        "secret_field",
+        concat!(
+            secret_key!(),
+            key_sep!(),
+            "(?P<secret>",
+            bare!(),
+            "*[0-9]",
+            bare!(),
+            "*|",
+            bare!(),
+            "{24,})"
+        ),
     ),
 ];
 
@@ -680,6 +775,210 @@ mod tests {
         redacted(r#"{"password": "p@ss"}"#, "p@ss", "password");
         kept("TOKENIZERS_PARALLELISM=false NCCL_IB_PKEY=0 MASTER_PORT=29500");
         kept("NCCL_SOCKET_IFNAME=eth0 CUDA_VISIBLE_DEVICES=0,1 KEY_LENGTH=4");
+    }
+
+    #[test]
+    fn secret_fields_in_json_yaml_and_logfmt() {
+        let key = "Zx9Qw8Er7Ty6Ui5Op4As3Df2";
+        for (text, kept_text) in [
+            (
+                format!(r#"{{"api_key": "{key}", "model": "gpt"}}"#),
+                r#""model": "gpt""#,
+            ),
+            (format!(r#"{{"apiKey":"{key}"}}"#), r#"{"apiKey":""#),
+            (
+                format!(r#"{{"client_secret": "{key}"}}"#),
+                r#""client_secret": ""#,
+            ),
+            (
+                format!(r#"{{"access_token": "{key}", "token_type": "Bearer"}}"#),
+                "token_type",
+            ),
+            (format!(r#"{{"refresh_token": "{key}"}}"#), "refresh_token"),
+            (format!(r#"{{"secret": "{key}"}}"#), r#"{"secret": ""#),
+            (
+                format!(r#"{{"private_key_id": "{key}"}}"#),
+                "private_key_id",
+            ),
+            (
+                format!(r#"{{"secret_access_key": "{key}"}}"#),
+                "secret_access_key",
+            ),
+            (format!("  token: {key}"), "  token: "),
+            (format!("api_key: '{key}'"), "api_key: '"),
+            (format!("access_key = \"{key}\""), "access_key = "),
+            (format!("GET /v1/x?access_token={key}&page=2"), "&page=2"),
+            (
+                format!("cfg={{'apikey': '{key}', 'retries': 3}}"),
+                "'retries': 3",
+            ),
+            (format!("passwd={key} user=root"), " user=root"),
+            // JSON escaped inside a JSON message, once and twice.
+            (
+                format!(r#"body={{\"api_key\": \"{key}\", \"n\": 1}}"#),
+                r#"\"n\": 1"#,
+            ),
+            (
+                format!(r#"{{\\\"token\\\":\\\"{key}\\\"}}"#),
+                r#"{\\\"token"#,
+            ),
+        ] {
+            let out = redact(&text);
+            assert!(!out.contains(key), "{key} left in {out:?}");
+            assert!(out.contains("[REDACTED:"), "{out}");
+            assert!(out.contains(kept_text), "{kept_text:?} not kept in {out:?}");
+        }
+        assert_eq!(
+            redact(
+                r#"{"type": "service_account", "private_key_id": "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b", "client_email": "sa@p.iam.gserviceaccount.com"}"#
+            ),
+            r#"{"type": "service_account", "private_key_id": "[REDACTED:secret_field]", "client_email": "sa@p.iam.gserviceaccount.com"}"#
+        );
+        // Tokenizer settings, prose, references and non-secret keys are kept.
+        kept(
+            r#"{"pad_token": "<pad>", "eos_token": "</s>", "bos_token": "<s>", "unk_token": "<unk>"}"#,
+        );
+        kept(
+            r#"{"max_tokens": 512, "total_tokens": 77, "token_type": "Bearer", "tokenizer": "gpt2"}"#,
+        );
+        kept("ValueError: Invalid token: expected a string, got None");
+        kept("api_key: null  use_auth_token: true  token: None");
+        kept("hub_token: ${HF_TOKEN}  api_key_env: OPENAI_API_KEY  token=args.hf_token");
+        kept(r#"{"secret_name": "hf-token", "secretRef": "x", "imagePullSecrets": []}"#);
+        kept("tokens: 4096 secrets_dir: /run/secrets");
+    }
+
+    #[test]
+    fn sk_api_keys() {
+        for (key, kind) in [
+            (
+                "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_A7b-C0d",
+                "openai_api_key",
+            ),
+            ("sk-svcacct-Q1w2E3r4T5y6U7i8O9p0A1s2D3f4", "openai_api_key"),
+            (
+                "sk-T3BlbkFJq1w2e3r4t5y6u7i8o9p0a1s2d3f4g5h6j7k8l9",
+                "openai_api_key",
+            ),
+            (
+                "sk-ant-api03-Zq8Xw7Vu6Ts5Rq4Po3Nm2Lk1Jh0Gf9Ed8Cb7Az6-Yx5Wv4Ut3AA",
+                "anthropic_api_key",
+            ),
+        ] {
+            redacted(
+                &format!("openai.AuthenticationError: Incorrect API key provided: {key}."),
+                key,
+                kind,
+            );
+            redacted(&format!("client = Anthropic(api_key={key})"), key, kind);
+        }
+        kept("pip install scikit-learn sk-video; risk-free task-queue");
+        kept("locale sk-SK and sk-short-key");
+    }
+
+    #[test]
+    fn slack_tokens() {
+        for t in [
+            "xoxb-1234567890-0987654321098-AbCdEfGhIjKlMnOpQrStUvWx",
+            "xoxp-1234567890-1234567890-1234567890123-abcdef0123456789abcdef0123456789",
+            "xoxa-2-1234567890-abcdefABCDEF",
+            "xoxr-1234567890-abcdefABCDEF",
+            "xapp-1-A0123456789-1234567890123-abcdef0123456789abcdef0123456789abcdef0123",
+        ] {
+            redacted(
+                &format!("slack_sdk.errors.SlackApiError: invalid_auth (token {t})"),
+                t,
+                "slack_token",
+            );
+        }
+        redacted(
+            "POST https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX failed",
+            "T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+            "slack_token",
+        );
+        kept("xoxo-hugs and xoxb- alone, hooks.slack.com/services/");
+    }
+
+    #[test]
+    fn json_web_tokens() {
+        let jwt = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiJzYUBwcm9qIiwiZXhwIjoxNzAwMDAwMDAwfQ.Sg7h_Kx-9Qw";
+        redacted(&format!("401 for token {jwt} (expired)"), jwt, "jwt");
+        redacted(&format!(r#"{{"id_token":"{jwt}"}}"#), jwt, "jwt");
+        // Unsigned (`alg: none`): an empty signature.
+        let none = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.";
+        redacted(&format!("got {none} from the proxy"), none, "jwt");
+        // After `Bearer`, the more specific rule names it.
+        redacted(&format!("Authorization: Bearer {jwt}"), jwt, "bearer_token");
+        kept("eyJ alone, eyJhbGci.notapayload, {\"eyJ\": 1}");
+    }
+
+    #[test]
+    fn pem_private_keys() {
+        let body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7";
+        let tail = "5Xq1Zr4Kp0vT9mWn2bYc8LdF3gHj6sAe";
+        // One line: `\n` escapes (JSON, a repr), or newlines a shell collapsed into spaces;
+        // what follows the END line stays.
+        for (block, after) in [
+            (format!("-----BEGIN PRIVATE KEY-----\\n{body}\\n{tail}\\n-----END PRIVATE KEY-----\\n"), "\\n"),
+            (format!("-----BEGIN RSA PRIVATE KEY----- {body} {tail} -----END RSA PRIVATE KEY-----"), ""),
+            (format!("-----BEGIN OPENSSH PRIVATE KEY-----\\r\\n{body}\\r\\n-----END OPENSSH PRIVATE KEY-----"), ""),
+            (format!("-----BEGIN ENCRYPTED PRIVATE KEY-----\\nProc-Type: 4,ENCRYPTED\\nDEK-Info: AES-128-CBC,0A1B\\n\\n{body}\\n-----END ENCRYPTED PRIVATE KEY-----"), ""),
+            (format!("-----BEGIN PGP PRIVATE KEY BLOCK-----\\n\\n{body}\\n=tail\\n-----END PGP PRIVATE KEY BLOCK-----"), ""),
+        ] {
+            assert_eq!(
+                redact(&format!("ValueError: Could not deserialize key data: b'{block}' (bad padding)")),
+                format!("ValueError: Could not deserialize key data: b'[REDACTED:private_key]{after}' (bad padding)"),
+            );
+        }
+        // A multi-line text (a dead letter's payload): the block across its lines.
+        assert_eq!(
+            redact(&format!("key:\n-----BEGIN RSA PRIVATE KEY-----\n{body}\n{tail}\n-----END RSA PRIVATE KEY-----\nnext line --flag")),
+            "key:\n[REDACTED:private_key]\nnext line --flag"
+        );
+        // Cut by a line limit: no END; the rest of the line may be key material.
+        let out = redact(&format!(
+            "KeyError: '-----BEGIN EC PRIVATE KEY-----\\n{body}\\n{tail}"
+        ));
+        assert_eq!(out, "KeyError: '[REDACTED:private_key]");
+        // The BEGIN line alone (the block arriving line by line) is redacted too...
+        assert_eq!(
+            redact("[rank0]: -----BEGIN RSA PRIVATE KEY-----"),
+            "[rank0]: [REDACTED:private_key]"
+        );
+        // ...but a body line or the END line on its own holds nothing a rule can tell from a
+        // hash (docs/security.md: such lines are never quoted).
+        kept(body);
+        kept("-----END RSA PRIVATE KEY-----");
+        kept("-----BEGIN CERTIFICATE----- and -----BEGIN PUBLIC KEY----- are not secrets");
+    }
+
+    #[test]
+    fn a_service_account_document() {
+        let id = "8f3e1d2c4b5a69788796a5b4c3d2e1f0a9b8c7d6";
+        let key = "MIIEvgIBADANBgkqhkiG9w0BAQEFAASCBKgwggSkAgEAAoIBAQDfake";
+        let doc = format!(
+            r#"{{"type": "service_account", "project_id": "ml-prod", "private_key_id": "{id}", "private_key": "-----BEGIN PRIVATE KEY-----\n{key}\n-----END PRIVATE KEY-----\n", "client_email": "trainer@ml-prod.iam.gserviceaccount.com"}}"#
+        );
+        let out = redact(&format!(
+            "google.auth.exceptions.RefreshError: bad key in {doc}"
+        ));
+        assert!(
+            !out.contains(id) && !out.contains(key) && !out.contains("BEGIN"),
+            "{out}"
+        );
+        assert!(out.contains(r#""client_email": "trainer@ml-prod.iam.gserviceaccount.com""#));
+        assert!(out.contains(r#""private_key": "[REDACTED:"#), "{out}");
+        // Pretty-printed, one field per line.
+        redacted(
+            &format!(r#"  "private_key_id": "{id}","#),
+            id,
+            "secret_field",
+        );
+        let line = format!(
+            r#"  "private_key": "-----BEGIN PRIVATE KEY-----\n{key}\n-----END PRIVATE KEY-----\n","#
+        );
+        let out = redact(&line);
+        assert_eq!(out, r#"  "private_key": "[REDACTED:secret_field]","#);
     }
 
     #[test]

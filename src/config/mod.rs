@@ -5,8 +5,8 @@
 //! [`crate::pipeline`], `[output]` in [`crate::sink::kafka`], `[kb]` in [`crate::reload`],
 //! `[admin]` in [`crate::server`], `[redact]` in [`crate::redact`], `[metrics]` in
 //! [`crate::metrics`], `[telemetry]` in [`crate::telemetry`], `[incidents]` in
-//! [`crate::incident::config`], `[webhook]` in [`crate::sink::webhook`], `[unknown]` in
-//! [`crate::unknown::config`]. This module composes
+//! [`crate::incident::config`], `[webhook]` in [`crate::sink::webhook`], `[alertmanager]` in
+//! [`crate::sink::alertmanager`], `[unknown]` in [`crate::unknown::config`]. This module composes
 //! them and checks the rules that span tables (no output topic may be an input topic).
 //!
 //! Every setting can come from the file, a flag or an environment variable ([`Overrides`]); a
@@ -29,6 +29,7 @@ use crate::pipeline::config::{
 use crate::redact::{RawRedact, RedactConfig};
 use crate::reload::{KbConfig, RawKb};
 use crate::server::{AdminConfig, RawAdmin};
+use crate::sink::alertmanager::{AlertmanagerConfig, RawAlertmanagerConfig};
 use crate::sink::kafka::{OutputConfig, RawOutput};
 use crate::sink::webhook::{RawWebhookConfig, RunWebhookConfig};
 use crate::telemetry::{RawTelemetryConfig, TelemetryConfig};
@@ -79,6 +80,10 @@ pub struct RawConfig {
     /// `[unknown]`: live templates and events of error lines no KB entry knows (on by default).
     #[serde(default)]
     pub unknown: RawUnknownConfig,
+    /// `[alertmanager]`: incidents as Alertmanager alerts (on when `url` is set; needs
+    /// `[incidents]`).
+    #[serde(default)]
+    pub alertmanager: RawAlertmanagerConfig,
 }
 
 /// `faultline run` arguments: the file, the overrides, and `--check-config`.
@@ -228,6 +233,21 @@ pub struct Overrides {
     /// In-flight records without progress for this long make /readyz fail.
     #[arg(long, env = "FAULTLINE_ADMIN_STALL_TIMEOUT_MS", value_name = "MS")]
     pub stall_timeout_ms: Option<u64>,
+    /// What this process does: all, match or correlate (`incidents.role`).
+    #[arg(long, env = "FAULTLINE_INCIDENTS_ROLE", value_name = "ROLE")]
+    pub role: Option<String>,
+    /// Bearer token of the incident pages and API (`admin.token`); prefer the variable, a flag
+    /// shows in the process list.
+    #[arg(
+        long,
+        env = "FAULTLINE_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub admin_token: Option<String>,
+    /// Alertmanager to post incidents to (`alertmanager.url`).
+    #[arg(long, env = "FAULTLINE_ALERTMANAGER_URL", value_name = "URL")]
+    pub alertmanager_url: Option<String>,
 }
 
 /// Why a configuration was rejected.
@@ -291,6 +311,8 @@ pub struct Config {
     pub webhook: Option<RunWebhookConfig>,
     /// `[unknown]`.
     pub unknown: UnknownConfig,
+    /// `[alertmanager]`; `None`: no alerts.
+    pub alertmanager: Option<AlertmanagerConfig>,
 }
 
 impl RawConfig {
@@ -377,6 +399,13 @@ impl RawConfig {
         set(&mut self.kb.watch_interval_ms, &o.kb_watch_interval_ms);
         set(&mut self.admin.listen, &o.admin_listen);
         set(&mut self.admin.stall_timeout_ms, &o.stall_timeout_ms);
+        set(&mut self.incidents.role, &o.role);
+        if o.admin_token.is_some() {
+            // The variable replaces the file's token, whichever way the file gives it.
+            self.admin.token_file = None;
+            set(&mut self.admin.token, &o.admin_token);
+        }
+        set(&mut self.alertmanager.url, &o.alertmanager_url);
         if errors.is_empty() {
             Ok(())
         } else {
@@ -399,7 +428,13 @@ impl Config {
     /// Validates, applying defaults. Every problem is reported, each naming its field.
     pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let mut errors = Vec::new();
-        let kafka = KafkaConfig::from_raw(raw.kafka, &mut Errors::new("kafka", &mut errors));
+        // A correlator reads the events topic (`output.topic`), not `kafka.topics`.
+        let correlator_only = raw.incidents.role.as_deref() == Some("correlate");
+        let kafka = KafkaConfig::from_raw_for(
+            raw.kafka,
+            &mut Errors::new("kafka", &mut errors),
+            !correlator_only,
+        );
         let input = InputConfig::from_raw(raw.input, &mut Errors::new("input", &mut errors));
         let output = OutputConfig::from_raw(raw.output, &mut Errors::new("output", &mut errors));
         let dead_letter = DeadLetterConfig::from_raw(
@@ -429,12 +464,50 @@ impl Config {
             RunWebhookConfig::from_raw(&raw.webhook, &mut Errors::new("webhook", &mut errors));
         let unknown =
             UnknownConfig::from_raw(&raw.unknown, &mut Errors::new("unknown", &mut errors));
+        let alertmanager = AlertmanagerConfig::from_raw(
+            &raw.alertmanager,
+            &mut Errors::new("alertmanager", &mut errors),
+        );
         // Rules that span tables.
         let mut rules = Errors::new("", &mut errors);
         if raw.webhook.url.is_some() && raw.incidents.topic.is_none() {
             rules.push_field(
                 "webhook.url",
                 "needs incidents.topic: tickets follow the incidents the service produces",
+            );
+        }
+        if raw.incidents.topic.is_none()
+            && raw.incidents.role.as_deref().is_some_and(|r| r != "all")
+        {
+            rules.push_field(
+                "incidents.role",
+                "needs incidents.topic: match members feed a correlator, which produces incidents",
+            );
+        }
+        let correlating = incidents
+            .as_ref()
+            .is_some_and(|i| i.role == crate::incident::config::Role::Correlate);
+        if correlating {
+            // The correlator reads the events topic: it may not write there.
+            for (field, topic) in [
+                ("dead_letter.topic", Some(&dead_letter.topic)),
+                ("incidents.topic", incidents.as_ref().map(|i| &i.topic)),
+            ] {
+                if topic == Some(&output.topic) {
+                    rules.push_field(
+                        field,
+                        format!(
+                            "{:?} is the events topic the correlator reads",
+                            output.topic
+                        ),
+                    );
+                }
+            }
+        }
+        if raw.alertmanager.url.is_some() && raw.incidents.topic.is_none() {
+            rules.push_field(
+                "alertmanager.url",
+                "needs incidents.topic: alerts follow the incidents the service produces",
             );
         }
         let outputs = [
@@ -467,6 +540,7 @@ impl Config {
             telemetry,
             redact,
             webhook: webhook.filter(|_| incidents.is_some()),
+            alertmanager: alertmanager.filter(|_| incidents.is_some()),
             incidents,
             unknown,
         })
@@ -491,6 +565,9 @@ impl Config {
             w.print(&mut p);
         }
         self.unknown.print(&mut p);
+        if let Some(a) = &self.alertmanager {
+            a.print(&mut p);
+        }
         p.finish()
     }
 }

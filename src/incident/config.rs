@@ -1,5 +1,7 @@
-//! `[incidents]`: correlation in `faultline run`, the incidents topic and how long an open
-//! incident may hold the commit. Setting `topic` turns incidents on.
+//! `[incidents]`: correlation in `faultline run`, the incidents topic, how long an open
+//! incident may hold the commit, and the scale-out roles ([`Role`]): one process matching and
+//! correlating (the default), or match members feeding a correlator through the events topic.
+//! Setting `topic` turns incidents on.
 
 use std::time::Duration;
 
@@ -35,6 +37,55 @@ pub struct RawIncidentsConfig {
     pub restart_loop_after: Option<u32>,
     /// How long an open incident may hold the commit.
     pub max_hold_ms: Option<u64>,
+    /// `all` (match and correlate in one process), `match` or `correlate` ([`Role`]).
+    pub role: Option<String>,
+    /// The correlator's consumer group (role `correlate`); default `<kafka.group_id>-correlator`.
+    pub group_id: Option<String>,
+    /// How match members spread events over correlator shards: `cluster` ([`ShardBy`]); unset:
+    /// one shard.
+    pub shard_by: Option<String>,
+}
+
+/// What a `faultline run` process does ([`IncidentsConfig::role`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Match and correlate in one process: incidents from the partitions it owns.
+    #[default]
+    All,
+    /// Match only: events go to the events topic, partitioned by correlator shard, for the
+    /// correlators (a match member keeps no incident state).
+    Match,
+    /// Correlate only: consume the events topic in the correlator group, produce incidents.
+    Correlate,
+}
+
+impl Role {
+    /// Parses `all`, `match` or `correlate`.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "all" => Some(Role::All),
+            "match" => Some(Role::Match),
+            "correlate" => Some(Role::Correlate),
+            _ => None,
+        }
+    }
+
+    /// The name in `faultline.toml` and `--role`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::All => "all",
+            Role::Match => "match",
+            Role::Correlate => "correlate",
+        }
+    }
+}
+
+/// Which events share a correlator shard ([`IncidentsConfig::shard_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardBy {
+    /// The envelope's `cluster` (else the input topic's name): every job and node of one
+    /// cluster meet in one correlator.
+    Cluster,
 }
 
 /// Validated `[incidents]`.
@@ -46,6 +97,12 @@ pub struct IncidentsConfig {
     pub correlator: IncidentConfig,
     /// How long an open incident may hold the commit.
     pub max_hold: Duration,
+    /// What this process does.
+    pub role: Role,
+    /// The correlator's consumer group when set; see [`IncidentsConfig::correlator_group`].
+    pub group_id: Option<String>,
+    /// How events are spread over correlator shards; `None`: one shard.
+    pub shard_by: Option<ShardBy>,
 }
 
 impl IncidentsConfig {
@@ -76,11 +133,39 @@ impl IncidentsConfig {
         if max_hold.is_zero() {
             errors.push("max_hold_ms", "must be positive");
         }
+        let role = match inc.role.as_deref() {
+            None => Role::All,
+            Some(r) => Role::parse(r).unwrap_or_else(|| {
+                errors.push("role", format!("{r:?}: expected all, match or correlate"));
+                Role::All
+            }),
+        };
+        if inc.group_id.as_deref().is_some_and(|g| g.trim().is_empty()) {
+            errors.push("group_id", "must not be empty");
+        }
+        let shard_by = match inc.shard_by.as_deref() {
+            None => None,
+            Some("cluster") => Some(ShardBy::Cluster),
+            Some(other) => {
+                errors.push("shard_by", format!("{other:?}: expected cluster"));
+                None
+            }
+        };
         (errors.count() == before).then_some(IncidentsConfig {
             topic,
             correlator,
             max_hold,
+            role,
+            group_id: inc.group_id.clone(),
+            shard_by,
         })
+    }
+
+    /// The correlator's consumer group: `group_id`, else `<kafka_group>-correlator`.
+    pub fn correlator_group(&self, kafka_group: &str) -> String {
+        self.group_id
+            .clone()
+            .unwrap_or_else(|| format!("{kafka_group}-correlator"))
     }
 
     /// The effective `[incidents]` table.
@@ -96,6 +181,13 @@ impl IncidentsConfig {
         p.number("ticket_window_ms", c.ticket_window_ms);
         p.number("restart_loop_after", c.restart_loop_after);
         p.number("max_hold_ms", self.max_hold.as_millis());
+        p.value("role", self.role.as_str());
+        if let Some(g) = &self.group_id {
+            p.value("group_id", g);
+        }
+        if let Some(ShardBy::Cluster) = self.shard_by {
+            p.value("shard_by", "cluster");
+        }
     }
 }
 

@@ -23,6 +23,7 @@ use super::culprit::{RankTable, LISTED};
 use super::elect::Election;
 use super::fingerprint::{self, FingerprintInput};
 use super::multiline::{ContextBuf, StreamKey, Streams};
+use super::timeline::Timeline;
 use super::{
     Cascades, Contributor, Counts, Culprit, CulpritMethod, IncidentConfig, IncidentEvent,
     Resolution, Status, Ticket, TicketReason,
@@ -115,6 +116,8 @@ pub struct Incident {
     pub open_key: (Millis, u64),
     /// Content hash of the KB in use when the incident opened.
     pub kb_version: String,
+    /// When each rank first spoke, bounded ([`super::timeline`]).
+    pub timeline: Timeline,
 }
 
 fn role_index(role: Role) -> usize {
@@ -191,6 +194,7 @@ impl Incident {
             minor: false,
             open_key: (t, 0),
             kb_version: kb_version.to_string(),
+            timeline: Timeline::default(),
         }
     }
 
@@ -230,6 +234,7 @@ impl Incident {
             self.cascade_matches += 1;
             bump(&mut self.cascade_by_code, &event.error_code);
         }
+        self.timeline.observe(event, rank, host, log_ms, t);
         if self.ranks.observe(event, rank, host) {
             self.evidence_dirty = true;
         }
@@ -659,6 +664,7 @@ impl Incident {
             },
             kb_version: self.kb_version.clone(),
             serial: self.serial,
+            timeline: Arc::new(self.timeline.view()),
         }
     }
 }

@@ -22,6 +22,7 @@
 //! - [`multiline`]: traceback and summary blocks per (job, rank) stream, bounded.
 //! - [`lifecycle`]: one incident's state, when it emits, how it snapshots to JSON.
 //! - [`fleet`]: bad-node scores across jobs.
+//! - [`timeline`]: when each rank first spoke, bounded, for the incident page.
 //! - [`correlate`]: the [`Correlator`]: jobs, caps, eviction, resolution, restart loops, tickets.
 //! - [`unrecognised`]: the unknown error templates an incident without a known root lists.
 //!
@@ -39,6 +40,7 @@ pub mod multiline;
 pub mod nodes;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod timeline;
 pub mod unrecognised;
 
 use std::collections::BTreeMap;
@@ -105,6 +107,11 @@ pub struct IncidentConfig {
     /// Raise tickets for node incidents (node events that no job claimed); off by default:
     /// they feed the bad-node score and the lemon-node view, not a page.
     pub node_tickets: bool,
+    /// Where a stamp without a year (syslog, glog) is placed before any log told the time:
+    /// near this time instead of the wall clock's today. For replays of old logs whose first
+    /// correlated line may be yearless (`faultline demo` sets it to its samples' earliest
+    /// dated stamp); `None` in the live service.
+    pub clock_anchor: Option<Millis>,
 }
 
 impl Default for IncidentConfig {
@@ -133,6 +140,7 @@ impl Default for IncidentConfig {
             bad_node_half_life_ms: 24 * 3_600_000,
             node_join_ms: 10 * 60_000,
             node_tickets: false,
+            clock_anchor: None,
         }
     }
 }
@@ -326,6 +334,10 @@ pub struct IncidentEvent {
     /// Unique per correlator; keys "the same incident" for sinks that keep the latest state.
     #[serde(skip)]
     pub serial: u64,
+    /// When each rank first spoke, and the envelope's cluster: for the incident page, the API
+    /// and the alert's `cluster` label; not part of the JSON contract.
+    #[serde(skip)]
+    pub timeline: Arc<timeline::TimelineView>,
 }
 
 /// Another root-role match of the incident (the primary one is `root`).

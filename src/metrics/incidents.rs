@@ -13,7 +13,7 @@ use crate::kb::{CauseClass, KnowledgeBase};
 /// Hosts `faultline_node_incidents_total` names before counting the rest as `other`.
 pub const MAX_BLAMED_HOSTS: usize = 1_000;
 
-use super::labels::{Eviction, ResolutionLabel, WebhookResult};
+use super::labels::{AlertResult, CorrelatorResult, Eviction, ResolutionLabel, WebhookResult};
 use super::{counter_vec, register, MetricsError};
 
 /// The incident and ticket families of `faultline run` (labels are closed sets: resolutions,
@@ -41,6 +41,12 @@ pub struct IncidentFamilies {
     pub holds: IntGauge,
     /// `faultline_incident_commit_holds_expired_total`.
     pub holds_expired: IntCounter,
+    correlator: IntCounterVec,
+    alerts: IntCounterVec,
+    /// `faultline_alertmanager_retries_total`.
+    pub alertmanager_retries: IntCounter,
+    /// `faultline_alertmanager_alerts_firing`.
+    pub alerts_open: IntGauge,
 }
 
 impl IncidentFamilies {
@@ -149,8 +155,46 @@ impl IncidentFamilies {
                      while still open.",
                 )?,
             )?,
+            correlator: counter_vec(
+                r,
+                "faultline_correlator_events_total",
+                "Role correlate: events-topic records by what the correlator did with them: \
+                 correlated, unknown_entry (correlated with the event's own diagnosis), \
+                 duplicate (a match member's replay, skipped), skipped (not a match event), \
+                 invalid (dead-lettered).",
+                &["result"],
+            )?,
+            alerts: counter_vec(
+                r,
+                "faultline_alertmanager_alerts_total",
+                "Incident alerts for Alertmanager, by result: posted (accepted; every resend \
+                 counts), failed (not accepted after the retries; posted again at the next \
+                 resend), dropped (the Alertmanager queue was full), abandoned (still queued at \
+                 shutdown; posted again after the restart).",
+                &["result"],
+            )?,
+            alertmanager_retries: register(
+                r,
+                IntCounter::new(
+                    "faultline_alertmanager_retries_total",
+                    "Alertmanager requests retried after a transport error, 408, 429 or 5xx.",
+                )?,
+            )?,
+            alerts_open: register(
+                r,
+                IntGauge::new(
+                    "faultline_alertmanager_alerts_firing",
+                    "Open incidents whose alert faultline keeps firing in Alertmanager.",
+                )?,
+            )?,
         };
+        for res in CorrelatorResult::ALL {
+            f.correlator.with_label_values(&[res.as_str()]);
+        }
         f.blamed.with_label_values(&[super::OTHER]);
+        for res in AlertResult::ALL {
+            f.alerts.with_label_values(&[res.as_str()]);
+        }
         for res in ResolutionLabel::ALL {
             f.resolved.with_label_values(&[res.as_str()]);
         }
@@ -219,8 +263,18 @@ impl IncidentFamilies {
         self.evictions.with_label_values(&[what.as_str()]).inc_by(n);
     }
 
+    /// Counts `n` events-topic records of role `correlate` by result.
+    pub fn correlator(&self, r: CorrelatorResult, n: u64) {
+        self.correlator.with_label_values(&[r.as_str()]).inc_by(n);
+    }
+
     /// Counts a webhook change's outcome.
     pub fn webhook(&self, r: WebhookResult) {
         self.webhook.with_label_values(&[r.as_str()]).inc();
+    }
+
+    /// Counts `n` alerts for Alertmanager with result `r`.
+    pub fn alerts(&self, r: AlertResult, n: u64) {
+        self.alerts.with_label_values(&[r.as_str()]).inc_by(n);
     }
 }

@@ -42,6 +42,9 @@ label_set!(
         NotAnEnvelope => "not_an_envelope",
         /// Processing it panicked, alone, after its batch's retry panicked too.
         Panic => "panic",
+        /// Role `correlate`: an events-topic record that is not a match event faultline can
+        /// read.
+        InvalidEvent => "invalid_event",
     }
 );
 
@@ -50,6 +53,28 @@ label_set!(
     PanicStage {
         /// The match stage of `faultline run`.
         Match => "match",
+        /// The correlator of role `correlate`.
+        Correlate => "correlate",
+    }
+);
+
+label_set!(
+    /// What the correlator of role `correlate` did with an events-topic record
+    /// (`faultline_correlator_events_total{result}`).
+    CorrelatorResult {
+        /// A match event, correlated.
+        Correlated => "correlated",
+        /// A match event of a KB entry the correlator's KB lacks: correlated with the
+        /// diagnosis the event carried (a match member runs another KB version).
+        UnknownEntry => "unknown_entry",
+        /// A match event seen before: a match member reprocessed its record after a crash or
+        /// a rebalance (at-least-once); skipped.
+        Duplicate => "duplicate",
+        /// Not a match event (another `type`); skipped.
+        Skipped => "skipped",
+        /// Dead-lettered: unreadable (reason `invalid_event`), or correlating it panicked
+        /// (reason `panic`).
+        Invalid => "invalid",
     }
 );
 
@@ -121,6 +146,20 @@ label_set!(
         /// The webhook queue was full.
         Dropped => "dropped",
         /// Still queued at shutdown (replayed after the restart).
+        Abandoned => "abandoned",
+    }
+);
+
+label_set!(
+    /// What became of alerts for Alertmanager (`faultline_alertmanager_alerts_total{result}`).
+    AlertResult {
+        /// Accepted by Alertmanager (every resend counts).
+        Posted => "posted",
+        /// Not accepted after the retries; posted again at the next resend.
+        Failed => "failed",
+        /// The change did not fit in the Alertmanager queue.
+        Dropped => "dropped",
+        /// Still queued at shutdown (posted again after the restart).
         Abandoned => "abandoned",
     }
 );

@@ -40,8 +40,8 @@ pub use batch::{BatchCounts, MAX_VALUE_BYTES};
 pub use config::{DimensionConfig, MetricsConfig, RawMetricsConfig, DEFAULT_MAX_VALUES};
 pub use incidents::IncidentFamilies;
 pub use labels::{
-    DeadLetterReason, Dimension, Eviction, Output, PanicStage, ReloadResult, ResolutionLabel,
-    SpanDrop, WebhookResult,
+    AlertResult, CorrelatorResult, DeadLetterReason, Dimension, Eviction, Output, PanicStage,
+    ReloadResult, ResolutionLabel, SpanDrop, WebhookResult,
 };
 pub use unknown::UnknownFamilies;
 

@@ -1,11 +1,14 @@
 //! Incidents from `faultline run`: the matcher's events through the [`Correlator`], incident
-//! changes to the incidents topic and, for ticketed incidents, to a webhook.
+//! changes to the incidents topic, to the admin server's incident store, to Alertmanager and,
+//! for ticketed incidents, to a webhook.
 //!
 //! ```text
 //!  MatchStage::process ── events ──▶ IncidentStage::observe ──▶ Correlator
 //!        │ (before the records are resolved)   │ hold the incident's first record per partition
 //!        ▼                                     ▼
 //!  tick (idle, per batch) ──▶ expire ──▶ changes ──▶ incidents topic (key: fingerprint)
+//!                                               ├──▶ incident store (admin pages, API)
+//!                                               ├──▶ Alertmanager thread (bounded queue) ──▶ HTTP
 //!                                               └──▶ webhook thread (bounded queue) ──▶ HTTP
 //! ```
 //!
@@ -23,6 +26,11 @@
 //! `Idempotency-Key`s for the same changes). Match events are unaffected: they are replayed too
 //! and are at-least-once as before.
 //!
+//! A node's own event (an Xid in the kernel log) is held too, on its own, while it may still
+//! join the incident of a job that shows up later (its log time plus `node_join_ms` and
+//! `window_ms`), and by every incident that elects it as its root until that resolves: after a
+//! restart the Xid is read again before the job's lines, and the same root is elected.
+//!
 //! Bounds: a hold never keeps records in flight (only the committed offset waits), but a
 //! restart re-reads everything after the oldest held record. An incident held longer than
 //! `incidents.max_hold_ms` has its holds lifted (counted, logged): past that, a crash loses
@@ -37,7 +45,10 @@
 //! HTTP: when the queue is full, the change is dropped, counted
 //! (`faultline_webhook_changes_total{result="dropped"}`) and logged (ERROR for a resolution:
 //! the ticket stays open until the incident's next occurrence; WARN otherwise: the incident's
-//! next change carries its full state).
+//! next change carries its full state). Alertmanager ([`crate::sink::alertmanager`]) likewise:
+//! its own thread, a bounded queue (`alertmanager.queue`), drops counted in
+//! `faultline_alertmanager_alerts_total{result="dropped"}` and logged; a dropped resolution
+//! still ends the alert within four resend intervals (its `endsAt`).
 
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -49,8 +60,12 @@ use crate::enrich::MatchEvent;
 use crate::incident::config::IncidentsConfig;
 use crate::incident::unrecognised::{RecentUnknown, UnknownSeen};
 use crate::incident::{Correlator, CorrelatorStats, IncidentEvent, Status};
-use crate::metrics::{Eviction, IncidentFamilies, Metrics, ResolutionLabel, WebhookResult};
+use crate::metrics::{
+    AlertResult, Eviction, IncidentFamilies, Metrics, ResolutionLabel, WebhookResult,
+};
 use crate::offsets::{RecordId, Release, Tracker};
+use crate::server::store::IncidentStore;
+use crate::sink::alertmanager::{self, AlertJob, Alerter, AlertmanagerConfig, AlertmanagerSink};
 use crate::sink::kafka::KafkaSink;
 use crate::sink::webhook::{
     DeadLetter, Delivery, Pause, RunWebhookConfig, WebhookError, WebhookSink,
@@ -95,8 +110,36 @@ struct Held {
     expired: bool,
 }
 
+/// A node event's record (a kernel or node-daemon line), held while the event may still join
+/// the incident of a job that shows up later: until the log clock passes its time by
+/// `node_join_ms` plus `window_ms`, or `max_hold`. An incident that elects it as its root holds
+/// it again, until its resolution.
+#[derive(Debug)]
+struct NodeHold {
+    id: RecordId,
+    /// The correlator's clock when it was observed.
+    at: Option<Millis>,
+    since: Instant,
+}
+
+/// Node events held at once; past it the oldest hold is lifted (counted as expired).
+pub const MAX_NODE_HOLDS: usize = 10_000;
+
 /// A change for the webhook thread, with the release its handling helps.
 type Job = (IncidentEvent, Option<Arc<Release>>);
+
+/// Where incident changes go besides the incidents topic.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs<'a> {
+    /// `[webhook]`: tickets.
+    pub webhook: Option<&'a RunWebhookConfig>,
+    /// `[alertmanager]`: alerts.
+    pub alertmanager: Option<&'a AlertmanagerConfig>,
+    /// The admin server's incident store.
+    pub store: Option<Arc<IncidentStore>>,
+    /// The base of incident page links in tickets and alerts.
+    pub page_base: Option<String>,
+}
 
 /// The incident part of the matcher thread.
 pub struct IncidentStage {
@@ -108,7 +151,11 @@ pub struct IncidentStage {
     families: IncidentFamilies,
     tracer: Option<IncidentTracer>,
     webhook: Option<SyncSender<Job>>,
+    alerts: Option<SyncSender<AlertJob>>,
+    store: Option<Arc<IncidentStore>>,
     holds: HashMap<u64, Held>,
+    /// Node events' records, oldest first.
+    node_holds: std::collections::VecDeque<NodeHold>,
     /// The last record observed per partition, with its assignment: records processed again
     /// (the matcher's panic fallback retries what had not gone out) are not counted twice.
     observed: HashMap<crate::offsets::TopicPartition, (u64, i64)>,
@@ -122,6 +169,7 @@ pub struct IncidentStage {
     /// Unknown templates per job, listed in incidents without a known root; `None`: unknown
     /// events are off.
     recent: Option<RecentUnknown>,
+    last_alert_drop_log: Option<Instant>,
 }
 
 impl std::fmt::Debug for IncidentStage {
@@ -152,26 +200,30 @@ impl Pause for StopPause {
 }
 
 impl IncidentStage {
-    /// The stage and, when a webhook is configured, its thread (join it after the matcher).
+    /// The stage and the threads of its webhook and Alertmanager, when configured (join them
+    /// after the matcher).
     pub fn start(
         config: &IncidentsConfig,
-        webhook: Option<&RunWebhookConfig>,
+        outputs: Outputs<'_>,
         sink: Arc<KafkaSink>,
         tracker: Arc<Tracker>,
         stop: Arc<Stop>,
         metrics: &Metrics,
         tracer: Option<IncidentTracer>,
-    ) -> Result<(Self, Option<std::thread::JoinHandle<()>>), StartError> {
+    ) -> Result<(Self, Vec<std::thread::JoinHandle<()>>), StartError> {
         let correlator = Correlator::new(config.correlator.clone())?;
         let families = metrics.incidents().clone();
-        let (webhook, thread) = match webhook {
-            None => (None, None),
+        let mut threads = Vec::new();
+        let webhook = match outputs.webhook {
+            None => None,
             Some(w) => {
                 let dead_letter = match &w.dead_letter {
                     Some(p) => DeadLetter::File(p.clone()),
                     None => DeadLetter::Drop,
                 };
-                let hook = WebhookSink::new(w.sink.clone(), dead_letter)?
+                let mut cfg = w.sink.clone();
+                cfg.page_base.clone_from(&outputs.page_base);
+                let hook = WebhookSink::new(cfg, dead_letter)?
                     .with_pause(Box::new(StopPause(Arc::clone(&stop))));
                 let (tx, rx) = sync_channel::<Job>(w.queue);
                 let (f, s) = (families.clone(), Arc::clone(&stop));
@@ -179,7 +231,27 @@ impl IncidentStage {
                     .name("faultline-webhook".into())
                     .spawn(move || deliver(rx, hook, &f, &s))
                     .map_err(StartError::Thread)?;
-                (Some(tx), Some(thread))
+                threads.push(thread);
+                Some(tx)
+            }
+        };
+        let alerts = match outputs.alertmanager {
+            None => None,
+            Some(a) => {
+                let mut cfg = a.clone();
+                cfg.page_base.clone_from(&outputs.page_base);
+                let queue = cfg.queue;
+                let alerter = Alerter::new(
+                    AlertmanagerSink::new(cfg)?.with_pause(Box::new(StopPause(Arc::clone(&stop)))),
+                );
+                let (tx, rx) = sync_channel::<AlertJob>(queue);
+                let (f, s) = (families.clone(), Arc::clone(&stop));
+                let thread = std::thread::Builder::new()
+                    .name("faultline-alertmanager".into())
+                    .spawn(move || alertmanager::run(rx, alerter, &f, &s))
+                    .map_err(StartError::Thread)?;
+                threads.push(thread);
+                Some(tx)
             }
         };
         Ok((
@@ -192,7 +264,10 @@ impl IncidentStage {
                 families,
                 tracer,
                 webhook,
+                alerts,
+                store: outputs.store,
                 holds: HashMap::new(),
+                node_holds: std::collections::VecDeque::new(),
                 observed: HashMap::new(),
                 changes: Vec::new(),
                 json: Vec::new(),
@@ -202,8 +277,9 @@ impl IncidentStage {
                 last_publish: None,
                 last_drop_log: None,
                 recent: None,
+                last_alert_drop_log: None,
             },
-            thread,
+            threads,
         ))
     }
 
@@ -235,6 +311,9 @@ impl IncidentStage {
                     None => last.push(id),
                 }
                 self.correlator.observe(event, &mut self.changes);
+                if event.scope == crate::enrich::Scope::Node {
+                    self.hold_node(id);
+                }
             }
             let Some(serial) = self.correlator.open_serial(&event.job_id) else {
                 continue;
@@ -280,6 +359,7 @@ impl IncidentStage {
         if let Some(t) = self.clock.now(now) {
             self.correlator.advance(t, &mut self.changes);
         }
+        self.lift_node_holds(now);
         for (serial, held) in &mut self.holds {
             if !held.expired && now.duration_since(held.since) >= self.max_hold {
                 for id in held.ids.drain(..) {
@@ -305,6 +385,81 @@ impl IncidentStage {
         }
     }
 
+    /// Holds a node event's record ([`NodeHold`]).
+    fn hold_node(&mut self, id: &RecordId) {
+        if self.node_holds.len() >= MAX_NODE_HOLDS {
+            if let Some(oldest) = self.node_holds.pop_front() {
+                self.tracker.release(&oldest.id);
+                self.families.holds_expired.inc();
+            }
+        }
+        self.tracker.hold(id);
+        self.node_holds.push_back(NodeHold {
+            id: id.clone(),
+            at: self.correlator.now(),
+            since: Instant::now(),
+        });
+    }
+
+    /// Lifts the holds of node events that can no longer join a new incident.
+    fn lift_node_holds(&mut self, now: Instant) {
+        let cfg = self.correlator.config();
+        let reach = cfg.node_join_ms.saturating_add(cfg.window_ms);
+        let clock = self.correlator.now();
+        while let Some(front) = self.node_holds.front() {
+            let past = match (front.at, clock) {
+                (Some(at), Some(clock)) => clock.saturating_sub(at) > reach,
+                _ => false,
+            };
+            let expired = now.duration_since(front.since) >= self.max_hold;
+            if !(past || expired) {
+                break;
+            }
+            if expired && !past {
+                self.families.holds_expired.inc();
+            }
+            self.tracker.release(&front.id);
+            self.node_holds.pop_front();
+        }
+    }
+
+    /// An incident whose root is a held node event holds that record too, until resolved.
+    fn hold_node_root(&mut self, change: &IncidentEvent) {
+        let crate::record::Provenance::Kafka {
+            topic,
+            partition,
+            offset,
+            ..
+        } = &change.root.source
+        else {
+            return;
+        };
+        let Some(node) = self.node_holds.iter().find(|h| {
+            h.id.offset == *offset && h.id.tp.partition == *partition && *h.id.tp.topic == **topic
+        }) else {
+            return;
+        };
+        let held = self.holds.entry(change.serial).or_insert_with(|| Held {
+            ids: Vec::new(),
+            since: Instant::now(),
+            expired: false,
+        });
+        if !held.expired && !held.ids.contains(&node.id) {
+            self.tracker.hold(&node.id);
+            held.ids.push(node.id.clone());
+        }
+    }
+
+    /// At a graceful stop: emits the current state of every open incident with changes not
+    /// yet reported (they stay open, and held: the restarted service reads them again).
+    pub fn flush_open(&mut self) {
+        if self.stop.failed() {
+            return;
+        }
+        self.correlator.flush(&mut self.changes);
+        self.emit();
+    }
+
     /// Produces the pending changes; a resolution lifts its incident's holds once delivered.
     fn emit(&mut self) {
         let mut changes = std::mem::take(&mut self.changes);
@@ -313,6 +468,9 @@ impl IncidentStage {
                 r.attach(change);
             }
             let change = &*change;
+            if change.status != Status::Resolved {
+                self.hold_node_root(change);
+            }
             match change.status {
                 Status::Open => self.families.opened(change),
                 Status::Updated => {}
@@ -328,14 +486,20 @@ impl IncidentStage {
                 t.record(change);
             }
             let to_webhook = self.webhook.is_some() && change.ticket.raised;
+            let to_alerts = self.alerts.is_some();
             let release = (change.status == Status::Resolved).then(|| {
                 let ids = self
                     .holds
                     .remove(&change.serial)
                     .map(|h| h.ids)
                     .unwrap_or_default();
-                Release::new(Arc::clone(&self.tracker), ids, 1 + u32::from(to_webhook))
+                let parties = 1 + u32::from(to_webhook) + u32::from(to_alerts);
+                Release::new(Arc::clone(&self.tracker), ids, parties)
             });
+            let shared = (self.store.is_some() || to_alerts).then(|| Arc::new(change.clone()));
+            if let (Some(store), Some(shared)) = (&self.store, &shared) {
+                store.record_shared(Arc::clone(shared));
+            }
             self.json.clear();
             if let Err(e) = serde_json::to_writer(&mut self.json, change) {
                 tracing::error!(error = %e, "serialising an incident");
@@ -350,6 +514,9 @@ impl IncidentStage {
                 // Holds stay: after the restart the incident is read and produced again.
                 self.stop.fail(e.into());
                 break;
+            }
+            if let Some(shared) = shared.filter(|_| to_alerts) {
+                self.enqueue_alert(shared, release.clone());
             }
             if to_webhook {
                 self.enqueue_webhook(change, release);
@@ -394,6 +561,32 @@ impl IncidentStage {
         }
     }
 
+    fn enqueue_alert(&mut self, change: Arc<IncidentEvent>, release: Option<Arc<Release>>) {
+        let Some(tx) = &self.alerts else {
+            return;
+        };
+        let Err(
+            TrySendError::Full((change, release)) | TrySendError::Disconnected((change, release)),
+        ) = tx.try_send((change, release))
+        else {
+            return;
+        };
+        self.families.alerts(AlertResult::Dropped, 1);
+        let now = Instant::now();
+        if self
+            .last_alert_drop_log
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+        {
+            self.last_alert_drop_log = Some(now);
+            tracing::warn!(fingerprint = %change.fingerprint, status = ?change.status,
+                "alertmanager queue full: change not posted; the alert is posted again at the \
+                 next change or resend, or ends by itself at its endsAt");
+        }
+        if let Some(r) = release {
+            r.done();
+        }
+    }
+
     fn publish(&mut self) {
         let f = &self.families;
         let s = self.correlator.stats().clone();
@@ -406,8 +599,8 @@ impl IncidentStage {
         f.restart_loops.inc_by(s.restart_loops - p.restart_loops);
         f.tickets_raised.inc_by(s.tickets - p.tickets);
         f.open.set(self.correlator.open_incidents() as i64);
-        f.holds
-            .set(self.holds.values().map(|h| h.ids.len()).sum::<usize>() as i64);
+        let incident_holds: usize = self.holds.values().map(|h| h.ids.len()).sum();
+        f.holds.set((incident_holds + self.node_holds.len()) as i64);
         if let Some(t) = self.correlator.now() {
             f.bad_node_score_max
                 .set(self.correlator.fleet().max_score(t).unwrap_or(0.0));
@@ -458,8 +651,11 @@ pub enum StartError {
     /// The webhook sink could not be built.
     #[error(transparent)]
     Webhook(#[from] WebhookError),
-    /// The OS refused to spawn the webhook thread.
-    #[error("starting the webhook thread: {0}")]
+    /// The Alertmanager sink could not be built.
+    #[error(transparent)]
+    Alertmanager(#[from] alertmanager::AlertmanagerError),
+    /// The OS refused to spawn the webhook or Alertmanager thread.
+    #[error("starting an incident delivery thread: {0}")]
     Thread(std::io::Error),
 }
 
@@ -521,9 +717,9 @@ mod tests {
         )
         .expect("valid");
         let stop = Stop::new();
-        let (mut stage, thread) = IncidentStage::start(
+        let (mut stage, threads) = IncidentStage::start(
             &config,
-            None,
+            Outputs::default(),
             sink,
             Arc::clone(&tracker),
             stop,
@@ -531,7 +727,7 @@ mod tests {
             None,
         )
         .expect("starts");
-        assert!(thread.is_none(), "no webhook");
+        assert!(threads.is_empty(), "no webhook, no Alertmanager");
 
         let tp = TopicPartition {
             topic: Arc::from("logs"),

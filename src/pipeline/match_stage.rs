@@ -9,6 +9,11 @@
 //! the records that panic alone go to the dead-letter topic (reason `panic`). No record is
 //! lost or skipped silently and the partition keeps flowing.
 //!
+//! Metrics across a panic: a batch is counted locally and published once, at its end; a panic
+//! drops what the attempt counted, then counts again exactly what it finished (the records whose
+//! outputs went out, the events that went out), so every record is counted once whichever
+//! attempt finishes it, and the panic itself once (`faultline_panics_total`).
+//!
 //! Decision: the guard covers the sends too, unlike `scan`, which guards only the computation
 //! and writes afterwards. A batch's events are serialised and handed to the producer one at a
 //! time through one reused buffer, so memory stays at one event per batch whatever the match
@@ -39,11 +44,12 @@ use crate::runtime::Health;
 use crate::sink::kafka::KafkaSink;
 use crate::source::kafka::{forget, Batch, SourceRecord};
 
-/// Where a record's lines start in the batch's scan buffer.
+/// Where a record's lines start in the batch's scan buffer, and how many it has.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Span {
     pub(super) record: usize,
     pub(super) first_line: u64,
+    lines: u64,
 }
 
 /// What the match stage is built from ([`MatchStage::new`]).
@@ -59,6 +65,7 @@ pub(super) struct StageParts {
     pub(super) redactor: Option<Arc<Redactor>>,
     pub(super) faults: Option<FaultInjection>,
     pub(super) incidents: Option<incidents::IncidentStage>,
+    pub(super) partitioner: Option<super::shard::EventPartitioner>,
 }
 
 /// The matching stage: decode, scan, enrich, produce; resolve each record in the tracker.
@@ -92,10 +99,13 @@ pub(super) struct MatchStage {
     progress: Progress,
     /// Test-only panics ([`start_with_faults`]); `None` in `faultline run`.
     faults: Option<FaultInjection>,
-    /// Correlation, the incidents topic and the webhook, when `[incidents]` is configured.
+    /// Correlation, the incidents topic and the webhook, when `[incidents]` is configured and
+    /// this process correlates.
     incidents: Option<incidents::IncidentStage>,
     /// Unknown error lines -> templates -> `unknown` events, unless `[unknown]` is off.
     unknown: Option<UnknownStage>,
+    /// Role `match`: the correlator shard of each event ([`super::shard`]).
+    partitioner: Option<super::shard::EventPartitioner>,
 }
 
 /// How far [`MatchStage::process`] got in handing outputs to the sink: what the panic wrapper
@@ -122,7 +132,7 @@ enum Attempt {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultPoint {
-    /// Before the batch is decoded and scanned: nothing has gone out.
+    /// After the batch was decoded and counted, before it is scanned: nothing has gone out.
     Scan,
     /// After the record's first event was handed to the producer.
     AfterSend,
@@ -191,6 +201,7 @@ impl MatchStage {
             faults: p.faults,
             incidents: p.incidents,
             unknown,
+            partitioner: p.partitioner,
         })
     }
 
@@ -207,7 +218,12 @@ impl MatchStage {
                     }
                     continue;
                 }
-                Err(queue::RecvError::Closed) => break,
+                Err(queue::RecvError::Closed) => {
+                    if let Some(incidents) = self.incidents.as_mut() {
+                        incidents.flush_open();
+                    }
+                    break;
+                }
             };
             if self.stop.failed() {
                 forget(&self.health.tracker, &batch.records);
@@ -282,6 +298,8 @@ impl MatchStage {
                         "processing a record panicked (a bug: please report it); dead-lettering it");
                     if !self.progress.emitting {
                         self.health.records.fetch_add(1, Ordering::Relaxed);
+                        // Consumed, not scanned: no bytes, as for `health.bytes`.
+                        self.counts.consumed(1, 0);
                         self.dead_letter_panic(batch, r, 0, &message)?;
                     } else {
                         self.recover(batch, one, &message)?;
@@ -302,14 +320,7 @@ impl MatchStage {
             self.health.bytes.load(Ordering::Relaxed),
         );
         let redactor = self.redactor.clone().unwrap_or_else(Redactor::builtin);
-        let result = crate::isolation::catch(&redactor, || {
-            if let Some(f) = &self.faults {
-                for r in records {
-                    f.strike(FaultPoint::Scan, batch.payload(r));
-                }
-            }
-            self.process(batch, records)
-        });
+        let result = crate::isolation::catch(&redactor, || self.process(batch, records));
         let message = match result {
             Ok(done) => return Attempt::Done(done),
             Err(message) => message,
@@ -320,7 +331,7 @@ impl MatchStage {
         self.health.records.store(consumed.0, Ordering::Relaxed);
         self.health.bytes.store(consumed.1, Ordering::Relaxed);
         self.counter = counter;
-        self.counts = self.metrics.batch();
+        self.recount(batch, records);
         match self.loaded.engine.worker() {
             Ok(w) => self.worker = w,
             Err(e) => {
@@ -335,6 +346,49 @@ impl MatchStage {
         self.envelopes = Vec::new();
         self.json = Vec::new();
         Attempt::Panicked(message)
+    }
+
+    /// After a panic in [`MatchStage::attempt`], the metric counts of `records`: what the attempt
+    /// counted is dropped and what it finished is counted again (published at once), so that
+    /// the records retried are counted by their retry only. Finished: with the outputs all
+    /// resolved, every record as counted; while outputs were going out, the records before the
+    /// one being emitted (consumed, lines, matches, decode dead letters), and that one
+    /// (consumed, lines, the events that went out; [`MatchStage::recover`] dead-letters it).
+    /// Nothing out yet: nothing.
+    fn recount(&mut self, batch: &Batch, records: &[SourceRecord]) {
+        let p = self.progress;
+        if p.resolved {
+            self.metrics.flush(&mut self.counts);
+            return;
+        }
+        self.counts = self.metrics.batch();
+        if !p.emitting {
+            return;
+        }
+        let k = self.outputs.len().min(records.len());
+        let upto = (k + 1).min(records.len());
+        for d in self.dispositions.iter().take(k) {
+            if let Disposition::Invalid(why) = d {
+                self.counts.dead_lettered(why.reason());
+            }
+        }
+        let (mut bytes, mut lines) = (0, 0);
+        for s in self.spans.iter().filter(|s| s.record < upto) {
+            bytes += batch.payload(&records[s.record]).map_or(0, <[u8]>::len) as u64;
+            lines += s.lines;
+        }
+        self.counts.consumed(upto as u64, bytes);
+        self.counts.scanned(lines);
+        let mut sent_of_k = 0;
+        for (i, event) in &self.events {
+            if *i < k || (*i == k && sent_of_k < p.partial) {
+                if *i == k {
+                    sent_of_k += 1;
+                }
+                self.counts.matched(event);
+            }
+        }
+        self.metrics.flush(&mut self.counts);
     }
 
     /// After a panic in [`MatchStage::attempt`]: finishes what already went out and returns how
@@ -452,6 +506,7 @@ impl MatchStage {
                     self.spans.push(Span {
                         record: i,
                         first_line: line,
+                        lines: decoded.lines,
                     });
                     self.buf.extend_from_slice(p);
                     if p.last() != Some(&b'\n') {
@@ -469,6 +524,11 @@ impl MatchStage {
         self.health.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.counts.consumed(self.dispositions.len() as u64, bytes);
         self.counts.scanned(line - 1);
+        if let Some(f) = &self.faults {
+            for r in records {
+                f.strike(FaultPoint::Scan, batch.payload(r));
+            }
+        }
 
         if !self.buf.is_empty() {
             let scan_started = std::time::Instant::now();
@@ -583,10 +643,12 @@ impl MatchStage {
                             // Serialising plain data cannot fail; never drop an event silently.
                             tracing::error!(error = %err, "serialising an event");
                         }
+                        let partition = self.partitioner.as_ref().map(|p| p.partition(event));
                         result = self.sink.send_event(
                             &r.id,
                             event.job_id.as_bytes(),
                             &self.json,
+                            partition,
                             &self.stop,
                         );
                         if result.is_err() {

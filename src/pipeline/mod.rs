@@ -4,7 +4,8 @@
 //!  source thread ──Batch (bounded queue)──▶ match stage thread ──events──▶ sink (producer)
 //!   │ poll, register offsets                   │ decode, scan, enrich         │ delivery
 //!   │ store watermarks ◀──────── Tracker ◀─────┴ resolve(outputs) ◀───────────┘ reports = acks
-//!   └ rebalance: drain, commit                 │ incident stage ──▶ incidents topic, webhook
+//!   └ rebalance: drain, commit                 │ incident stage ──▶ incidents topic, webhook,
+//!                                              │                    Alertmanager, admin pages
 //!                          reload (SIGHUP, KB dir poll) ──watch─┘ swapped between batches
 //! ```
 //!
@@ -19,9 +20,17 @@
 //! - [`config`]: the `[pipeline]`, `[input]` and `[dead_letter]` tables.
 //! - [`decode`]: what a record is and whether it can be read.
 //! - [`match_stage`]: decode, scan, enrich, produce, resolve; panics isolated there.
-//! - [`incidents`]: the correlator, the incidents topic and the webhook thread.
+//! - [`incidents`]: the correlator, the incidents topic, the incident store of the admin
+//!   server, and the webhook and Alertmanager threads.
+//! - [`shard`]: role `match`: each event's partition on the events topic (correlator shard).
+//! - [`correlate`]: role `correlate`: the correlator fed by the events topic.
 //! - [`signals`]: SIGTERM, SIGINT, SIGHUP.
 //! - `unknown`: the batch's unknown error lines -> templates -> `unknown` events.
+//!
+//! Roles (`incidents.role`, `--role`; see `docs/scale-out.md`): `all` runs the stages above in
+//! one process; `match` runs them without the incident stage and places each event on the
+//! partition of its correlator shard; `correlate` swaps the match stage for [`correlate`] and
+//! the input topics for the events topic, read in the correlator group.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,7 +38,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::kafka::kafka_settings;
+use crate::incident::config::Role;
+use crate::kafka::{kafka_settings, KafkaConfig};
 use crate::matcher::MatchError;
 use crate::reload::{self, KbSource, Loaded, ReloadError};
 use crate::runtime::{queue, Health, Shutdown, Stats};
@@ -38,15 +48,20 @@ use crate::sink::kafka::{KafkaSink, SinkError};
 use crate::source::kafka::{Batch, KafkaSource, SourceError};
 
 pub mod config;
+pub mod correlate;
 pub mod decode;
 pub mod incidents;
 pub mod match_stage;
+pub mod shard;
 pub mod signals;
 mod unknown;
 
 pub use decode::LimitExceeded;
 pub use match_stage::{FaultInjection, FaultPoint};
 use match_stage::{MatchStage, StageParts};
+
+/// How long role `match` waits for the events topic's metadata at start.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why the pipeline stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +107,9 @@ pub enum PipelineError {
     /// The incident stage could not start.
     #[error(transparent)]
     Incidents(#[from] incidents::StartError),
+    /// The admin server's token is missing or unreadable.
+    #[error(transparent)]
+    AdminToken(#[from] server::AdminError),
 }
 
 /// The pipeline's stop: the [`Shutdown`] flags every stage reads, and the first error that
@@ -155,8 +173,12 @@ pub struct Running {
     reload: tokio::sync::mpsc::Sender<()>,
     admin: Option<std::net::SocketAddr>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    /// The webhook thread: joined after the matcher, within the drain timeout.
-    webhook: Option<(std::thread::JoinHandle<()>, Duration)>,
+    /// The webhook and Alertmanager threads: joined after the matcher, within the drain
+    /// timeout.
+    delivery: Vec<std::thread::JoinHandle<()>>,
+    drain_timeout: Duration,
+    /// The incidents the admin pages show, when incidents and the admin server are on.
+    store: Option<Arc<server::store::IncidentStore>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Flushed after the stages stop, so the last spans are exported.
     telemetry: Option<crate::telemetry::Telemetry>,
@@ -187,11 +209,25 @@ pub async fn start_with_faults(
     loaded: Loaded,
     faults: Option<FaultInjection>,
 ) -> Result<Running, PipelineError> {
+    start_inner(config, Arc::new(loaded), faults).await
+}
+
+/// [`start`] with a KB already shared with other pipelines of this process (`faultline demo
+/// --matchers N`, `faultline bench latency`): the compiled database is read-only, each stage
+/// has its own scratch.
+pub async fn start_shared(config: Config, loaded: Arc<Loaded>) -> Result<Running, PipelineError> {
+    start_inner(config, loaded, None).await
+}
+
+async fn start_inner(
+    config: Config,
+    loaded: Arc<Loaded>,
+    faults: Option<FaultInjection>,
+) -> Result<Running, PipelineError> {
     let config = Arc::new(config);
     let health = Health::new(config.admin.stall_timeout);
     let stop = Stop::new();
     health.set_kb_version(loaded.version());
-    let loaded = Arc::new(loaded);
     let (kb_tx, kb_rx) = watch::channel(Arc::clone(&loaded));
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
     let mut tasks = Vec::new();
@@ -202,28 +238,37 @@ pub async fn start_with_faults(
         &config.telemetry,
         crate::telemetry::SpanDropCounters::of(&metrics),
     )?;
+    // The incident pages' store: the correlator's open incidents and the recently resolved.
+    let store = match (&config.incidents, config.admin.listen) {
+        (Some(c), Some(_)) => Some(server::store::IncidentStore::new(
+            c.correlator.max_open_incidents,
+            config.admin.resolved_incidents,
+        )),
+        _ => None,
+    };
     let admin = match config.admin.listen {
         Some(addr) => {
+            let token = config.admin.resolve_token()?;
             let listener = server::bind(addr)
                 .await
                 .map_err(|error| PipelineError::Admin { addr, error })?;
             let bound = listener.local_addr().unwrap_or(addr);
             let h = Arc::clone(&health);
             let m = Arc::clone(&metrics);
-            let routes =
-                server::health_routes(move || h.readiness()).route("/metrics", move || {
-                    server::Reply {
-                        status: 200,
-                        content_type: crate::metrics::CONTENT_TYPE,
-                        body: m.render(),
-                    }
+            let mut routes = server::health_routes(move || h.readiness())
+                .route("/metrics", move || {
+                    server::Reply::new(200, crate::metrics::CONTENT_TYPE, m.render())
                 });
+            if let Some(store) = &store {
+                routes = server::incidents::routes(routes, Arc::clone(store));
+            }
             tasks.push(tokio::spawn(server::serve(
                 listener,
-                routes,
+                routes.with_token(token),
                 stop.subscribe(),
             )));
-            tracing::info!(addr = %bound, "admin server listening (/healthz, /readyz, /metrics)");
+            tracing::info!(addr = %bound, incidents = store.is_some(),
+                "admin server listening (/healthz, /readyz, /metrics, /incidents, /api/v1/incidents)");
             Some(bound)
         }
         None => None,
@@ -238,7 +283,17 @@ pub async fn start_with_faults(
         stop.subscribe(),
     )));
 
-    let settings = kafka_settings(&config.kafka);
+    let role = config.incidents.as_ref().map_or(Role::All, |i| i.role);
+    // A correlator reads the events topic in its own group.
+    let kafka = match (&config.incidents, role) {
+        (Some(inc), Role::Correlate) => KafkaConfig {
+            topics: vec![crate::kafka::TopicSpec::Name(config.output.topic.clone())],
+            group_id: inc.correlator_group(&config.kafka.group_id),
+            ..config.kafka.clone()
+        },
+        _ => config.kafka.clone(),
+    };
+    let settings = kafka_settings(&kafka);
     let rules = config.redact.rules()?;
     let redactor = config.redact.enabled.then(|| Arc::clone(&rules));
     let sink = Arc::new(
@@ -251,18 +306,37 @@ pub async fn start_with_faults(
         )?
         .with_dead_letter_redactor(config.dead_letter.redact.then_some(rules)),
     );
+    let partitioner = match (&config.incidents, role) {
+        (Some(inc), Role::Match) => {
+            let (s, topic) = (Arc::clone(&sink), config.output.topic.clone());
+            let partitions =
+                tokio::task::spawn_blocking(move || s.partitions(&topic, METADATA_TIMEOUT))
+                    .await
+                    .map_err(|_| PipelineError::Panicked)??;
+            tracing::info!(topic = %config.output.topic, partitions, shard_by = ?inc.shard_by,
+                "role match: events placed by correlator shard");
+            Some(shard::EventPartitioner::new(partitions, inc.shard_by))
+        }
+        _ => None,
+    };
     let source = KafkaSource::new(
-        &config.kafka,
+        &kafka,
         &settings,
         config.pipeline.batch,
         Arc::clone(&health),
         Arc::clone(&metrics),
     )?;
-    let (incidents, webhook) = match &config.incidents {
-        Some(c) => {
-            let (stage, thread) = incidents::IncidentStage::start(
+    let (incidents, delivery) = match &config.incidents {
+        Some(c) if role != Role::Match => {
+            let outputs = incidents::Outputs {
+                webhook: config.webhook.as_ref(),
+                alertmanager: config.alertmanager.as_ref(),
+                store: store.clone(),
+                page_base: config.admin.page_base(admin),
+            };
+            let (stage, threads) = incidents::IncidentStage::start(
                 c,
-                config.webhook.as_ref(),
+                outputs,
                 Arc::clone(&sink),
                 Arc::clone(&health.tracker),
                 Arc::clone(&stop),
@@ -271,24 +345,44 @@ pub async fn start_with_faults(
                     .as_ref()
                     .map(crate::telemetry::Telemetry::incident_tracer),
             )?;
-            (Some(stage), thread.map(|t| (t, config.kafka.drain_timeout)))
+            (Some(stage), threads)
         }
-        None => (None, None),
+        _ => (None, Vec::new()),
     };
     let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);
-    let stage = MatchStage::new(StageParts {
-        config: Arc::clone(&config),
-        sink,
-        health: Arc::clone(&health),
-        stop: Arc::clone(&stop),
-        kb: kb_rx,
-        loaded,
-        metrics: Arc::clone(&metrics),
-        tracer: telemetry.as_ref().map(crate::telemetry::Telemetry::tracer),
-        redactor,
-        faults,
-        incidents,
-    })?;
+    let stage: Box<dyn FnOnce() + Send> = match (role, incidents) {
+        (Role::Correlate, Some(incidents)) => {
+            let stage = correlate::CorrelateStage::new(correlate::CorrelateParts {
+                config: Arc::clone(&config),
+                sink,
+                health: Arc::clone(&health),
+                stop: Arc::clone(&stop),
+                kb: kb_rx,
+                loaded,
+                metrics: Arc::clone(&metrics),
+                redactor,
+                incidents,
+            });
+            Box::new(move || stage.run(rx))
+        }
+        (_, incidents) => {
+            let stage = MatchStage::new(StageParts {
+                config: Arc::clone(&config),
+                sink,
+                health: Arc::clone(&health),
+                stop: Arc::clone(&stop),
+                kb: kb_rx,
+                loaded,
+                metrics: Arc::clone(&metrics),
+                tracer: telemetry.as_ref().map(crate::telemetry::Telemetry::tracer),
+                redactor,
+                faults,
+                incidents,
+                partitioner,
+            })?;
+            Box::new(move || stage.run(rx))
+        }
+    };
     let mut threads = Vec::new();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
@@ -296,15 +390,20 @@ pub async fn start_with_faults(
             .spawn(f)
             .map_err(PipelineError::Thread)
     };
-    threads.push(spawn("faultline-match", Box::new(move || stage.run(rx)))?);
+    let name = match role {
+        Role::Correlate => "faultline-correlate",
+        _ => "faultline-match",
+    };
+    threads.push(spawn(name, stage)?);
     let s = Arc::clone(stop.shutdown());
     threads.push(spawn(
         "faultline-source",
         Box::new(move || source.run(tx, s)),
     )?);
     tracing::info!(
-        topics = ?config.kafka.topics.iter().map(|t| t.as_subscription()).collect::<Vec<_>>(),
-        group = %config.kafka.group_id,
+        role = role.as_str(),
+        topics = ?kafka.topics.iter().map(|t| t.as_subscription()).collect::<Vec<_>>(),
+        group = %kafka.group_id,
         output = %config.output.topic,
         "consuming"
     );
@@ -314,7 +413,9 @@ pub async fn start_with_faults(
         reload: reload_tx,
         admin,
         threads,
-        webhook,
+        delivery,
+        drain_timeout: config.kafka.drain_timeout,
+        store,
         tasks,
         telemetry,
     })
@@ -329,6 +430,12 @@ impl Running {
     /// What it did so far.
     pub fn stats(&self) -> Stats {
         self.health.stats()
+    }
+
+    /// The incidents the admin pages show (open and recently resolved), when incidents and the
+    /// admin server are on.
+    pub fn incident_store(&self) -> Option<&Arc<server::store::IncidentStore>> {
+        self.store.as_ref()
     }
 
     /// The admin server's address, when it runs.
@@ -362,7 +469,8 @@ impl Running {
             health,
             stop,
             threads,
-            webhook,
+            delivery,
+            drain_timeout,
             tasks,
             telemetry,
             ..
@@ -372,12 +480,14 @@ impl Running {
                 .await
                 .unwrap_or(false);
         stop.request();
-        if let Some((thread, limit)) = webhook {
-            // Its queue is closed with the matcher; an attempt in progress may take its timeout.
-            let joining = tokio::task::spawn_blocking(move || thread.join().is_ok());
-            if tokio::time::timeout(limit, joining).await.is_err() {
-                tracing::warn!("the webhook thread is still sending; not waiting for it");
+        // Their queues are closed with the matcher; an attempt in progress may take its timeout.
+        let joining = tokio::task::spawn_blocking(move || {
+            for t in delivery {
+                let _ = t.join();
             }
+        });
+        if tokio::time::timeout(drain_timeout, joining).await.is_err() {
+            tracing::warn!("a webhook or Alertmanager thread is still sending; not waiting for it");
         }
         for t in tasks {
             let _ = t.await;

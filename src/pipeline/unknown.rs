@@ -192,9 +192,9 @@ impl UnknownStage {
                 // Serialising plain data cannot fail; never drop an event silently.
                 tracing::error!(error = %err, "serialising an unknown event");
             }
-            if let Err(e) = to
-                .sink
-                .send_event(id, event.job_id.as_bytes(), &self.json, to.stop)
+            if let Err(e) =
+                to.sink
+                    .send_event(id, event.job_id.as_bytes(), &self.json, None, to.stop)
             {
                 return (sent, Err(e));
             }

@@ -106,6 +106,14 @@ pub enum SinkError {
     /// The drain deadline passed while a record waited for room in the producer queue.
     #[error("shutting down with the producer queue full")]
     Abandoned,
+    /// A topic's partitions could not be read from the cluster's metadata.
+    #[error("reading the partitions of {topic}: {error}")]
+    Metadata {
+        /// The topic.
+        topic: String,
+        /// What went wrong.
+        error: String,
+    },
 }
 
 /// What a delivery report acknowledges.
@@ -248,14 +256,17 @@ impl KafkaSink {
     }
 
     /// Sends one match event for `record`, keyed by job id.
+    /// `partition` places it explicitly (a correlator shard, [`crate::pipeline::shard`]);
+    /// `None` leaves it to the partitioner (by key).
     pub fn send_event(
         &self,
         record: &RecordId,
         key: &[u8],
         payload: &[u8],
+        partition: Option<i32>,
         stop: &Shutdown,
     ) -> Result<(), SinkError> {
-        let r = BaseRecord::with_opaque_to(
+        let mut r = BaseRecord::with_opaque_to(
             &self.output_topic,
             Box::new(Delivery::Output {
                 record: record.clone(),
@@ -264,7 +275,36 @@ impl KafkaSink {
         )
         .key(key)
         .payload(payload);
+        if let Some(p) = partition {
+            r = r.partition(p);
+        }
         self.send(r, stop)
+    }
+
+    /// How many partitions `topic` has, from the cluster's metadata; an error when the topic
+    /// does not exist.
+    pub fn partitions(&self, topic: &str, timeout: Duration) -> Result<i32, SinkError> {
+        let error = |error: String| SinkError::Metadata {
+            topic: topic.to_string(),
+            error,
+        };
+        let metadata = self
+            .producer
+            .client()
+            .fetch_metadata(Some(topic), timeout)
+            .map_err(|e| error(e.to_string()))?;
+        let t = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .ok_or_else(|| error("not in the metadata".into()))?;
+        if let Some(e) = t.error() {
+            return Err(error(RDKafkaErrorCode::from(e).to_string()));
+        }
+        match t.partitions().len() {
+            0 => Err(error("the topic has no partitions (does it exist?)".into())),
+            n => Ok(n as i32),
+        }
     }
 
     /// Sends one incident change to `topic`, keyed by its fingerprint; `release` (a resolution)

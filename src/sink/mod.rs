@@ -1,6 +1,14 @@
 //! Where events go. [`stdout`] prints them for `faultline scan` (JSON lines or text for
-//! people); [`webhook`] turns incidents into tickets (generic JSON or Alertmanager).
+//! people); [`webhook`] turns incidents into tickets (generic JSON or Alertmanager's webhook
+//! payload); [`alertmanager`] posts them to Alertmanager's API as alerts.
 
+pub mod alertmanager;
 pub mod kafka;
 pub mod stdout;
 pub mod webhook;
+
+/// The incident page of `fingerprint` on the admin server at `base`: what tickets and alerts
+/// link to (`incident_url`).
+pub fn incident_url(base: &str, fingerprint: &str) -> String {
+    format!("{}/incidents/{fingerprint}", base.trim_end_matches('/'))
+}

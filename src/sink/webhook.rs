@@ -34,6 +34,7 @@ use serde_json::{json, Value};
 use crate::config::section::{Errors, Printer};
 use crate::enrich::SCHEMA_VERSION;
 use crate::incident::{CulpritMethod, IncidentEvent, Status};
+use crate::sink::incident_url;
 
 /// The body shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -65,6 +66,9 @@ pub struct WebhookConfig {
     pub receiver: String,
     /// Alertmanager's `externalURL`.
     pub external_url: String,
+    /// The admin server's base URL: tickets link to `<page_base>/incidents/<fingerprint>`
+    /// (`incident_url`); set when the service starts.
+    pub page_base: Option<String>,
 }
 
 impl WebhookConfig {
@@ -81,6 +85,7 @@ impl WebhookConfig {
             headers: Vec::new(),
             receiver: "faultline".into(),
             external_url: String::new(),
+            page_base: None,
         }
     }
 }
@@ -266,7 +271,16 @@ impl WebhookSink {
         }
         let key = idempotency_key(incident);
         let payload = match self.cfg.format {
-            PayloadFormat::Generic => generic_payload(incident, &key)?,
+            PayloadFormat::Generic => {
+                let mut p = generic_payload(incident, &key)?;
+                if let (Some(base), Value::Object(map)) = (&self.cfg.page_base, &mut p) {
+                    map.insert(
+                        "incident_url".into(),
+                        Value::String(incident_url(base, &incident.fingerprint)),
+                    );
+                }
+                p
+            }
             PayloadFormat::Alertmanager => alertmanager_payload(incident, &self.cfg),
         };
         let body = serde_json::to_vec(&payload)?;
@@ -459,6 +473,13 @@ pub fn alertmanager_payload(incident: &IncidentEvent, cfg: &WebhookConfig) -> Va
     if let Some(prev) = &incident.previous_fingerprint {
         annotations.insert("previous_fingerprint", prev.clone());
     }
+    let page = cfg
+        .page_base
+        .as_deref()
+        .map(|b| incident_url(b, &incident.fingerprint));
+    if let Some(page) = &page {
+        annotations.insert("incident_url", page.clone());
+    }
     let starts_at = incident
         .first_seen
         .clone()
@@ -493,7 +514,7 @@ pub fn alertmanager_payload(incident: &IncidentEvent, cfg: &WebhookConfig) -> Va
             "annotations": annotations,
             "startsAt": starts_at,
             "endsAt": ends_at,
-            "generatorURL": cfg.external_url,
+            "generatorURL": page.as_deref().unwrap_or(&cfg.external_url),
             "fingerprint": am_fingerprint,
         }],
     })

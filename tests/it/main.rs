@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
+mod alertmanager;
 mod architecture;
 mod cli;
 mod compose;
@@ -7,6 +8,7 @@ mod corpus;
 mod correlation;
 mod docs;
 mod fuzz_corpus;
+mod incident_page;
 mod incidents;
 mod isolation;
 mod kafka;
@@ -14,6 +16,7 @@ mod kb;
 mod limits;
 mod observability;
 mod redact;
+mod redact_envelopes;
 mod scan;
 mod support;
 mod telemetry;

@@ -149,6 +149,9 @@ fn rendered_metrics_pass_promtool_check_metrics() {
         "faultline_incident_commit_holds_expired_total",
         "faultline_incident_ranks",
         "faultline_node_incidents_total",
+        "faultline_alertmanager_alerts_total",
+        "faultline_alertmanager_retries_total",
+        "faultline_alertmanager_alerts_firing",
     ] {
         assert!(
             text.contains(&format!("# HELP {family} ")),

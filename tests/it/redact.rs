@@ -29,10 +29,14 @@ fn secrets() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Everything `scan` prints, in both formats.
+/// Everything `scan` prints for the secrets corpus, in both formats.
 fn printed(opts: &ScanOptions) -> (Vec<MatchEvent>, String) {
-    let dir = corpus();
-    let (events, json) = scan_paths(&hyperscan(), &[&dir], opts);
+    printed_in(&corpus(), opts)
+}
+
+/// Everything `scan` prints for `dir`, in both formats.
+pub(crate) fn printed_in(dir: &Path, opts: &ScanOptions) -> (Vec<MatchEvent>, String) {
+    let (events, json) = scan_paths(&hyperscan(), &[dir], opts);
     let (inputs, _) = file::expand(&[dir.display().to_string()], None);
     let mut text = StdoutSink::new(Vec::new(), Format::Text);
     faultline::scan::scan_inputs(&hyperscan(), &inputs, opts, &mut text, &mut |_| {})
@@ -42,7 +46,7 @@ fn printed(opts: &ScanOptions) -> (Vec<MatchEvent>, String) {
     (events, all)
 }
 
-fn redaction_off() -> ScanOptions {
+pub(crate) fn redaction_off() -> ScanOptions {
     ScanOptions {
         redactor: None,
         ..ScanOptions::default()
@@ -79,6 +83,12 @@ fn the_manifest_lists_secrets_the_corpus_holds() {
         "cli_secret",
         "env_secret",
         "password",
+        "secret_field",
+        "openai_api_key",
+        "anthropic_api_key",
+        "slack_token",
+        "jwt",
+        "private_key",
     ] {
         assert!(kinds.contains(kind), "no {kind} in SECRETS.txt");
     }
@@ -127,7 +137,7 @@ fn the_parallel_scan_redacts_too() {
 }
 
 /// Everything but the text: where, which entry, and what was read from the line.
-fn diagnosis_view(events: &[MatchEvent]) -> Vec<Value> {
+pub(crate) fn diagnosis_view(events: &[MatchEvent]) -> Vec<Value> {
     events
         .iter()
         .map(|e| {
@@ -223,6 +233,11 @@ fn the_cli_refuses_a_bad_extra_rule() {
 /// Everything downstream of the events that quotes log text: the incident objects `scan` prints
 /// (root line, context lines), both webhook payloads built from them, and the span attributes.
 fn downstream_text(opts: &ScanOptions) -> String {
+    downstream_text_in(&corpus(), opts)
+}
+
+/// [`downstream_text`] for `dir`.
+pub(crate) fn downstream_text_in(dir: &Path, opts: &ScanOptions) -> String {
     use faultline::incident::{Correlator, IncidentConfig};
     use faultline::sink::webhook::{self, PayloadFormat, WebhookConfig};
 
@@ -230,7 +245,7 @@ fn downstream_text(opts: &ScanOptions) -> String {
         incidents: Some(IncidentConfig::default()),
         ..opts.clone()
     };
-    let (events, printed) = scan_paths(&hyperscan(), &[&corpus()], &opts);
+    let (events, printed) = scan_paths(&hyperscan(), &[dir], &opts);
     let mut text = String::from_utf8(printed).expect("utf8");
     let mut correlator = Correlator::new(IncidentConfig::default()).expect("config");
     let mut incidents = Vec::new();

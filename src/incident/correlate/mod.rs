@@ -50,6 +50,10 @@ struct JobState {
     hosts: Vec<Arc<str>>,
     /// Where each rank ran, as the job's lines said (bounded by `max_ranks_per_incident`).
     placements: BTreeMap<u32, Arc<str>>,
+    /// The latest log time of the job's own lines: a line without a timestamp happened then,
+    /// not at the latest time of any job (lines of other jobs may be read hours ahead when a
+    /// partition lags or a replay interleaves jobs).
+    clock: Option<Millis>,
 }
 
 /// What the correlator did, for logs and (later) metrics.
@@ -249,11 +253,20 @@ impl Correlator {
         self.arrivals += 1;
         // A stamp without a year is placed next to the clock, or today when nothing told the
         // time yet.
-        let log_ms = elect::log_ms(event, self.clock.or_else(wall_now));
+        let near = self.clock.or(self.cfg.clock_anchor).or_else(wall_now);
+        let log_ms = elect::log_ms(event, near);
         if let Some(t) = log_ms {
             self.set_clock(t);
         }
-        let t = log_ms.or(self.clock).unwrap_or(0);
+        let job_clock = match event.scope {
+            // Else the time its open incident was opened on: untimed lines stay together.
+            Scope::Job => self
+                .jobs
+                .get(event.job_id.as_str())
+                .and_then(|j| j.clock.or_else(|| j.incident.as_ref().map(|i| i.last_ms))),
+            Scope::Node => None,
+        };
+        let t = log_ms.or(job_clock).or(self.clock).unwrap_or(0);
         self.expire(out);
         match (&event.scope, &event.host) {
             (Scope::Node, Some(host)) if elect::can_initiate(event) => {
@@ -356,6 +369,24 @@ impl Correlator {
         out: &mut Vec<IncidentEvent>,
     ) {
         let key = self.job_key(&event.job_id, out);
+        if let (Some(l), Some(job)) = (log_ms, self.jobs.get_mut(&key)) {
+            let first = job.clock.is_none();
+            job.clock = Some(job.clock.map_or(l, |c| c.max(l)));
+            // The job's first line with a time: what it printed before without one happened
+            // just before it, not at whatever time another job's lines had reached.
+            if let Some(inc) = job
+                .incident
+                .as_mut()
+                .filter(|i| first && i.first_log_ms.is_none())
+            {
+                self.open.remove(&inc.open_key);
+                inc.retime(l);
+                job.streams.retime(l);
+                self.update_tick += 1;
+                inc.open_key = (l.max(self.clock.unwrap_or(l)), self.update_tick);
+                self.open.insert(inc.open_key, Arc::clone(&key));
+            }
+        }
         let rank = event.any_rank();
         let host: Option<Arc<str>> = event.host.as_deref().map(Arc::from);
         // A stream is where a line was printed: the launcher prefix or envelope rank, never a
@@ -761,6 +792,7 @@ impl Correlator {
                 history: VecDeque::new(),
                 hosts: Vec::new(),
                 placements: BTreeMap::new(),
+                clock: None,
             },
         );
         key

@@ -63,8 +63,8 @@ fn fault(point: FaultPoint, times: Option<usize>) -> FaultInjection {
     }
 }
 
-/// A sample of the running pipeline's `/metrics`.
-async fn metric(running: &Running, series: &str) -> Option<f64> {
+/// The running pipeline's `/metrics`, as rendered.
+async fn metrics_text(running: &Running) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = running.admin_addr().expect("admin server");
     let mut s = tokio::net::TcpStream::connect(addr)
@@ -75,8 +75,80 @@ async fn metric(running: &Running, series: &str) -> Option<f64> {
         .expect("writes");
     let mut text = String::new();
     s.read_to_string(&mut text).await.expect("reads");
+    text
+}
+
+/// The sum of the samples of `text` whose series starts with `prefix` (a name, or a name and
+/// its first labels).
+fn sum(text: &str, prefix: &str) -> f64 {
     text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// A sample of the running pipeline's `/metrics`.
+async fn metric(running: &Running, series: &str) -> Option<f64> {
+    metrics_text(running)
+        .await
+        .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// What the metrics say went through the match stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Counted {
+    records: f64,
+    lines: f64,
+    matches: f64,
+    panics: f64,
+    panic_dead_letters: f64,
+}
+
+impl Counted {
+    fn of(text: &str) -> Counted {
+        Counted {
+            records: sum(text, "faultline_records_consumed_total "),
+            lines: sum(text, "faultline_lines_scanned_total "),
+            matches: sum(text, "faultline_matches_total{"),
+            panics: sum(text, "faultline_panics_total{stage=\"match\"}"),
+            panic_dead_letters: sum(
+                text,
+                "faultline_records_dead_lettered_total{reason=\"panic\"}",
+            ),
+        }
+    }
+
+    fn reached(&self, expected: &Counted) -> bool {
+        self.records >= expected.records
+            && self.lines >= expected.lines
+            && self.matches >= expected.matches
+            && self.panics >= expected.panics
+            && self.panic_dead_letters >= expected.panic_dead_letters
+    }
+}
+
+/// The counts once each has reached `expected`'s (a batch's families are published one after
+/// the other, so one scrape may see a part), polled under the deadline; the caller asserts
+/// that they are exactly `expected`, which a count made twice would exceed.
+async fn counted(running: &Running, expected: Counted) -> Counted {
+    let polled = tokio::time::timeout(DEADLINE, async {
+        let mut ticks = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            ticks.tick().await;
+            let now = Counted::of(&metrics_text(running).await);
+            if now.reached(&expected) {
+                return now;
+            }
+        }
+    });
+    match polled.await {
+        Ok(c) => c,
+        Err(_) => panic!(
+            "the metrics never reached {expected:?}: {:?}",
+            Counted::of(&metrics_text(running).await)
+        ),
+    }
 }
 
 /// The input offsets of the events on the output topic, in order.
@@ -153,6 +225,16 @@ async fn a_record_that_panics_is_dead_lettered_and_every_other_record_matches() 
         stats.records, 5,
         "each record counted once despite the retries"
     );
+    // The metrics agree: every record consumed once (the poison one too), the four others'
+    // lines scanned once, the three matches once, whichever attempt finished them.
+    let expected = Counted {
+        records: 5.0,
+        lines: 4.0,
+        matches: 3.0,
+        panics: 3.0,
+        panic_dead_letters: 1.0,
+    };
+    assert_eq!(counted(&running, expected).await, expected);
     assert_eq!((stats.invalid, stats.dead_letters_acked), (0, 1));
     assert_eq!(running.health().tracker.errors(), 0);
     running.shutdown();
@@ -200,6 +282,17 @@ async fn a_panic_after_a_record_s_events_went_out_sends_none_twice() {
         "every ack matched an output"
     );
     assert_eq!(running.stats().records, 3);
+    // What went out is counted, once: the three records and their four lines, the four events
+    // (the poison record's went out before the panic), the panic and its dead letter; the
+    // record after the poison one is counted by the retry alone.
+    let expected = Counted {
+        records: 3.0,
+        lines: 4.0,
+        matches: 4.0,
+        panics: 1.0,
+        panic_dead_letters: 1.0,
+    };
+    assert_eq!(counted(&running, expected).await, expected);
     running.shutdown();
     running.wait().await.expect("clean stop");
 }
@@ -232,6 +325,15 @@ async fn a_panic_that_does_not_recur_is_retried_and_loses_nothing() {
         Some(1.0)
     );
     assert_eq!(running.stats().records, 3);
+    // The panic struck after the batch was decoded and counted: the retry counts it, once.
+    let expected = Counted {
+        records: 3.0,
+        lines: 3.0,
+        matches: 3.0,
+        panics: 1.0,
+        panic_dead_letters: 0.0,
+    };
+    assert_eq!(counted(&running, expected).await, expected);
     running.shutdown();
     running.wait().await.expect("clean stop");
 }

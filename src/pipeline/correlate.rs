@@ -1,0 +1,506 @@
+//! Role `correlate`: the correlator of a scaled-out deployment. It consumes the events topic
+//! (what the match members produce: matches only, a small fraction of the log volume) in its
+//! own consumer group, so every match of a job and of its hosts meets in one correlator, and
+//! produces incident changes, tickets and alerts exactly as role `all` does.
+//!
+//! ```text
+//!  match members ──events (partition = shard)──▶ events topic ──▶ correlator group
+//!                                                    │ active member: decode, dedupe,
+//!                                                    ▼ IncidentStage (holds, incidents topic, webhook)
+//!                                              standbys: no partition until a failover
+//! ```
+//!
+//! Availability comes from Kafka's group protocol: the events topic has one partition per
+//! shard, so extra correlator members get no partition and stand by; when the active member
+//! dies, the group gives its partitions to a standby, which reads from the committed offset.
+//! That offset is held at the first event of every open incident ([`super::incidents`]), so
+//! the new member rebuilds every open incident from the events topic, the correlator's log,
+//! and produces the same fingerprints and idempotency keys: a ticket is neither lost nor
+//! doubled.
+//!
+//! Duplicates: a match member that dies re-matches, from its committed offset, records whose
+//! events it had produced, so the events topic holds some events twice (at most what the
+//! member had produced past its last commit). Events of one input partition reach one events
+//! partition in order; a replay shows up as a source position at or before the last one seen
+//! for that (events partition, input partition), and is skipped and counted
+//! (`faultline_correlator_events_total{result="duplicate"}`). The positions kept are bounded
+//! ([`MAX_SOURCES`], least recently seen dropped).
+//!
+//! The KB: events carry their entry's id; the correlator attaches its own KB's entry (its
+//! class, catch-all flag and diagnosis drive the election). An entry it lacks (the members run
+//! a newer KB) is correlated with the diagnosis the event carried
+//! (`result="unknown_entry"`). A record that is not a readable match event is dead-lettered
+//! (reason `invalid_event`); a record of another `type` is skipped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::watch;
+
+use super::{incidents, PipelineError, Stop};
+use crate::config::Config;
+use crate::enrich::{Diagnosis, MatchEvent, Scope, SCHEMA_VERSION};
+use crate::incident::lru::LruOrder;
+use crate::kb::{Role, Severity};
+use crate::metrics::{CorrelatorResult, DeadLetterReason, Metrics, PanicStage};
+use crate::record::Provenance;
+use crate::redact::Redactor;
+use crate::reload::Loaded;
+use crate::runtime::{queue, Health};
+use crate::sink::kafka::KafkaSink;
+use crate::source::kafka::{forget, Batch};
+
+/// (events partition, input topic, input partition) whose last source position is kept.
+pub const MAX_SOURCES: usize = 100_000;
+
+/// A match event as the events topic carries it ([`MatchEvent`]'s JSON).
+#[derive(Debug, Deserialize)]
+struct Wire {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    schema_version: Option<u32>,
+    kb_id: Option<String>,
+    error_code: Option<String>,
+    domain: Option<String>,
+    category: Option<String>,
+    role: Option<String>,
+    severity: Option<String>,
+    job_id: Option<String>,
+    rank: Option<u32>,
+    host: Option<String>,
+    pod: Option<String>,
+    timestamp: Option<String>,
+    source: Option<Provenance>,
+    #[serde(default)]
+    line: String,
+    #[serde(default)]
+    truncated: bool,
+    #[serde(default)]
+    captures: BTreeMap<String, String>,
+    #[serde(default)]
+    kb_version: String,
+    #[serde(default)]
+    diagnosis: Option<WireDiagnosis>,
+    #[serde(default)]
+    scope: Scope,
+    #[serde(default)]
+    also: Vec<String>,
+    cluster: Option<String>,
+}
+
+/// The part of an event's diagnosis used when the correlator's KB lacks the entry.
+#[derive(Debug, Default, Deserialize)]
+struct WireDiagnosis {
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    root_cause: String,
+    #[serde(default)]
+    verification: String,
+}
+
+/// What an events-topic record is.
+#[derive(Debug)]
+pub enum Decoded {
+    /// A match event; `known`: the correlator's KB has its entry.
+    Match {
+        /// The event, with the entry's diagnosis attached.
+        event: Box<MatchEvent>,
+        /// Whether the correlator's KB has the entry.
+        known: bool,
+    },
+    /// Another `type` (an unknown-line event, a future kind): not the correlator's.
+    Other,
+}
+
+/// Reads one events-topic payload; the error says why it is not a readable match event.
+pub fn decode_event(payload: &[u8], enricher: &crate::enrich::Enricher) -> Result<Decoded, String> {
+    let w: Wire = serde_json::from_slice(payload).map_err(|e| format!("not JSON: {e}"))?;
+    match w.kind.as_deref() {
+        Some("match") => {}
+        Some(_) => return Ok(Decoded::Other),
+        None => return Err("no \"type\"".into()),
+    }
+    let version = w.schema_version.ok_or("no schema_version")?;
+    if version > SCHEMA_VERSION {
+        return Err(format!(
+            "schema_version {version} is newer than this correlator's {SCHEMA_VERSION}"
+        ));
+    }
+    let missing = |field: &str| format!("no {field}");
+    let kb_id = w.kb_id.ok_or_else(|| missing("kb_id"))?;
+    let job_id = w.job_id.ok_or_else(|| missing("job_id"))?;
+    let source = w.source.ok_or_else(|| missing("source"))?;
+    let (diagnosis, role, severity, known) = match enricher.entry(&kb_id) {
+        Some((entry, d)) => (Arc::clone(d), entry.role, entry.severity, true),
+        None => {
+            let role = w.role.as_deref().and_then(Role::parse).ok_or("no role")?;
+            let severity = w
+                .severity
+                .as_deref()
+                .and_then(Severity::parse)
+                .ok_or("no severity")?;
+            let d = w.diagnosis.unwrap_or_default();
+            let diagnosis = Diagnosis {
+                title: d.title,
+                root_cause: d.root_cause,
+                verification: d.verification,
+                ..Diagnosis::default()
+            };
+            (Arc::new(diagnosis), role, severity, false)
+        }
+    };
+    let event = MatchEvent {
+        kind: "match",
+        schema_version: SCHEMA_VERSION,
+        error_code: w.error_code.ok_or_else(|| missing("error_code"))?,
+        domain: w.domain.unwrap_or_default(),
+        category: w.category.unwrap_or_default(),
+        kb_id,
+        role,
+        severity,
+        job_id,
+        rank: w.rank,
+        host: w.host,
+        pod: w.pod,
+        timestamp: w.timestamp,
+        source,
+        line: w.line,
+        truncated: w.truncated,
+        captures: w.captures,
+        kb_version: w.kb_version,
+        diagnosis,
+        scope: w.scope,
+        also: w.also,
+        cluster: w.cluster,
+    };
+    Ok(Decoded::Match {
+        event: Box::new(event),
+        known,
+    })
+}
+
+/// The last source position seen per (events partition, input partition): a match member's
+/// replay after a crash arrives at or before it ([`MAX_SOURCES`] kept).
+#[derive(Debug, Default)]
+pub struct Dedupe {
+    last: HashMap<SourceKey, Seen>,
+    order: LruOrder<SourceKey>,
+}
+
+/// (events partition, input topic, input partition).
+type SourceKey = (i32, String, i32);
+
+/// The last (input offset, line) seen of a source and its LRU tick.
+type Seen = ((i64, u64), u64);
+
+impl Dedupe {
+    /// Whether the event read from events partition `partition` with provenance `source` was
+    /// seen before; records it otherwise. Events of a file (no input offset) are never
+    /// duplicates.
+    pub fn seen(&mut self, partition: i32, source: &Provenance) -> bool {
+        let Provenance::Kafka {
+            topic,
+            partition: p,
+            offset,
+            line,
+        } = source
+        else {
+            return false;
+        };
+        let at = (*offset, *line);
+        let key = (partition, topic.clone(), *p);
+        if let Some((last, tick)) = self.last.get_mut(&key) {
+            *tick = self.order.touch(*tick);
+            if at <= *last {
+                return true;
+            }
+            *last = at;
+            return false;
+        }
+        if self.last.len() >= MAX_SOURCES {
+            if let Some(old) = self.order.pop_oldest() {
+                self.last.remove(&old);
+            }
+        }
+        let tick = self.order.push(key.clone());
+        self.last.insert(key, (at, tick));
+        false
+    }
+
+    /// Input partitions tracked.
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
+
+    /// True when nothing is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.last.is_empty()
+    }
+}
+
+/// What the correlate stage is built from.
+pub(super) struct CorrelateParts {
+    pub(super) config: Arc<Config>,
+    pub(super) sink: Arc<KafkaSink>,
+    pub(super) health: Arc<Health>,
+    pub(super) stop: Arc<Stop>,
+    pub(super) kb: watch::Receiver<Arc<Loaded>>,
+    pub(super) loaded: Arc<Loaded>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) redactor: Option<Arc<Redactor>>,
+    pub(super) incidents: incidents::IncidentStage,
+}
+
+/// The correlator thread of role `correlate`.
+pub(super) struct CorrelateStage {
+    p: CorrelateParts,
+    dedupe: Dedupe,
+    /// Outputs (dead letters) per record of the batch being processed.
+    outputs: Vec<u32>,
+}
+
+impl CorrelateStage {
+    pub(super) fn new(p: CorrelateParts) -> Self {
+        CorrelateStage {
+            p,
+            dedupe: Dedupe::default(),
+            outputs: Vec::new(),
+        }
+    }
+
+    pub(super) fn run(mut self, rx: queue::Receiver<Batch>) {
+        loop {
+            let batch = match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(b) => b,
+                Err(queue::RecvError::Timeout) => {
+                    if let Some(e) = self.p.sink.failure() {
+                        self.p.stop.fail(e.into());
+                    }
+                    self.p.incidents.tick();
+                    continue;
+                }
+                Err(queue::RecvError::Closed) => {
+                    self.p.incidents.flush_open();
+                    break;
+                }
+            };
+            if self.p.stop.failed() {
+                forget(&self.p.health.tracker, &batch.records);
+                continue;
+            }
+            self.refresh_kb();
+            if let Err(e) = self.process(&batch) {
+                self.p.stop.fail(e);
+            }
+            self.p.incidents.tick();
+        }
+        if let Err(e) = self.p.sink.flush(self.p.config.kafka.drain_timeout) {
+            tracing::warn!(error = %e, "flushing the producer");
+        }
+    }
+
+    /// Takes the newest KB, if a reload published one: between batches only.
+    fn refresh_kb(&mut self) {
+        if self.p.kb.has_changed().unwrap_or(false) {
+            let next = Arc::clone(&self.p.kb.borrow_and_update());
+            self.p.metrics.set_kb(&next.engine.kb);
+            tracing::info!(kb_version = %next.version(), "correlating with the reloaded knowledge base");
+            self.p.loaded = next;
+        }
+    }
+
+    /// Decodes, dedupes and correlates each record of `batch`, one at a time (a panic in the
+    /// correlator is confined to its event, which is dead-lettered), then resolves them all.
+    fn process(&mut self, batch: &Batch) -> Result<(), PipelineError> {
+        let records = &batch.records;
+        let tracker = Arc::clone(&self.p.health.tracker);
+        let families = self.p.metrics.incidents().clone();
+        let kb_version = self.p.loaded.version().to_string();
+        let redactor = self.p.redactor.clone().unwrap_or_else(Redactor::builtin);
+        self.outputs.clear();
+        let mut bytes = 0u64;
+        for (i, r) in records.iter().enumerate() {
+            let payload = batch.payload(r).unwrap_or_default();
+            bytes += payload.len() as u64;
+            let (result, why) = match decode_event(payload, &self.p.loaded.enricher) {
+                Ok(Decoded::Other) => (CorrelatorResult::Skipped, None),
+                Err(why) => (CorrelatorResult::Invalid, Some(("invalid_event", why))),
+                Ok(Decoded::Match { event, known }) => {
+                    if self.dedupe.seen(r.id.tp.partition, &event.source) {
+                        (CorrelatorResult::Duplicate, None)
+                    } else {
+                        let one = [(i, *event)];
+                        let incidents = &mut self.p.incidents;
+                        match crate::isolation::catch(&redactor, || {
+                            incidents.observe(records, &one)
+                        }) {
+                            Ok(()) if known => (CorrelatorResult::Correlated, None),
+                            Ok(()) => (CorrelatorResult::UnknownEntry, None),
+                            Err(message) => {
+                                self.p.metrics.panicked(PanicStage::Correlate);
+                                tracing::error!(source = %r.id.tp, offset = r.id.offset,
+                                    error = %message, "correlating an event panicked (a bug: \
+                                    please report it); dead-lettering it");
+                                let why = format!("correlating the event panicked: {message}");
+                                (CorrelatorResult::Invalid, Some(("panic", why)))
+                            }
+                        }
+                    }
+                }
+            };
+            families.correlator(result, 1);
+            let mut outputs = 0;
+            if let Some((reason, error)) = why {
+                let label = DeadLetterReason::parse(reason).unwrap_or(DeadLetterReason::Panic);
+                let mut counts = self.p.metrics.batch();
+                counts.dead_lettered(label);
+                self.p.metrics.flush(&mut counts);
+                self.p.health.invalid.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(source = %r.id.tp, offset = r.id.offset, reason, error = %error,
+                    "dead-lettering an events-topic record");
+                if let Err(e) = self.p.sink.send_dead_letter(
+                    batch.view(r),
+                    reason,
+                    "correlate",
+                    &error,
+                    &kb_version,
+                    &self.p.stop,
+                ) {
+                    tracker.resolve_many(
+                        records
+                            .iter()
+                            .map(|r| &r.id)
+                            .zip(self.outputs.iter().copied()),
+                    );
+                    forget(&tracker, &records[i..]);
+                    return Err(e.into());
+                }
+                outputs = 1;
+            }
+            self.outputs.push(outputs);
+        }
+        self.p
+            .health
+            .records
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
+        self.p.health.bytes.fetch_add(bytes, Ordering::Relaxed);
+        tracker.resolve_many(
+            records
+                .iter()
+                .map(|r| &r.id)
+                .zip(self.outputs.iter().copied()),
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kafka(offset: i64, line: u64) -> Provenance {
+        Provenance::Kafka {
+            topic: "logs".into(),
+            partition: 3,
+            offset,
+            line,
+        }
+    }
+
+    #[test]
+    fn a_replayed_source_position_is_a_duplicate_per_events_partition() {
+        let mut d = Dedupe::default();
+        assert!(!d.seen(0, &kafka(10, 1)));
+        assert!(!d.seen(0, &kafka(10, 2)), "the next line of the record");
+        assert!(!d.seen(0, &kafka(12, 1)));
+        assert!(d.seen(0, &kafka(10, 2)), "a member's replay");
+        assert!(d.seen(0, &kafka(12, 1)));
+        assert!(!d.seen(0, &kafka(13, 1)), "past the replay");
+        assert!(!d.seen(1, &kafka(10, 1)), "another events partition");
+        let file = Provenance::File {
+            path: "x".into(),
+            line: 1,
+        };
+        assert!(!d.seen(0, &file) && !d.seen(0, &file), "no offsets: never");
+        assert_eq!(d.len(), 2);
+    }
+
+    #[test]
+    fn the_tracked_positions_are_bounded() {
+        let mut d = Dedupe::default();
+        for p in 0..(MAX_SOURCES as i32 + 10) {
+            let src = Provenance::Kafka {
+                topic: "t".into(),
+                partition: p,
+                offset: 1,
+                line: 1,
+            };
+            d.seen(0, &src);
+        }
+        assert_eq!(d.len(), MAX_SOURCES);
+    }
+
+    #[test]
+    fn events_round_trip_through_their_json() {
+        let loaded = Loaded::new(crate::kb::KnowledgeBase::embedded().expect("embedded KB"))
+            .expect("compiles");
+        let (engine, enricher) = (&loaded.engine, &loaded.enricher);
+        let line = "May 18 19:02:39 gpu-node-02 kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=4121, GPU has fallen off the bus.";
+        let mut events = Vec::new();
+        let mut worker = engine.worker().expect("worker");
+        engine
+            .scan_chunk_hits(
+                &mut worker,
+                format!("{line}\n").as_bytes(),
+                crate::engine::ChunkInfo {
+                    first_line: 1,
+                    truncated: false,
+                },
+                &mut |hit| {
+                    events.push(enricher.event(&hit, "job", kafka(7, hit.line)));
+                },
+            )
+            .expect("scans");
+        let original = events.pop().expect("the Xid matched");
+        let json = serde_json::to_vec(&original).expect("serialises");
+        let Decoded::Match { event, known } = decode_event(&json, enricher).expect("decodes")
+        else {
+            panic!("a match event");
+        };
+        assert!(known);
+        assert_eq!(serde_json::to_vec(&*event).expect("serialises"), json);
+        assert!(Arc::ptr_eq(&event.diagnosis, &original.diagnosis));
+
+        // An entry this KB lacks keeps the event's own diagnosis.
+        let mut v: serde_json::Value = serde_json::from_slice(&json).expect("json");
+        v["kb_id"] = "vendor/new-entry".into();
+        let Decoded::Match { event, known } =
+            decode_event(v.to_string().as_bytes(), enricher).expect("decodes")
+        else {
+            panic!("a match event");
+        };
+        assert!(!known);
+        assert_eq!(event.diagnosis.title, original.diagnosis.title);
+        assert_eq!(event.role, original.role);
+
+        assert!(matches!(
+            decode_event(br#"{"type":"unknown","template_id":"t"}"#, enricher),
+            Ok(Decoded::Other)
+        ));
+        for bad in [
+            &b"not json"[..],
+            br#"{"kb_id":"x"}"#,
+            br#"{"type":"match","schema_version":1}"#,
+        ] {
+            assert!(
+                decode_event(bad, enricher).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! The admin HTTP server: `/healthz`, `/readyz`, the incident API and pages, and whatever else
+//! is registered on [`Routes`] (the metrics endpoint adds itself the same way).
+//!
+//! HTTP/1.1 on hyper, bound to 127.0.0.1 by default, read-only (GET and HEAD). Handlers are
+//! plain functions from the request path and query to a status and a body: they read shared
+//! state, never block.
+//!
+//! - [`config`]: the `[admin]` table, the bearer token.
+//! - [`store`]: the open incidents and a bounded ring of resolved ones, fed by the incident
+//!   stage (or `scan`).
+//! - [`incidents`]: `/api/v1/incidents` (JSON) and `/incidents` (HTML), with filters.
+//! - [`page`]: the HTML of the list and the detail page; [`chart`]: its timeline, inline SVG;
+//!   [`html`]: escaping, which every text from a log goes through.
+
+pub mod chart;
+pub mod config;
+pub mod html;
+pub mod incidents;
+pub mod page;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use config::{AdminConfig, AdminError, RawAdmin, Token, DEFAULT_ADMIN_LISTEN};
+
+/// What a handler returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// HTTP status code.
+    pub status: u16,
+    /// Value of the `Content-Type` header.
+    pub content_type: &'static str,
+    /// The response body.
+    pub body: String,
+    /// Further headers.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// What the HTML pages may load: nothing from elsewhere, no script at all.
+pub const PAGE_POLICY: &str =
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; \
+     base-uri 'none'; frame-ancestors 'none'";
+
+impl Reply {
+    /// A reply of `content_type`.
+    pub fn new(status: u16, content_type: &'static str, body: impl Into<String>) -> Self {
+        Reply {
+            status,
+            content_type,
+            body: body.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// A `text/plain` reply.
+    pub fn text(status: u16, body: impl Into<String>) -> Self {
+        Reply::new(status, "text/plain; charset=utf-8", body)
+    }
+
+    /// An `application/json` reply.
+    pub fn json(status: u16, body: impl Into<String>) -> Self {
+        Reply::new(status, "application/json", body)
+    }
+
+    /// A `text/html` reply that may load nothing and run no script ([`PAGE_POLICY`]).
+    pub fn html(status: u16, body: impl Into<String>) -> Self {
+        Reply::new(status, "text/html; charset=utf-8", body)
+            .header("Content-Security-Policy", PAGE_POLICY)
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+}
+
+/// A request as handlers see it: the path and the decoded query parameters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Get {
+    /// The path, as sent (`/incidents/fp2:...`).
+    pub path: String,
+    /// Query parameters in order, percent-decoded (`+` is a space).
+    pub query: Vec<(String, String)>,
+}
+
+impl Get {
+    /// A request of `path` with the raw query string `query`.
+    pub fn new(path: &str, query: Option<&str>) -> Self {
+        let query = query
+            .unwrap_or("")
+            .split('&')
+            .filter(|kv| !kv.is_empty())
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                (percent_decode(k), percent_decode(v))
+            })
+            .collect();
+        Get {
+            path: percent_decode_path(path),
+            query,
+        }
+    }
+
+    /// The first value of parameter `name`, unless empty.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+}
+
+fn percent_decode_bytes(text: &str, plus_is_space: bool) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let hex = |c: u8| (c as char).to_digit(16);
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' if plus_is_space => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A query component, decoded (`+` is a space).
+pub fn percent_decode(text: &str) -> String {
+    percent_decode_bytes(text, true)
+}
+
+fn percent_decode_path(text: &str) -> String {
+    percent_decode_bytes(text, false)
+}
+
+/// A route's handler: builds a fresh reply for each request.
+pub type Handler = Arc<dyn Fn(&Get) -> Reply + Send + Sync>;
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Anyone who reaches the port (probes, scrapers).
+    Open,
+    /// With the token, when one is set ([`Routes::with_token`]).
+    Token,
+}
+
+/// The routing table: exact paths and path prefixes to handlers; the token of the guarded ones.
+#[derive(Clone, Default)]
+pub struct Routes {
+    exact: BTreeMap<&'static str, (Handler, Access)>,
+    prefixes: Vec<(&'static str, Handler, Access)>,
+    token: Option<Token>,
+}
+
+impl Routes {
+    /// An empty table.
+    pub fn new() -> Self {
+        Routes::default()
+    }
+
+    /// Adds (or replaces) the open handler of `path`.
+    pub fn route(
+        mut self,
+        path: &'static str,
+        handler: impl Fn() -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        self.exact
+            .insert(path, (Arc::new(move |_: &Get| handler()), Access::Open));
+        self
+    }
+
+    /// Adds (or replaces) the handler of `path`, guarded by the token.
+    pub fn guarded(
+        mut self,
+        path: &'static str,
+        handler: impl Fn(&Get) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        self.exact.insert(path, (Arc::new(handler), Access::Token));
+        self
+    }
+
+    /// Adds the handler of every path under `prefix` (ending in `/`), guarded by the token.
+    pub fn guarded_prefix(
+        mut self,
+        prefix: &'static str,
+        handler: impl Fn(&Get) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        self.prefixes
+            .push((prefix, Arc::new(handler), Access::Token));
+        self
+    }
+
+    /// Requires `token` on the guarded routes (`None`: they are open, as on loopback).
+    pub fn with_token(mut self, token: Option<Token>) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// Serves GET and HEAD on the registered paths without credentials.
+    pub fn handle(&self, method: &hyper::Method, path: &str) -> Reply {
+        self.dispatch(method, &Get::new(path, None), None)
+    }
+
+    /// Serves GET and HEAD: 404 on unknown paths, 405 for other methods, 401 on a guarded
+    /// route without the token (`authorization` is the `Authorization` header).
+    pub fn dispatch(
+        &self,
+        method: &hyper::Method,
+        req: &Get,
+        authorization: Option<&str>,
+    ) -> Reply {
+        let found = self.exact.get(req.path.as_str()).cloned().or_else(|| {
+            self.prefixes
+                .iter()
+                .find(|(p, _, _)| req.path.len() > p.len() && req.path.starts_with(p))
+                .map(|(_, h, a)| (Arc::clone(h), *a))
+        });
+        let Some((handler, access)) = found else {
+            let known: Vec<&str> = self.exact.keys().copied().collect();
+            return Reply::text(404, format!("not found; try {}\n", known.join(" ")));
+        };
+        if method != hyper::Method::GET && method != hyper::Method::HEAD {
+            return Reply::text(405, "method not allowed\n").header("Allow", "GET, HEAD");
+        }
+        if access == Access::Token {
+            if let Some(token) = &self.token {
+                if !token.accepts(authorization) {
+                    return Reply::text(401, "a bearer token is required (admin.token)\n")
+                        .header("WWW-Authenticate", "Bearer realm=\"faultline\"")
+                        .header("WWW-Authenticate", "Basic realm=\"faultline\"");
+                }
+            }
+        }
+        handler(req)
+    }
+}
+
+/// `/healthz` (the process is alive) and `/readyz` (`ready` says whether the process is ready,
+/// and why not).
+pub fn health_routes(ready: impl Fn() -> Result<String, String> + Send + Sync + 'static) -> Routes {
+    Routes::new()
+        .route("/healthz", || Reply::text(200, "ok\n"))
+        .route("/readyz", move || match ready() {
+            Ok(body) => Reply::text(200, body),
+            Err(body) => Reply::text(503, body),
+        })
+}
+
+/// Binds the admin address. Separate from [`serve`] so callers learn the port (tests bind
+/// `127.0.0.1:0`) and a taken port fails at startup.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serves until `stop` turns true.
+pub async fn serve(listener: TcpListener, routes: Routes, mut stop: watch::Receiver<bool>) {
+    let routes = Arc::new(routes);
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin server accept");
+                    continue;
+                }
+            },
+        };
+        let routes = Arc::clone(&routes);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+                let get = Get::new(req.uri().path(), req.uri().query());
+                let auth = req
+                    .headers()
+                    .get(hyper::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok());
+                let reply = routes.dispatch(req.method(), &get, auth);
+                let mut builder = Response::builder()
+                    .status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK))
+                    .header(hyper::header::CONTENT_TYPE, reply.content_type)
+                    .header("X-Content-Type-Options", "nosniff")
+                    .header("Referrer-Policy", "no-referrer");
+                for (name, value) in &reply.headers {
+                    builder = builder.header(*name, value);
+                }
+                let response = builder
+                    .body(Full::new(Bytes::from(reply.body)))
+                    .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())));
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "admin connection");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connects");
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("writes");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("reads");
+        out
+    }
+
+    #[tokio::test]
+    async fn routes_answer_over_http() {
+        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let r = Arc::clone(&ready);
+        let routes = health_routes(move || {
+            if r.load(std::sync::atomic::Ordering::Relaxed) {
+                Ok("ready\n".into())
+            } else {
+                Err("no partitions assigned\n".into())
+            }
+        })
+        .route("/extra", || Reply::text(200, "added later\n"));
+        let listener = bind("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("binds");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = watch::channel(false);
+        let server = tokio::spawn(serve(listener, routes, rx));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        let not_ready = get(addr, "/readyz").await;
+        assert!(not_ready.starts_with("HTTP/1.1 503"), "{not_ready}");
+        assert!(not_ready.ends_with("no partitions assigned\n"));
+        ready.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/extra").await.ends_with("added later\n"));
+        assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
+        tx.send_replace(true);
+        server.await.expect("server stops");
+    }
+
+    async fn get_with(addr: SocketAddr, path: &str, auth: Option<&str>) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connects");
+        let auth = auth
+            .map(|a| format!("Authorization: {a}\r\n"))
+            .unwrap_or_default();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("writes");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("reads");
+        out
+    }
+
+    #[tokio::test]
+    async fn guarded_routes_need_the_token_and_probes_do_not() {
+        let routes = health_routes(|| Ok("ready\n".into()))
+            .guarded("/secret", |req: &Get| {
+                Reply::text(200, format!("job={:?}\n", req.param("job")))
+            })
+            .guarded_prefix("/things/", |req: &Get| Reply::text(200, req.path.clone()))
+            .with_token(Token::new("t0ken"));
+        let listener = bind("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("binds");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = watch::channel(false);
+        let server = tokio::spawn(serve(listener, routes, rx));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        let refused = get(addr, "/secret").await;
+        assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+        assert!(refused.contains("www-authenticate: Basic"), "{refused}");
+        let wrong = get_with(addr, "/secret", Some("Bearer nope")).await;
+        assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+        let ok = get_with(addr, "/secret?job=a%20b+c&x", Some("Bearer t0ken")).await;
+        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+        assert!(ok.ends_with("job=Some(\"a b c\")\n"), "{ok}");
+        assert!(ok.contains("x-content-type-options: nosniff"), "{ok}");
+        let thing = get_with(addr, "/things/fp2%3Aab", Some("Bearer t0ken")).await;
+        assert!(thing.ends_with("/things/fp2:ab"), "{thing}");
+        assert!(get_with(addr, "/things/", Some("Bearer t0ken"))
+            .await
+            .starts_with("HTTP/1.1 404"));
+        tx.send_replace(true);
+        server.await.expect("server stops");
+    }
+}
