@@ -345,6 +345,11 @@ impl IncidentStage {
         self.recent = Some(recent);
     }
 
+    /// The correlator's log clock ([`Correlator::now`]).
+    pub fn log_now(&self) -> Option<crate::time::Millis> {
+        self.correlator.now()
+    }
+
     /// Notes an unknown error line (see [`crate::incident::unrecognised`]).
     pub fn observe_unknown(&mut self, seen: &UnknownSeen<'_>) {
         if let Some(r) = self.recent.as_mut() {

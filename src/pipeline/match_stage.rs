@@ -666,6 +666,7 @@ impl MatchStage {
                             sink: &self.sink,
                             stop: &self.stop,
                             health: &self.health,
+                            partitioner: self.partitioner.as_ref(),
                         };
                         let (n, unknown_sent) = u.send(i, &r.id, &to, &mut self.progress.partial);
                         sent += n;

@@ -20,6 +20,7 @@ use super::config::{InputConfig, JobIdFrom};
 use super::decode::{header_pairs, record_job};
 use super::incidents::IncidentStage;
 use super::match_stage::Span;
+use super::shard::EventPartitioner;
 use super::Stop;
 use crate::engine::{ChunkInfo, Hit};
 use crate::enrich::{job_of, JobName};
@@ -66,6 +67,8 @@ pub(super) struct SendTo<'a> {
     pub(super) sink: &'a KafkaSink,
     pub(super) stop: &'a Stop,
     pub(super) health: &'a Health,
+    /// Role `match`: the correlator shard of each event, as for the record's match events.
+    pub(super) partitioner: Option<&'a EventPartitioner>,
 }
 
 impl UnknownStage {
@@ -192,10 +195,11 @@ impl UnknownStage {
                 // Serialising plain data cannot fail; never drop an event silently.
                 tracing::error!(error = %err, "serialising an unknown event");
             }
-            if let Err(e) =
-                to.sink
-                    .send_event(id, event.job_id.as_bytes(), &self.json, None, to.stop)
-            {
+            let partition = to
+                .partitioner
+                .map(|p| p.partition_of(event.cluster.as_deref(), &event.source));
+            let key = event.job_id.as_bytes();
+            if let Err(e) = to.sink.send_event(id, key, &self.json, partition, to.stop) {
                 return (sent, Err(e));
             }
             self.next += 1;

@@ -85,6 +85,10 @@ pub struct UnknownEvent {
     pub example: String,
     /// The line was cut, at the input's line limit or at [`MAX_EXAMPLE_BYTES`].
     pub truncated: bool,
+    /// The envelope's `cluster`, when it named one: the correlator shard key, as for match
+    /// events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 /// One unknown error line, as a driver hands it to [`LiveMiner::observe`].
@@ -352,6 +356,7 @@ impl LiveMiner {
             source,
             example,
             truncated: cut || line.truncated,
+            cluster: line.meta.cluster.clone(),
         })
     }
 
