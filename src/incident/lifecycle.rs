@@ -665,6 +665,7 @@ impl Incident {
             kb_version: self.kb_version.clone(),
             serial: self.serial,
             timeline: Arc::new(self.timeline.view()),
+            effective_from: self.first_effective_ms,
         }
     }
 }

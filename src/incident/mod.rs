@@ -338,6 +338,11 @@ pub struct IncidentEvent {
     /// and the alert's `cluster` label; not part of the JSON contract.
     #[serde(skip)]
     pub timeline: Arc<timeline::TimelineView>,
+    /// The start of the incident's log time range with collective timeouts back-dated to when
+    /// their hang began (bounded by `max_backdate_ms`): where [`unrecognised`] looks back
+    /// from; not part of the JSON contract.
+    #[serde(skip)]
+    pub effective_from: Option<Millis>,
 }
 
 /// Another root-role match of the incident (the primary one is `root`).

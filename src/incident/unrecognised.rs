@@ -7,7 +7,8 @@
 //! templates seen most recently. When an incident whose root is unknown is emitted,
 //! [`RecentUnknown::attach`] lists the job's templates seen within the incident's window
 //! (from its first match minus the window to its last match plus the window, on the log's
-//! clock), newest first, at most [`MAX_LISTED`]. A lead for the on-call engineer when the KB
+//! clock; a collective timeout's incident starts where the hang began, when the timeout said
+//! how long it waited), newest first, at most [`MAX_LISTED`]. A lead for the on-call engineer when the KB
 //! could not name the root: the failure may well be one of these lines.
 //!
 //! Bounded: at most `max_jobs` jobs (the least recently touched is forgotten, counted in
@@ -213,7 +214,8 @@ impl RecentUnknown {
     }
 
     /// Sets `incident.unrecognised`: for an incident whose root is unknown, the job's
-    /// templates seen within its window (see the module docs); empty otherwise.
+    /// templates seen within its window (see the module docs), which starts where a collective
+    /// timeout's hang began when that is earlier than its first match; empty otherwise.
     pub fn attach(&self, incident: &mut IncidentEvent) {
         if incident.root_known {
             incident.unrecognised.clear();
@@ -225,7 +227,11 @@ impl RecentUnknown {
                 .and_then(crate::time::parse)
                 .and_then(|s| s.millis())
         };
-        let from = ms(&incident.first_seen).map(|t| t.saturating_sub(window));
+        let first = match (ms(&incident.first_seen), incident.effective_from) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let from = first.map(|t| t.saturating_sub(window));
         let to = ms(&incident.last_seen).map(|t| t.saturating_add(window));
         incident.unrecognised = self.near(&incident.job_id, from, to, MAX_LISTED);
     }
@@ -296,5 +302,72 @@ mod tests {
         assert_eq!(r.jobs(), 2);
         assert_eq!(r.evicted_jobs(), 1);
         assert!(r.near("a", None, None, 5).is_empty(), "a was the oldest");
+    }
+
+    #[test]
+    fn a_timeout_incident_without_a_root_lists_what_preceded_the_hang() {
+        use crate::incident::testutil::event;
+        use crate::incident::{Correlator, IncidentConfig};
+        use crate::kb::Role;
+        let base: Millis = 1_714_564_800_000;
+        // The hang began at base + 50 s; the timeouts fire ten minutes later.
+        let timeout = |rank: u32| {
+            event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout")
+                .job("j")
+                .rank(rank)
+                .ts(&format_ms(base + 650_000))
+                .cap("seq", "100")
+                .cap("timeout_ms", "600000")
+                .cap("elapsed_ms", "600000")
+                .build()
+        };
+        let mut c = Correlator::new(IncidentConfig::default()).expect("valid");
+        let mut out = Vec::new();
+        c.observe(&timeout(0), &mut out);
+        c.observe(&timeout(1), &mut out);
+        c.resolve_all(&mut out);
+        let mut incident = out.pop().expect("an incident");
+        assert!(!incident.root_known, "only cascades: no known root");
+        let window = incident.grouping_info.window_ms;
+        assert!(
+            window < 600_000,
+            "the window alone does not reach back to the hang"
+        );
+
+        let mut r = RecentUnknown::new(4, None);
+        // Just before the hang: listed. Long before it: not.
+        r.note(&seen(
+            "j",
+            7,
+            "ckptfs: write of shard <NUM> failed",
+            3,
+            Some(base + 45_000),
+        ));
+        r.note(&seen(
+            "j",
+            8,
+            "old failure <NUM>",
+            1,
+            Some(base - 3_600_000),
+        ));
+        r.attach(&mut incident);
+        let ids: Vec<&str> = incident
+            .unrecognised
+            .iter()
+            .map(|u| u.template_id.as_str())
+            .collect();
+        assert_eq!(ids, ["0000000000000007"]);
+        assert_eq!(incident.unrecognised[0].count, 3);
+
+        // Without the back-dated start, only the window before the first match counts.
+        incident.effective_from = None;
+        r.attach(&mut incident);
+        assert!(incident.unrecognised.is_empty());
+
+        // An incident with a known root lists nothing.
+        incident.root_known = true;
+        incident.effective_from = Some(base);
+        r.attach(&mut incident);
+        assert!(incident.unrecognised.is_empty());
     }
 }
