@@ -37,7 +37,8 @@ pub const MAX_PER_JOB: usize = 16;
 pub struct Unrecognised {
     /// Stable id of the template (16 hex digits), as in its `unknown` events.
     pub template_id: String,
-    /// The template text (`<NUM>`, `<IP>`... for masked values, `<*>` for mined variables).
+    /// The template text (`<NUM>`, `<IP>`... for masked values, `<*>` for mined variables),
+    /// secrets redacted.
     pub template: String,
     /// The template's first line in this job, secrets redacted.
     pub example: String,
@@ -45,6 +46,14 @@ pub struct Unrecognised {
     pub count: u64,
     /// Log time of its latest line, RFC 3339; null when no line of the job had a time.
     pub last_seen: Option<String>,
+}
+
+/// `text` with secrets redacted by `redactor` (`None`: as read).
+fn redact(redactor: &Option<Arc<Redactor>>, text: &str) -> String {
+    match redactor {
+        Some(r) => r.redact_str(text).into_owned(),
+        None => text.to_string(),
+    }
 }
 
 /// One unknown error line, as the miner placed it: what [`RecentUnknown::note`] takes.
@@ -67,6 +76,9 @@ pub struct UnknownSeen<'a> {
 #[derive(Debug)]
 struct Entry {
     id: u64,
+    /// The template's text as the miner has it, to notice when it changes.
+    raw_template: String,
+    /// That text, redacted: a masked template can still hold a secret's letters.
     template: String,
     example: String,
     count: u64,
@@ -148,19 +160,18 @@ impl RecentUnknown {
                 e.first = e.first.or(seen.at);
                 e.last = seen.at.max(e.last);
             }
-            if e.template != seen.template {
-                e.template.clear();
-                e.template.push_str(seen.template);
+            if e.raw_template != seen.template {
+                e.raw_template.clear();
+                e.raw_template.push_str(seen.template);
+                e.template = redact(&self.redactor, seen.template);
             }
             return;
         }
         let entry = Entry {
             id: seen.template_id,
-            template: seen.template.to_string(),
-            example: match &self.redactor {
-                Some(r) => r.redact_str(seen.example).into_owned(),
-                None => seen.example.to_string(),
-            },
+            raw_template: seen.template.to_string(),
+            template: redact(&self.redactor, seen.template),
+            example: redact(&self.redactor, seen.example),
             count: seen.count,
             first: seen.at,
             last: seen.at,
@@ -266,6 +277,18 @@ mod tests {
         r.note(&seen("j", 3, "nearer failure <NUM>", 1, Some(110_000)));
         r.note(&seen("j", 2, "near failure <*>", 2, Some(105_000)));
         r.note(&seen("other", 9, "not this job", 1, Some(100_000)));
+        r.note(&seen(
+            "other",
+            10,
+            "retrying with token=hf_abcdefghijklmnopqrstuvwxyz<NUM>",
+            1,
+            Some(100_000),
+        ));
+        let other = r.near("other", None, None, 5);
+        assert!(
+            other.iter().all(|u| !u.template.contains("hf_abcdefghij")),
+            "templates are redacted too: {other:?}"
+        );
         let near = r.near("j", Some(50_000), Some(200_000), 5);
         let ids: Vec<&str> = near.iter().map(|u| u.template_id.as_str()).collect();
         assert_eq!(ids, ["0000000000000003", "0000000000000002"]);
