@@ -21,3 +21,4 @@ mod scan;
 mod support;
 mod telemetry;
 mod templates;
+mod unknown;

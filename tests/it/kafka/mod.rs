@@ -9,6 +9,7 @@ mod dead_letters;
 mod in_process;
 mod incidents;
 mod out_of_process;
+mod unknown;
 
 use std::collections::HashMap;
 use std::path::Path;
