@@ -4,8 +4,10 @@
 //! unknown events must land on the correlator shard of their job's match events.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use faultline::pipeline::{self, shard::shard_of, Running};
+use faultline::reload::Loaded;
 use serde_json::Value;
 
 use super::*;
@@ -24,10 +26,18 @@ fn job_records(job: &str, cluster: &str, partition: i32) -> Vec<Out> {
         .collect()
 }
 
-async fn start(raw: RawConfig) -> Running {
-    let cfg = config(raw);
-    let loaded = pipeline::load_kb(&cfg).expect("KB loads");
-    pipeline::start(cfg, loaded).await.expect("starts")
+/// The built-in KB (compiled once, no example check at start: quick in a debug build), shared
+/// by the pipelines of a test.
+fn builtin_kb() -> Arc<Loaded> {
+    let kb = faultline::kb::KnowledgeBase::embedded().expect("the built-in KB");
+    Arc::new(Loaded::new(kb).expect("compiles"))
+}
+
+async fn start(mut raw: RawConfig, kb: &Arc<Loaded>) -> Running {
+    raw.kb.dir = None;
+    pipeline::start_shared(config(raw), Arc::clone(kb))
+        .await
+        .expect("starts")
 }
 
 async fn scrape(running: &Running) -> String {
@@ -85,12 +95,11 @@ async fn role_all_produces_unknown_events_counts_them_and_lists_them_on_the_inci
 
     let kb = tempfile::tempdir().expect("tmp");
     let mut raw = test_config(&cluster.bootstrap, &group, &input, &output, &dlq, kb.path());
-    raw.kb.dir = Some(crate::support::repo().join("kb"));
     raw.admin.listen = Some("127.0.0.1:0".into());
     raw.incidents.topic = Some(topic.clone());
     raw.incidents.window_ms = Some(3_000);
     raw.incidents.quiet_ms = Some(3_000);
-    let running = start(raw).await;
+    let running = start(raw, &builtin_kb()).await;
 
     let events = consume_until(&cluster.bootstrap, &output, 1, |r| {
         r.iter().filter(|m| m.json()["type"] == "unknown").count() >= 2
@@ -168,7 +177,6 @@ async fn split_roles_place_unknown_events_on_the_job_shard_and_the_correlator_li
     let kb = tempfile::tempdir().expect("tmp");
     let base = || {
         let mut raw = test_config(&cluster.bootstrap, &group, &input, &output, &dlq, kb.path());
-        raw.kb.dir = Some(crate::support::repo().join("kb"));
         raw.incidents.topic = Some(topic.clone());
         raw.incidents.window_ms = Some(3_000);
         raw.incidents.quiet_ms = Some(3_000);
@@ -180,8 +188,9 @@ async fn split_roles_place_unknown_events_on_the_job_shard_and_the_correlator_li
     let mut correlator = base();
     correlator.incidents.role = Some("correlate".into());
     correlator.admin.listen = Some("127.0.0.1:0".into());
-    let member = start(member).await;
-    let correlator = start(correlator).await;
+    let loaded = builtin_kb();
+    let member = start(member, &loaded).await;
+    let correlator = start(correlator, &loaded).await;
 
     let events = consume_until(&cluster.bootstrap, &output, SHARDS, |r| {
         r.iter().filter(|m| m.json()["type"] == "unknown").count() >= 4
