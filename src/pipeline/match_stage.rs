@@ -28,7 +28,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::config::JobIdFrom;
-use super::decode::{decode_record, header_pairs, record_job, Disposition, InvalidCounter};
+use super::decode::{decode_record, header_pairs, record_job, Disposition, InvalidCounter, Span};
 use super::unknown::{BatchView, SendTo, UnknownStage};
 use super::{incidents, PipelineError, Stop};
 use crate::config::Config;
@@ -43,14 +43,6 @@ use crate::runtime::queue;
 use crate::runtime::Health;
 use crate::sink::kafka::KafkaSink;
 use crate::source::kafka::{forget, Batch, SourceRecord};
-
-/// Where a record's lines start in the batch's scan buffer, and how many it has.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Span {
-    pub(super) record: usize,
-    pub(super) first_line: u64,
-    lines: u64,
-}
 
 /// What the match stage is built from ([`MatchStage::new`]).
 pub(super) struct StageParts {

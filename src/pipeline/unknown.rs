@@ -17,9 +17,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::config::{InputConfig, JobIdFrom};
-use super::decode::{header_pairs, record_job};
+use super::decode::{header_pairs, record_job, Span};
 use super::incidents::IncidentStage;
-use super::match_stage::Span;
 use super::shard::EventPartitioner;
 use super::Stop;
 use crate::engine::{ChunkInfo, Hit};
