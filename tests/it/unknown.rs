@@ -130,6 +130,10 @@ fn template_ids_are_stable_across_runs_and_agree_with_faultline_templates() {
         .output()
         .expect("runs");
     assert!(out.status.success());
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("hf_abcdefghij"),
+        "`faultline templates` redacts template texts too"
+    );
     let mut mined: Vec<String> = objects(&String::from_utf8(out.stdout).expect("utf8"))
         .iter()
         .map(|t| t["template_id"].as_str().expect("id").to_string())
