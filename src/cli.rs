@@ -222,6 +222,48 @@ Examples:
         #[arg(long)]
         unnamed: bool,
     },
+    /// Match members and a correlator on an embedded broker: the maximum rate, the latency from
+    /// a log line to its match event and to its incident at 10/50/90% of it, and the
+    /// correlator's matches per second per core (see docs/scale-out.md).
+    #[command(after_help = "\
+Examples:
+  faultline bench latency
+  faultline bench latency --matchers 2 --seconds 20 --json")]
+    Latency {
+        #[command(flatten)]
+        kb: KbArg,
+        /// Match members.
+        #[arg(long, default_value_t = 1)]
+        matchers: u16,
+        /// Healthy lines of the capacity backlog.
+        #[arg(long, default_value_t = 400_000)]
+        backlog: u64,
+        /// Seconds of steady load per level.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Load levels, in percent of the measured maximum.
+        #[arg(long, value_delimiter = ',', default_values_t = [10, 50, 90])]
+        levels: Vec<u32>,
+        /// One root-cause line (a new job) every this many lines.
+        #[arg(long, default_value_t = 1_000)]
+        roots_every: u64,
+        /// `pipeline.batch_linger_ms` of the members and the correlator.
+        #[arg(long, default_value_t = 20)]
+        batch_linger_ms: u64,
+        /// `linger.ms` of the producers.
+        #[arg(long, default_value_t = 5)]
+        linger_ms: u64,
+        /// `fetch.wait.max.ms` of the consumers (librdkafka's default).
+        #[arg(long, default_value_t = 500)]
+        fetch_wait_max_ms: u64,
+        /// Jobs of the correlator backlog (64 match events each; the embedded broker keeps
+        /// about 160 MB of it).
+        #[arg(long, default_value_t = 1_000)]
+        correlator_jobs: u64,
+        /// Print the report as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The `--kb` flag of every command that reads a knowledge base.
@@ -547,6 +589,39 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }) => {
             let report = crate::bench::incidents(jobs, cascades, step_ms)?;
             println!("{}", serde_json::to_string(&report)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Latency {
+            kb,
+            matchers,
+            backlog,
+            seconds,
+            levels,
+            roots_every,
+            batch_linger_ms,
+            linger_ms,
+            fetch_wait_max_ms,
+            correlator_jobs,
+            json,
+        }) => {
+            init_logs("warn");
+            let opts = crate::bench::latency::LatencyOptions {
+                kb: kb.kb,
+                matchers,
+                backlog,
+                seconds,
+                levels,
+                roots_every,
+                batch_linger_ms,
+                linger_ms,
+                fetch_wait_max_ms,
+                correlator_jobs,
+            };
+            let report = runtime()?.block_on(crate::bench::latency::run(&opts))?;
+            match json {
+                true => println!("{}", serde_json::to_string(&report)?),
+                false => print!("{}", crate::bench::latency::table(&report)),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Patterns { kb, unnamed }) => {

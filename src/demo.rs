@@ -200,7 +200,6 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         (EVENTS_TOPIC, 1),
         (INCIDENTS_TOPIC, 1),
         (DEAD_LETTER_TOPIC, 1),
-        (INCIDENTS_TOPIC, 1),
     ] {
         cluster.create_topic(topic, partitions, 1)?;
     }
@@ -266,13 +265,15 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         wait_until_done(&matchers, &correlator, &stop, &bootstrap, &ends).await
     };
     // Stop the members first, then the correlator: its producer flushes the last changes.
-    let mut report = Ok(0);
+    // (records read, match events acknowledged) over the members.
+    let mut report = Ok((0, 0));
     for m in matchers {
         m.shutdown();
         match m.wait().await {
             Ok(r) => {
-                if let Ok(n) = report.as_mut() {
-                    *n += r.stats.records;
+                if let Ok((records, events)) = report.as_mut() {
+                    *records += r.stats.records;
+                    *events += r.stats.events_acked;
                 }
             }
             Err(e) => report = Err(e),
@@ -291,8 +292,8 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
             Err(e)
         }
     };
-    let (events, incidents) = printed?;
-    let records = report?;
+    let (_, incidents) = printed?;
+    let (records, events) = report?;
     correlated?;
     drop(cluster);
     let summary = DemoSummary {

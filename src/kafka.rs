@@ -3,8 +3,11 @@
 //! librdkafka's log to `tracing`, the borrowed view of a consumed record, and the partition-list
 //! and lag helpers.
 //!
-//! A leaf of the Kafka side: it depends on [`crate::offsets`] and [`crate::config::section`]
-//! only, so the source and the sinks share it instead of importing each other.
+//! A leaf of the Kafka side: it depends on [`crate::offsets`], [`crate::config::section`] and
+//! the metric labels only, so the source and the sinks share it instead of importing each other.
+//! [`links`] turns librdkafka's connection noise into one line per broker outage.
+
+pub mod links;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +28,9 @@ pub struct RawKafka {
     pub brokers: Option<String>,
     /// Consumer group.
     pub group_id: Option<String>,
+    /// Static group membership (`group.instance.id`): a stable name per instance, such as a
+    /// StatefulSet's pod name.
+    pub instance_id: Option<String>,
     /// Topic names; an entry starting with `^` is a regular expression.
     pub topics: Option<Vec<String>>,
     /// `earliest` or `latest`.
@@ -81,6 +87,8 @@ pub struct KafkaConfig {
     pub brokers: String,
     /// Consumer group.
     pub group_id: String,
+    /// Static group membership (`group.instance.id`); `None`: dynamic membership.
+    pub instance_id: Option<String>,
     /// What the consumer subscribes to.
     pub topics: Vec<TopicSpec>,
     /// `earliest` or `latest`.
@@ -101,6 +109,7 @@ pub struct KafkaConfig {
 const MANAGED: &[(&str, &str)] = &[
     ("bootstrap.servers", "use kafka.brokers"),
     ("group.id", "use kafka.group_id"),
+    ("group.instance.id", "use kafka.instance_id"),
     ("auto.offset.reset", "use kafka.auto_offset_reset"),
     ("auto.commit.interval.ms", "use kafka.commit_interval_ms"),
     (
@@ -109,7 +118,7 @@ const MANAGED: &[(&str, &str)] = &[
     ),
     (
         "enable.auto.commit",
-        "faultline commits the offsets it stored periodically and on revoke",
+        "faultline commits the offsets it stored itself (docs/kafka.md: when offsets are committed)",
     ),
 ];
 
@@ -132,6 +141,20 @@ impl KafkaConfig {
         let group_id = k.group_id.unwrap_or_else(|| "faultline".into());
         if group_id.trim().is_empty() {
             errors.push("group_id", "must not be empty");
+        }
+        let instance_id = k.instance_id.map(|i| i.trim().to_string());
+        if let Some(i) = &instance_id {
+            // Kafka's rule for group.instance.id, checked here rather than at the first join.
+            let bad = i.is_empty()
+                || i.len() > 249
+                || i.chars()
+                    .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')));
+            if bad {
+                errors.push(
+                    "instance_id",
+                    format!("{i:?}: 1 to 249 characters of [a-zA-Z0-9._-]"),
+                );
+            }
         }
         let mut topics = Vec::new();
         let mut bad_topic = false;
@@ -203,6 +226,7 @@ impl KafkaConfig {
         KafkaConfig {
             brokers,
             group_id,
+            instance_id,
             topics,
             auto_offset_reset,
             commit_interval: Duration::from_millis(commit_interval_ms),
@@ -225,6 +249,9 @@ impl KafkaConfig {
         p.table("kafka");
         p.value("brokers", &self.brokers);
         p.value("group_id", &self.group_id);
+        if let Some(i) = &self.instance_id {
+            p.value("instance_id", i);
+        }
         let topics: Vec<&str> = self.topics.iter().map(TopicSpec::as_subscription).collect();
         p.value("topics", topics);
         p.value("auto_offset_reset", &self.auto_offset_reset);
@@ -265,13 +292,13 @@ pub fn kafka_settings(k: &KafkaConfig) -> KafkaSettings {
         s("partition.assignment.strategy", "cooperative-sticky"),
         s("auto.offset.reset", &k.auto_offset_reset),
         // Offsets are stored by faultline once a record and all before it are terminal, and
-        // librdkafka commits what is stored, asynchronously, every interval.
+        // committed by faultline: at once after an assignment, then at a pace that follows the
+        // acknowledgements (source::commit), not on librdkafka's timer, which a member dying
+        // young never reaches.
         s("enable.auto.offset.store", "false"),
-        s("enable.auto.commit", "true"),
-        s(
-            "auto.commit.interval.ms",
-            &k.commit_interval.as_millis().to_string(),
-        ),
+        s("enable.auto.commit", "false"),
+        // Lag and committed offsets for /metrics, and the end of broker outages (kafka::links).
+        s("statistics.interval.ms", "5000"),
         // Bounded prefetch: memory stays bounded under a large lag. (queued.min.messages stays
         // at librdkafka's 100000: lower values mean many more, smaller fetches.)
         s("queued.max.messages.kbytes", "16384"),
@@ -282,6 +309,11 @@ pub fn kafka_settings(k: &KafkaConfig) -> KafkaSettings {
         s("fetch.max.bytes", "16777216"),
         s("max.partition.fetch.bytes", "1048576"),
     ];
+    if let Some(id) = &k.instance_id {
+        // Static membership: a restarted instance takes its partitions back without a
+        // rebalance, as long as it returns within session.timeout.ms.
+        consumer.push(s("group.instance.id", id));
+    }
     let mut producer = vec![
         s("bootstrap.servers", &k.brokers),
         s("client.id", "faultline"),
@@ -292,6 +324,7 @@ pub fn kafka_settings(k: &KafkaConfig) -> KafkaSettings {
         // queue, which pauses consumption.
         s("queue.buffering.max.kbytes", "65536"),
         s("queue.buffering.max.messages", "100000"),
+        s("statistics.interval.ms", "5000"),
     ];
     for (key, value) in k.options.0.iter().chain(&k.consumer_options.0) {
         consumer.retain(|(k, _)| k != key);

@@ -43,13 +43,15 @@
 //! - [`reload`]: KB hot reload; [`server`]: the admin HTTP server; [`isolation`]: panics caught,
 //!   redacted and retried, for every driver ([`panic_hook`] prints them the same way).
 //! - [`pipeline`]: `faultline run`'s stages ([`pipeline::config`], [`pipeline::decode`],
-//!   [`pipeline::match_stage`], [`pipeline::incidents`], [`pipeline::signals`]).
+//!   [`pipeline::match_stage`], [`pipeline::incidents`], [`pipeline::signals`]; the roles of a
+//!   split deployment: [`pipeline::shard`], [`pipeline::correlate`]).
 //! - [`scan`]: the file and stdin driver.
 //! - [`mine`]: `faultline templates` (unknown error lines -> templates) and `kb suggest`
 //!   (templates -> KB drafts), over the same readers and engine as `scan`.
 //! - [`config`]: composes every component's table into `faultline.toml`.
 //! - [`eval`]: recognition measured on the real-log corpus.
-//! - [`demo`]: the whole pipeline on an embedded broker; [`bench`]: benchmark inputs;
+//! - [`demo`]: the whole pipeline on an embedded broker; [`bench`]: benchmark inputs and
+//!   [`bench::latency`], the split roles measured on an embedded broker;
 //!   [`cli`]: the command line.
 
 pub mod bench;

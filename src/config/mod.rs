@@ -110,6 +110,10 @@ pub struct Overrides {
     /// Consumer group (`kafka.group_id`).
     #[arg(long, env = "FAULTLINE_KAFKA_GROUP_ID", value_name = "GROUP")]
     pub group_id: Option<String>,
+    /// Static group membership: this instance's stable name, e.g. the pod name of a
+    /// StatefulSet (`kafka.instance_id`).
+    #[arg(long, env = "FAULTLINE_KAFKA_INSTANCE_ID", value_name = "NAME")]
+    pub instance_id: Option<String>,
     /// Input topic, repeatable; `^regex` subscribes by pattern (`kafka.topics`).
     #[arg(
         long = "topic",
@@ -221,6 +225,10 @@ pub struct Overrides {
     /// Batches queued between the consumer and the matcher (`pipeline.queue_batches`).
     #[arg(long, env = "FAULTLINE_PIPELINE_QUEUE_BATCHES", value_name = "N")]
     pub queue_batches: Option<usize>,
+    /// Directory of the crash notes that find a record killing the process
+    /// (`pipeline.state_dir`); off when unset.
+    #[arg(long, env = "FAULTLINE_PIPELINE_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Knowledge-base directory, watched for changes; the built-in KB when absent (`kb.dir`).
     #[arg(long = "kb", env = "FAULTLINE_KB", value_name = "DIR")]
     pub kb_dir: Option<PathBuf>,
@@ -344,6 +352,7 @@ impl RawConfig {
         let k = &mut self.kafka;
         set(&mut k.brokers, &o.brokers);
         set(&mut k.group_id, &o.group_id);
+        set(&mut k.instance_id, &o.instance_id);
         if !o.topics.is_empty() {
             k.topics = Some(o.topics.clone());
         }
@@ -395,6 +404,7 @@ impl RawConfig {
         set(&mut p.batch_max_bytes, &o.batch_max_bytes);
         set(&mut p.batch_linger_ms, &o.batch_linger_ms);
         set(&mut p.queue_batches, &o.queue_batches);
+        set(&mut p.state_dir, &o.state_dir);
         set(&mut self.kb.dir, &o.kb_dir);
         set(&mut self.kb.watch_interval_ms, &o.kb_watch_interval_ms);
         set(&mut self.admin.listen, &o.admin_listen);
@@ -806,6 +816,38 @@ topics = ["t"]
         let names: Vec<&str> = c.redact.extra.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["a", "b"], "the flags replace the file's rules");
         assert!(Cli::try_parse_from(["t", "--redact-enabled", "maybe"]).is_err());
+    }
+
+    #[test]
+    fn static_membership_sets_group_instance_id_and_commits_are_faultlines() {
+        let c = parse(&format!("{MINIMAL}instance_id = \"faultline-0\"\n")).expect("valid");
+        let s = kafka_settings(&c.kafka);
+        let get = |k: &str| {
+            s.consumer
+                .iter()
+                .find(|(x, _)| x == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("group.instance.id"), Some("faultline-0"));
+        assert_eq!(
+            get("enable.auto.commit"),
+            Some("false"),
+            "source::commit commits"
+        );
+        let dynamic = kafka_settings(&parse(MINIMAL).expect("valid").kafka);
+        assert!(dynamic
+            .consumer
+            .iter()
+            .all(|(k, _)| k != "group.instance.id"));
+        for bad in ["", "pod 0", "pod/0"] {
+            let e = parse(&format!("{MINIMAL}instance_id = {bad:?}\n")).expect_err(bad);
+            assert_eq!(fields(e), ["kafka.instance_id"], "{bad:?}");
+        }
+        let e = parse(&format!(
+            "{MINIMAL}[kafka.consumer_options]\n\"group.instance.id\" = \"x\"\n"
+        ))
+        .expect_err("managed");
+        assert_eq!(fields(e), ["kafka.consumer_options.\"group.instance.id\""]);
     }
 
     #[test]

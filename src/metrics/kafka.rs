@@ -1,9 +1,9 @@
 //! The Kafka side: consumer lag and committed offset per assigned partition (from librdkafka's
-//! statistics), and produce errors by output.
+//! statistics), produce errors by output, and lost broker connections by client.
 
 use prometheus::{IntCounterVec, IntGaugeVec, Registry};
 
-use super::labels::Output;
+use super::labels::{KafkaClient, Output};
 use super::{counter_vec, gauge_vec, MetricsError};
 
 /// The Kafka families.
@@ -12,6 +12,7 @@ pub struct KafkaFamilies {
     lag: IntGaugeVec,
     committed: IntGaugeVec,
     produce_errors: IntCounterVec,
+    broker_disconnects: IntCounterVec,
 }
 
 impl KafkaFamilies {
@@ -38,9 +39,19 @@ impl KafkaFamilies {
                 "Records the producer failed to deliver, by output.",
                 &["output"],
             )?,
+            broker_disconnects: counter_vec(
+                r,
+                "faultline_broker_disconnects_total",
+                "Connections to a broker lost, by client: each client counts once per broker \
+                 outage, however many reconnects librdkafka tries before it is back.",
+                &["client"],
+            )?,
         };
         for o in Output::ALL {
             f.produce_errors.with_label_values(&[o.as_str()]);
+        }
+        for c in KafkaClient::ALL {
+            f.broker_disconnects.with_label_values(&[c.as_str()]);
         }
         Ok(f)
     }
@@ -70,5 +81,11 @@ impl KafkaFamilies {
         self.produce_errors
             .with_label_values(&[output.as_str()])
             .inc_by(n);
+    }
+
+    /// The counter of `client`'s lost broker connections.
+    pub fn broker_disconnects(&self, client: KafkaClient) -> prometheus::IntCounter {
+        self.broker_disconnects
+            .with_label_values(&[client.as_str()])
     }
 }

@@ -42,9 +42,22 @@ label_set!(
         NotAnEnvelope => "not_an_envelope",
         /// Processing it panicked, alone, after its batch's retry panicked too.
         Panic => "panic",
+        /// Matching it killed the process (an abort, an OOM kill, a stack overflow: what no
+        /// panic handler catches), found across restarts by the crash notes.
+        CrashedProcess => "crashed_process",
         /// Role `correlate`: an events-topic record that is not a match event faultline can
         /// read.
         InvalidEvent => "invalid_event",
+    }
+);
+
+label_set!(
+    /// Which librdkafka client (`faultline_broker_disconnects_total{client}`).
+    KafkaClient {
+        /// The consumer of the input topics.
+        Consumer => "consumer",
+        /// The producer of every output.
+        Producer => "producer",
     }
 );
 

@@ -14,7 +14,7 @@
 //!
 //! - [`matches`]: `faultline_matches_total` and its dimension bookkeeping.
 //! - [`throughput`]: records, bytes, lines, dead letters, scan time, log-to-metric latency.
-//! - [`kafka`]: consumer lag, committed offsets, produce errors.
+//! - [`kafka`]: consumer lag, committed offsets, produce errors, broker disconnects.
 //! - [`kb`]: the KB in use, reloads, build info.
 //! - [`health`]: panics and dropped spans.
 //! - [`incidents`]: incidents, tickets, the webhook, commit holds.
@@ -40,8 +40,8 @@ pub use batch::{BatchCounts, MAX_VALUE_BYTES};
 pub use config::{DimensionConfig, MetricsConfig, RawMetricsConfig, DEFAULT_MAX_VALUES};
 pub use incidents::IncidentFamilies;
 pub use labels::{
-    AlertResult, CorrelatorResult, DeadLetterReason, Dimension, Eviction, Output, PanicStage,
-    ReloadResult, ResolutionLabel, SpanDrop, WebhookResult,
+    AlertResult, CorrelatorResult, DeadLetterReason, Dimension, Eviction, KafkaClient, Output,
+    PanicStage, ReloadResult, ResolutionLabel, SpanDrop, WebhookResult,
 };
 pub use unknown::UnknownFamilies;
 
@@ -162,6 +162,11 @@ impl Metrics {
     /// Counts `n` records the producer failed to deliver.
     pub fn produce_errors(&self, output: Output, n: u64) {
         self.kafka.produce_errors(output, n);
+    }
+
+    /// The counter of `client`'s lost broker connections, for the broker links.
+    pub fn broker_disconnects(&self, client: KafkaClient) -> IntCounter {
+        self.kafka.broker_disconnects(client)
     }
 
     /// Counts a KB reload attempt. On success, also call [`Metrics::set_kb`].

@@ -2,6 +2,7 @@
 //! the source and the match stage), `[input]` (how payloads are read, where the job id comes
 //! from) and `[dead_letter]` (where undecodable records go, and when to stop instead).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -21,6 +22,8 @@ pub struct RawPipeline {
     pub batch_linger_ms: Option<u64>,
     /// Batches queued between the consumer and the matcher.
     pub queue_batches: Option<usize>,
+    /// Where the crash notes are kept (off when unset).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Validated `[pipeline]`.
@@ -30,6 +33,9 @@ pub struct PipelineConfig {
     pub batch: BatchLimits,
     /// Batches queued between the consumer and the matcher.
     pub queue_batches: usize,
+    /// Where the crash notes are kept ([`super::quarantine`]); `None`: no notes, and a record
+    /// that kills the process is read again after every restart.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl PipelineConfig {
@@ -47,7 +53,9 @@ impl PipelineConfig {
         if queue_batches == 0 {
             errors.push("queue_batches", "must be positive");
         }
+        let state_dir = p.state_dir.filter(|d| !d.as_os_str().is_empty());
         PipelineConfig {
+            state_dir,
             batch: BatchLimits {
                 max_records,
                 max_bytes,
@@ -64,6 +72,9 @@ impl PipelineConfig {
         p.number("batch_max_bytes", self.batch.max_bytes);
         p.number("batch_linger_ms", self.batch.linger.as_millis());
         p.number("queue_batches", self.queue_batches);
+        if let Some(d) = &self.state_dir {
+            p.value("state_dir", d.display().to_string());
+        }
     }
 }
 

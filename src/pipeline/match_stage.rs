@@ -7,7 +7,10 @@
 //! is caught around the batch, counted (`faultline_panics_total{stage="match"}`), and the
 //! batch is processed once more with a fresh worker; if that panics too, record by record, and
 //! the records that panic alone go to the dead-letter topic (reason `panic`). No record is
-//! lost or skipped silently and the partition keeps flowing.
+//! lost or skipped silently and the partition keeps flowing. What no panic handler catches (an
+//! abort in native code, an OOM kill, a stack overflow) kills the process; with
+//! `pipeline.state_dir` set, [`super::quarantine`]'s crash notes find the record across restarts
+//! and it is dead-lettered (reason `crashed_process`).
 //!
 //! Metrics across a panic: a batch is counted locally and published once, at its end; a panic
 //! drops what the attempt counted, then counts again exactly what it finished (the records whose
@@ -29,6 +32,7 @@ use tokio::sync::watch;
 
 use super::config::JobIdFrom;
 use super::decode::{decode_record, header_pairs, record_job, Disposition, InvalidCounter, Span};
+use super::quarantine::{Quarantine, Step};
 use super::unknown::{BatchView, SendTo, UnknownStage};
 use super::{incidents, PipelineError, Stop};
 use crate::config::Config;
@@ -57,6 +61,7 @@ pub(super) struct StageParts {
     pub(super) redactor: Option<Arc<Redactor>>,
     pub(super) faults: Option<FaultInjection>,
     pub(super) incidents: Option<incidents::IncidentStage>,
+    pub(super) quarantine: Option<Quarantine>,
     pub(super) partitioner: Option<super::shard::EventPartitioner>,
 }
 
@@ -96,6 +101,8 @@ pub(super) struct MatchStage {
     incidents: Option<incidents::IncidentStage>,
     /// Unknown error lines -> templates -> `unknown` events, unless `[unknown]` is off.
     unknown: Option<UnknownStage>,
+    /// The crash notes, when `pipeline.state_dir` is set.
+    quarantine: Option<Quarantine>,
     /// Role `match`: the correlator shard of each event ([`super::shard`]).
     partitioner: Option<super::shard::EventPartitioner>,
 }
@@ -128,12 +135,17 @@ pub enum FaultPoint {
     Scan,
     /// After the record's first event was handed to the producer.
     AfterSend,
+    /// Where [`FaultPoint::Scan`] strikes, but the process aborts (`std::process::abort`, as a
+    /// crash in native code would): no panic handler catches it, only the crash notes.
+    Abort,
 }
 
-/// Test-only fault injection: the matcher panics on records whose payload holds `marker`, to
-/// prove the failure isolation end to end. Only [`start_with_faults`] takes it; `faultline run`
-/// calls [`start`], and no file, flag or environment variable can set it, so it cannot
-/// trigger in production.
+/// Test-only fault injection: the matcher panics (or, at [`FaultPoint::Abort`], aborts the
+/// process) on records whose payload holds `marker`, to prove the failure isolation end to end.
+/// Only [`start_with_faults`] takes it; `faultline run` calls [`start`], and no file, flag or
+/// environment variable can set it, so it cannot trigger in production. The tests that abort
+/// run the pipeline in a child process of the test binary itself (`tests/it/kafka/poison.rs`),
+/// not in the `faultline` binary.
 #[doc(hidden)]
 #[derive(Debug, Clone)]
 pub struct FaultInjection {
@@ -156,6 +168,9 @@ impl FaultInjection {
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok(),
         };
+        if now && point == FaultPoint::Abort {
+            std::process::abort();
+        }
         if now {
             panic!("injected fault: the record holds the test marker");
         }
@@ -193,13 +208,19 @@ impl MatchStage {
             faults: p.faults,
             incidents: p.incidents,
             unknown,
+            quarantine: p.quarantine,
             partitioner: p.partitioner,
         })
     }
 
     pub(super) fn run(mut self, rx: queue::Receiver<Batch>) {
+        let mut next = None;
         loop {
-            let batch = match rx.recv_timeout(Duration::from_millis(100)) {
+            let received = match next.take() {
+                Some(b) => Ok(b),
+                None => rx.recv_timeout(Duration::from_millis(100)),
+            };
+            let batch = match received {
                 Ok(b) => b,
                 Err(queue::RecvError::Timeout) => {
                     if let Some(e) = self.sink.failure() {
@@ -226,11 +247,22 @@ impl MatchStage {
                 self.stop.fail(e.into());
                 continue;
             }
-            if let Err(e) = self.process_isolated(&batch) {
+            if let Err(e) = self.process_noted(&batch) {
                 self.stop.fail(e);
             }
             if let Some(incidents) = self.incidents.as_mut() {
                 incidents.tick();
+            }
+            if let Some(q) = self.quarantine.as_mut() {
+                // Going idle clears the crash note; with a batch waiting, its note replaces it.
+                match rx.recv_timeout(Duration::ZERO) {
+                    Ok(b) => next = Some(b),
+                    Err(queue::RecvError::Timeout) => q.idle(),
+                    Err(queue::RecvError::Closed) => {
+                        q.idle();
+                        break;
+                    }
+                }
             }
         }
         if let Err(e) = self.sink.flush(self.config.kafka.drain_timeout) {
@@ -251,6 +283,50 @@ impl MatchStage {
         Ok(())
     }
 
+    /// [`MatchStage::process_isolated`] under the crash notes: each step's records are noted
+    /// before they are matched, suspect records are matched alone, and a record that crashed
+    /// the process alone is dead-lettered without being matched ([`super::quarantine`]).
+    fn process_noted(&mut self, batch: &Batch) -> Result<(), PipelineError> {
+        let Some(steps) = self.quarantine.as_ref().map(|q| q.plan(&batch.records)) else {
+            return self.process_isolated(batch, &batch.records);
+        };
+        for step in steps {
+            let (range, dead) = match step {
+                Step::Run(r) => (r, None),
+                Step::One(i) => (i..i + 1, None),
+                Step::DeadLetter { index, crashes } => (index..index + 1, Some(crashes)),
+            };
+            let records = &batch.records[range.clone()];
+            let done = match dead {
+                Some(crashes) => {
+                    let r = &records[0];
+                    tracing::error!(source = %r.id.tp, offset = r.id.offset, crashes,
+                        "matching this record killed the process (an abort, an OOM kill or a \
+                         stack overflow: a bug, please report it); dead-lettering it unmatched");
+                    self.health.records.fetch_add(1, Ordering::Relaxed);
+                    let why = format!(
+                        "matching the record killed the process {crashes} times (crash notes)"
+                    );
+                    self.dead_letter(batch, r, 0, DeadLetterReason::CrashedProcess, &why)
+                }
+                None => {
+                    if let Some(q) = self.quarantine.as_mut() {
+                        q.matching(records);
+                    }
+                    self.process_isolated(batch, records)
+                }
+            };
+            if let Err(e) = done {
+                forget(&self.health.tracker, &batch.records[range.end..]);
+                return Err(e);
+            }
+        }
+        if let Some(q) = self.quarantine.as_mut() {
+            q.done(&batch.records);
+        }
+        Ok(())
+    }
+
     /// [`MatchStage::process`] with panics isolated, as `faultline scan` isolates them per
     /// chunk: a batch whose processing panics is processed once more with fresh engine state
     /// (worker, scratch, buffers), then record by record, and a record that panics on its own
@@ -259,8 +335,12 @@ impl MatchStage {
     /// processed again (their events would go out twice): the records before are resolved,
     /// the one being emitted is dead-lettered, the rest go on. Every panic is logged and
     /// counted (`faultline_panics_total{stage="match"}`).
-    fn process_isolated(&mut self, batch: &Batch) -> Result<(), PipelineError> {
-        let mut rest = &batch.records[..];
+    fn process_isolated(
+        &mut self,
+        batch: &Batch,
+        records: &[SourceRecord],
+    ) -> Result<(), PipelineError> {
+        let mut rest = records;
         let mut panics = 0;
         while panics < 2 {
             match self.attempt(batch, rest) {
@@ -440,15 +520,28 @@ impl MatchStage {
         sent: u32,
         message: &str,
     ) -> Result<(), PipelineError> {
-        self.counts.dead_lettered(DeadLetterReason::Panic);
+        let error = format!("processing the record panicked: {message}");
+        self.dead_letter(batch, r, sent, DeadLetterReason::Panic, &error)
+    }
+
+    /// Sends `r` to the dead-letter topic (stage `match`) for `reason`, and resolves it with its
+    /// `sent` outputs plus the dead letter.
+    fn dead_letter(
+        &mut self,
+        batch: &Batch,
+        r: &SourceRecord,
+        sent: u32,
+        reason: DeadLetterReason,
+        error: &str,
+    ) -> Result<(), PipelineError> {
+        self.counts.dead_lettered(reason);
         self.metrics.flush(&mut self.counts);
         let kb_version = self.loaded.version().to_string();
-        let error = format!("processing the record panicked: {message}");
         if let Err(e) = self.sink.send_dead_letter(
             batch.view(r),
-            "panic",
+            reason.as_str(),
             "match",
-            &error,
+            error,
             &kb_version,
             &self.stop,
         ) {
@@ -519,6 +612,7 @@ impl MatchStage {
         if let Some(f) = &self.faults {
             for r in records {
                 f.strike(FaultPoint::Scan, batch.payload(r));
+                f.strike(FaultPoint::Abort, batch.payload(r));
             }
         }
 

@@ -20,6 +20,7 @@
 //! - [`config`]: the `[pipeline]`, `[input]` and `[dead_letter]` tables.
 //! - [`decode`]: what a record is and whether it can be read.
 //! - [`match_stage`]: decode, scan, enrich, produce, resolve; panics isolated there.
+//! - [`quarantine`]: crash notes, which find a record that kills the process across restarts.
 //! - [`incidents`]: the correlator, the incidents topic, the incident store of the admin
 //!   server, and the webhook and Alertmanager threads.
 //! - [`shard`]: role `match`: each event's partition on the events topic (correlator shard).
@@ -52,6 +53,7 @@ pub mod correlate;
 pub mod decode;
 pub mod incidents;
 pub mod match_stage;
+pub mod quarantine;
 pub mod shard;
 pub mod signals;
 mod unknown;
@@ -107,6 +109,9 @@ pub enum PipelineError {
     /// The incident stage could not start.
     #[error(transparent)]
     Incidents(#[from] incidents::StartError),
+    /// The crash notes under `pipeline.state_dir` could not be opened.
+    #[error(transparent)]
+    Quarantine(#[from] quarantine::QuarantineError),
     /// The admin server's token is missing or unreadable.
     #[error(transparent)]
     AdminToken(#[from] server::AdminError),
@@ -294,6 +299,10 @@ async fn start_inner(
         _ => config.kafka.clone(),
     };
     let settings = kafka_settings(&kafka);
+    let links = Arc::new(crate::kafka::links::BrokerLinks::new(
+        metrics.broker_disconnects(crate::metrics::KafkaClient::Consumer),
+        metrics.broker_disconnects(crate::metrics::KafkaClient::Producer),
+    ));
     let rules = config.redact.rules()?;
     let redactor = config.redact.enabled.then(|| Arc::clone(&rules));
     let sink = Arc::new(
@@ -304,7 +313,8 @@ async fn start_inner(
             Arc::clone(&health.tracker),
             Arc::clone(&health.delivered),
         )?
-        .with_dead_letter_redactor(config.dead_letter.redact.then_some(rules)),
+        .with_dead_letter_redactor(config.dead_letter.redact.then_some(rules))
+        .with_links(Arc::clone(&links)),
     );
     let partitioner = match (&config.incidents, role) {
         (Some(inc), Role::Match) => {
@@ -325,6 +335,7 @@ async fn start_inner(
         config.pipeline.batch,
         Arc::clone(&health),
         Arc::clone(&metrics),
+        links,
     )?;
     let (incidents, delivery) = match &config.incidents {
         Some(c) if role != Role::Match => {
@@ -348,6 +359,14 @@ async fn start_inner(
             (Some(stage), threads)
         }
         _ => (None, Vec::new()),
+    };
+    let quarantine = match &config.pipeline.state_dir {
+        Some(dir) => Some(quarantine::Quarantine::open(
+            dir,
+            &config.kafka.group_id,
+            config.kafka.instance_id.as_deref(),
+        )?),
+        None => None,
     };
     let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);
     let stage: Box<dyn FnOnce() + Send> = match (role, incidents) {
@@ -378,6 +397,7 @@ async fn start_inner(
                 redactor,
                 faults,
                 incidents,
+                quarantine,
                 partitioner,
             })?;
             Box::new(move || stage.run(rx))

@@ -22,7 +22,9 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
+use crate::kafka::links::BrokerLinks;
 use crate::kafka::{log_librdkafka, KafkaSettings, RecordView};
+use crate::metrics::KafkaClient;
 use crate::offsets::{RecordId, Release, Tracker};
 use crate::redact::Redactor;
 use crate::runtime::health::Delivered;
@@ -141,15 +143,30 @@ pub struct SinkContext {
     counts: Arc<Delivered>,
     failure: OnceLock<SinkError>,
     delivered: (Mutex<u64>, Condvar),
+    /// Broker outages, shared with the consumer ([`KafkaSink::with_links`]).
+    links: OnceLock<Arc<BrokerLinks>>,
 }
 
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        log_librdkafka("producer", level, fac, message);
+        match self.links.get() {
+            Some(l) => l.log(KafkaClient::Producer, level, fac, message),
+            None => log_librdkafka("producer", level, fac, message),
+        }
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(client = "producer", error = %error, reason, "librdkafka");
+        match self.links.get() {
+            Some(l) => l.error(KafkaClient::Producer, &error, reason),
+            None => tracing::warn!(client = "producer", error = %error, reason, "librdkafka"),
+        }
+    }
+
+    /// librdkafka's statistics: only which brokers are up again after an outage.
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        if let Some(l) = self.links.get() {
+            l.stats(KafkaClient::Producer, &statistics);
+        }
     }
 }
 
@@ -233,6 +250,7 @@ impl KafkaSink {
             counts,
             failure: OnceLock::new(),
             delivered: (Mutex::new(0), Condvar::new()),
+            links: OnceLock::new(),
         };
         let producer = cc.create_with_context(context).map_err(SinkError::Create)?;
         Ok(KafkaSink {
@@ -247,6 +265,13 @@ impl KafkaSink {
     /// it with the [`headers::REDACTED`] header; `None` (the default) keeps the original bytes.
     pub fn with_dead_letter_redactor(mut self, redactor: Option<Arc<Redactor>>) -> Self {
         self.dead_letter_redactor = redactor;
+        self
+    }
+
+    /// Reports the producer's broker connections to `links` (shared with the consumer, so that
+    /// an outage is logged once); without, librdkafka's lines are logged as they come.
+    pub fn with_links(self, links: Arc<BrokerLinks>) -> Self {
+        let _ = self.producer.context().links.set(links);
         self
     }
 

@@ -6,9 +6,10 @@
 //! the pipeline's match stage. When the queue is full the source stops polling, so
 //! librdkafka's bounded prefetch fills and fetching stops; if that lasts, it pauses its
 //! partitions and polls again only to serve the group protocol. A slow output slows
-//! consumption and memory stays bounded. Offsets are stored from the tracker's watermarks, never from what was
-//! merely read; librdkafka commits the stored offsets asynchronously every
-//! `kafka.commit_interval_ms`, and synchronously on revoke and shutdown.
+//! consumption and memory stays bounded. Offsets are stored from the tracker's watermarks, never
+//! from what was merely read, and committed asynchronously when [`CommitPolicy`] says so (at
+//! once after an assignment, then at a pace that follows the acknowledgements), and
+//! synchronously on revoke and shutdown.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -23,9 +24,10 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message};
 use rdkafka::TopicPartitionList;
 
-use crate::kafka::{
-    log_librdkafka, partitions_of, read_lag, to_tpl, KafkaConfig, KafkaSettings, RecordView,
-};
+use super::commit::CommitPolicy;
+use crate::kafka::links::BrokerLinks;
+use crate::kafka::{partitions_of, read_lag, to_tpl, KafkaConfig, KafkaSettings, RecordView};
+use crate::metrics::KafkaClient;
 use crate::offsets::{RecordId, TopicPartition, Tracker};
 use crate::runtime::queue::{SendError, Sender};
 use crate::runtime::{Health, Shutdown};
@@ -191,11 +193,19 @@ pub struct SourceContext {
     /// Past the shutdown drain: the close's revoke must not wait again.
     closing: AtomicBool,
     drain_timeout: Duration,
+    /// When the stored offsets are committed; revokes forget their partitions there.
+    commits: Mutex<CommitPolicy>,
+    /// Broker outages, shared with the producer: one line each, not librdkafka's every retry.
+    links: Arc<BrokerLinks>,
 }
 
 impl SourceContext {
     fn queue(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn commits(&self) -> MutexGuard<'_, CommitPolicy> {
+        self.commits.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn update_assigned(&self, c: &BaseConsumer<Self>) {
@@ -237,6 +247,7 @@ impl SourceContext {
         for tp in &tps {
             self.metrics.forget_partition(&tp.topic, tp.partition);
         }
+        self.commits().revoked(&tps);
         let finals = self.tracker.remove(&tps);
         if !lost && !finals.is_empty() {
             let tpl = to_tpl(&finals);
@@ -253,16 +264,18 @@ impl SourceContext {
 
 impl ClientContext for SourceContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        log_librdkafka("consumer", level, fac, message);
+        self.links.log(KafkaClient::Consumer, level, fac, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(client = "consumer", error = %error, reason, "librdkafka");
+        self.links.error(KafkaClient::Consumer, &error, reason);
     }
 
     /// librdkafka's periodic statistics (`statistics.interval.ms`): the lag and committed
-    /// offset of every partition this member consumes (others report -1 and are skipped).
+    /// offset of every partition this member consumes (others report -1 and are skipped), and
+    /// which brokers are up again after an outage.
     fn stats(&self, statistics: rdkafka::Statistics) {
+        self.links.stats(KafkaClient::Consumer, &statistics);
         for (topic, t) in &statistics.topics {
             for (&partition, p) in &t.partitions {
                 let Some(lag) = read_lag(p).filter(|_| partition >= 0) else {
@@ -304,7 +317,13 @@ impl ConsumerContext for SourceContext {
         match result {
             Ok(()) => tracing::debug!(partitions = offsets.count(), "offsets committed"),
             Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
-            Err(e) => tracing::warn!(error = %e, "offset commit failed; retried next interval"),
+            // The broker outage is logged once by the links; the next commit retries.
+            Err(e) if self.links.in_outage() => {
+                tracing::debug!(error = %e, "offset commit failed; retried by the next commit")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "offset commit failed; retried by the next commit")
+            }
         }
     }
 }
@@ -374,17 +393,17 @@ pub struct KafkaSource {
 
 impl KafkaSource {
     /// Creates the consumer and subscribes. Nothing is read until [`KafkaSource::run`].
+    /// `links` are shared with the producer, so that a broker outage is one outage.
     pub fn new(
         kafka: &KafkaConfig,
         settings: &KafkaSettings,
         batch: BatchLimits,
         health: Arc<Health>,
         metrics: Arc<crate::metrics::Metrics>,
+        links: Arc<BrokerLinks>,
     ) -> Result<Self, SourceError> {
         let tracker = Arc::clone(&health.tracker);
         let mut cc = ClientConfig::new();
-        // Lag and committed offsets for /metrics; a pass-through option may change the interval.
-        cc.set("statistics.interval.ms", "5000");
         for (k, v) in &settings.consumer {
             cc.set(k, v);
         }
@@ -396,6 +415,8 @@ impl KafkaSource {
             paused: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             drain_timeout: kafka.drain_timeout,
+            commits: Mutex::new(CommitPolicy::new(kafka.commit_interval)),
+            links,
         };
         let consumer: BaseConsumer<SourceContext> = cc
             .create_with_context(context)
@@ -442,7 +463,7 @@ impl KafkaSource {
         self.consumer.context()
     }
 
-    /// Stores the watermarks that moved; librdkafka commits them on its interval.
+    /// Stores the watermarks that moved.
     fn store(&self) {
         let moved = self.tracker.take_stores();
         if moved.is_empty() {
@@ -451,6 +472,26 @@ impl KafkaSource {
         if let Err(e) = self.consumer.store_offsets(&to_tpl(&moved)) {
             // A partition revoked between the ack and now: its new owner reprocesses.
             tracing::debug!(error = %e, "storing offsets");
+        }
+        self.ctx().commits().stored(&moved);
+    }
+
+    /// Stores the watermarks that moved and commits what is stored when the policy says so,
+    /// asynchronously (librdkafka commits only partitions whose stored offset moved past the
+    /// committed one; the commit callback reports failures, and the next commit retries).
+    fn store_and_commit(&self, now: Instant) {
+        self.store();
+        let mut commits = self.ctx().commits();
+        if !commits.due(now) {
+            return;
+        }
+        commits.committed(now);
+        drop(commits);
+        tracing::debug!("committing the stored offsets");
+        match self.consumer.commit_consumer_state(CommitMode::Async) {
+            Ok(())
+            | Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => tracing::debug!(error = %e, "requesting an offset commit"),
         }
     }
 
@@ -480,15 +521,15 @@ impl KafkaSource {
     /// get until `kafka.drain_timeout_ms` to reach a terminal state, the watermarks are stored
     /// and committed synchronously, and the consumer leaves the group.
     pub fn run(mut self, tx: Sender<Batch>, stop: Arc<Shutdown>) {
-        // Watermarks are stored every few milliseconds, not per record: librdkafka commits
-        // on its own interval anyway.
+        // Watermarks are stored every few milliseconds, not per record, and commits are paced
+        // by the commit policy.
         let mut stored_at = Instant::now();
         let mut blocked_since: Option<Instant> = None;
         while !stop.requested() {
             // One clock read per iteration: it showed up in profiles when taken per check.
             let now = Instant::now();
             if now.duration_since(stored_at) >= STORE_EVERY {
-                self.store();
+                self.store_and_commit(now);
                 stored_at = now;
             }
             // Hand a batch on when it is full or has lingered long enough.
@@ -556,7 +597,7 @@ impl KafkaSource {
                 let msg = match self.consumer.poll(timeout) {
                     Some(Ok(msg)) => msg,
                     Some(Err(e)) => {
-                        tracing::warn!(error = %e, "consumer");
+                        self.ctx().links.error(KafkaClient::Consumer, &e, "");
                         break;
                     }
                     None => break,

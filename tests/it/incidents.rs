@@ -19,7 +19,7 @@ fn ts(sec: i64) -> String {
 }
 
 /// A Vector-style JSON envelope line.
-fn vector(job: &str, host: &str, rank: Option<u32>, sec: i64, message: &str) -> String {
+pub(crate) fn vector(job: &str, host: &str, rank: Option<u32>, sec: i64, message: &str) -> String {
     let mut v = serde_json::json!({
         "timestamp": ts(sec), "host": host, "job_id": job, "message": message,
     });
@@ -29,11 +29,11 @@ fn vector(job: &str, host: &str, rank: Option<u32>, sec: i64, message: &str) -> 
     v.to_string()
 }
 
-fn host_of(rank: u32) -> String {
+pub(crate) fn host_of(rank: u32) -> String {
     format!("node-{:02}", rank / 4 + 1)
 }
 
-fn watchdog_timeout(rank: u32, seq: u64) -> String {
+pub(crate) fn watchdog_timeout(rank: u32, seq: u64) -> String {
     format!(
         "[rank{rank}]:[E1130 21:03:21.426415540 ProcessGroupNCCL.cpp:629] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 milliseconds before timing out."
     )
@@ -45,18 +45,18 @@ fn work_status(rank: u32, seq: u64, enqueued: u64, completed: u64) -> String {
     )
 }
 
-const XID_79: &str =
+pub(crate) const XID_79: &str =
     "kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python, GPU has fallen off the bus.";
 
-const OOM: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.15 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.08 GiB memory in use. Of the allocated memory 74.52 GiB is allocated by PyTorch, and 2.05 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
+pub(crate) const OOM: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.15 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.08 GiB memory in use. Of the allocated memory 74.52 GiB is allocated by PyTorch, and 2.05 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
 
 /// Healthy chatter that must not change anything.
-fn noise(rank: u32, step: u32) -> String {
+pub(crate) fn noise(rank: u32, step: u32) -> String {
     format!("[rank{rank}]: step {step} | loss 2.{step:03} | lr 3.0e-04 | grad_norm 0.91 | tokens/s 41234")
 }
 
 /// Scans `text` as one file named `name`, with incidents on; returns the incident objects.
-fn incidents_of(name: &str, text: &str) -> Vec<Value> {
+pub(crate) fn incidents_of(name: &str, text: &str) -> Vec<Value> {
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join(name);
     std::fs::write(&path, text).expect("write");

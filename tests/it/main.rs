@@ -13,6 +13,7 @@ mod incidents;
 mod isolation;
 mod kafka;
 mod kb;
+mod kubernetes;
 mod limits;
 mod observability;
 mod redact;

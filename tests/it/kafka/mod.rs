@@ -5,10 +5,14 @@
 //! Waiting is bounded polling on an observable condition (offsets committed, records on a
 //! topic) with a deadline; nothing sleeps to let something happen.
 
+mod crash_loop;
 mod dead_letters;
 mod in_process;
 mod incidents;
 mod out_of_process;
+mod outage;
+mod poison;
+mod scale_out;
 mod unknown;
 
 use std::collections::HashMap;

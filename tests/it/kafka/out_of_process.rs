@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use super::*;
 
 /// The mock broker process; killed on drop.
-struct BrokerProcess {
+pub(super) struct BrokerProcess {
     child: Child,
     stdin: std::process::ChildStdin,
     stdout: BufReader<std::process::ChildStdout>,
@@ -42,7 +42,7 @@ impl BrokerProcess {
     }
 
     /// Sends one command and checks the answer.
-    fn command(&mut self, cmd: &str) {
+    pub(super) fn command(&mut self, cmd: &str) {
         use std::io::Write;
         writeln!(self.stdin, "{cmd}").expect("command sent");
         let mut answer = String::new();
@@ -59,7 +59,7 @@ impl Drop for BrokerProcess {
 }
 
 /// A broker for out-of-process tests: the real one when configured, else a mock process.
-fn broker() -> (Option<BrokerProcess>, String) {
+pub(super) fn broker() -> (Option<BrokerProcess>, String) {
     match std::env::var("FAULTLINE_TEST_BROKERS") {
         Ok(b) if !b.is_empty() => (None, b),
         _ => {
@@ -70,23 +70,23 @@ fn broker() -> (Option<BrokerProcess>, String) {
     }
 }
 
-fn faultline() -> Command {
+pub(super) fn faultline() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_faultline"));
     // Only what the test sets: no FAULTLINE_* from the developer's shell.
     c.env_clear().env("FAULTLINE_LOG", "warn");
     c
 }
 
-struct Topics {
-    input: String,
-    output: String,
-    dlq: String,
-    group: String,
+pub(super) struct Topics {
+    pub(super) input: String,
+    pub(super) output: String,
+    pub(super) dlq: String,
+    pub(super) group: String,
 }
 
 impl Topics {
     /// Fresh names: no test sees another's topics or group.
-    fn unique() -> Self {
+    pub(super) fn unique() -> Self {
         Topics {
             input: unique("logs"),
             output: unique("events"),
@@ -97,21 +97,32 @@ impl Topics {
 }
 
 /// Creates a topic on the mock broker process, or on the real broker when one is configured.
-async fn make_topic(broker: &mut Option<BrokerProcess>, bootstrap: &str, name: &str, parts: i32) {
+pub(super) async fn make_topic(
+    broker: &mut Option<BrokerProcess>,
+    bootstrap: &str,
+    name: &str,
+    parts: i32,
+) {
     match broker {
         Some(b) => b.command(&format!("topic {name} {parts}")),
         None => create_topic(None, bootstrap, name, parts).await,
     }
 }
 
-fn run_command(bootstrap: &str, t: &Topics, kb: &Path) -> Command {
+pub(super) fn run_command(bootstrap: &str, t: &Topics, kb: &Path) -> Command {
+    let mut c = run_command_serving(bootstrap, t, "off");
+    c.arg("--kb").arg(kb);
+    c
+}
+
+/// [`run_command`] with the built-in KB (no example check at start) and the admin server on
+/// `admin` (`off` for none).
+pub(super) fn run_command_serving(bootstrap: &str, t: &Topics, admin: &str) -> Command {
     let mut c = faultline();
     c.args(["run", "--brokers", bootstrap, "--group-id", &t.group])
         .args(["--topic", &t.input, "--output-topic", &t.output])
         .args(["--dead-letter-topic", &t.dlq])
-        .arg("--kb")
-        .arg(kb)
-        .args(["--admin-listen", "off", "--commit-interval-ms", "200"])
+        .args(["--admin-listen", admin, "--commit-interval-ms", "200"])
         .args(["--batch-max-records", "20", "--batch-linger-ms", "10"])
         .args(["--consumer-option", "session.timeout.ms=6000"])
         .args(["--consumer-option", "heartbeat.interval.ms=500"])
@@ -119,9 +130,8 @@ fn run_command(bootstrap: &str, t: &Topics, kb: &Path) -> Command {
     c
 }
 
-/// Waits for the child to exit; a watchdog kills it (and the test fails) past the deadline.
 /// Sends `child` a signal by name (`TERM`, `HUP`, ...).
-fn signal(child: &Child, name: &str) {
+pub(super) fn signal(child: &Child, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &child.id().to_string()])
         .status()
@@ -129,7 +139,8 @@ fn signal(child: &Child, name: &str) {
     assert!(status.success(), "kill -{name}");
 }
 
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+/// Waits for the child to exit; a watchdog kills it (and the test fails) past the deadline.
+pub(super) fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
     let pid = child.id().to_string();
     let (exited, exit_seen) = std::sync::mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {
@@ -146,12 +157,12 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
     status
 }
 
-fn sum_ends(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
+pub(super) fn sum_ends(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
     end_offsets(bootstrap, topic, partitions).values().sum()
 }
 
 /// For each partition, one past the highest input offset that has an event so far.
-fn produced_through(events: &[In]) -> HashMap<i64, i64> {
+pub(super) fn produced_through(events: &[In]) -> HashMap<i64, i64> {
     let mut out = HashMap::new();
     for e in events {
         let v = e.json();
@@ -342,15 +353,51 @@ fn demo_processes_the_samples_and_exits() {
         .arg("--logs")
         .arg(logs.path())
         .args(["--admin-listen", "127.0.0.1:0"])
+        .args(["--matchers", "2", "--matches", "--format", "json"])
         .output()
         .expect("runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert_eq!(stdout.matches("TEST_BOOM").count(), 3, "{stdout}");
-    assert!(stdout.contains("job=train-42 rank=5"), "{stdout}");
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    // Every match event, from whichever member matched it.
+    let matches: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["error_code"] == "TEST_BOOM")
+        .collect();
+    assert_eq!(matches.len(), 3, "{stdout}");
     assert!(
-        stderr.contains("6 records, 3 diagnoses, 0 dead letters"),
+        matches
+            .iter()
+            .any(|v| v["job_id"] == "train-42" && v["rank"] == 5),
+        "{stdout}"
+    );
+    // One incident per failed job, each rooted in the job's first BOOM.
+    let mut incidents: Vec<(String, String)> = lines
+        .iter()
+        .filter(|v| v["type"] == "incident")
+        .map(|v| {
+            (
+                v["job_id"].as_str().unwrap_or("").to_string(),
+                v["root"]["error_code"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    incidents.sort();
+    incidents.dedup();
+    assert_eq!(
+        incidents,
+        [
+            ("other".to_string(), "TEST_BOOM".to_string()),
+            ("train-42".to_string(), "TEST_BOOM".to_string())
+        ],
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("6 records, 3 match events, 2 incident(s)"),
         "{stderr}"
     );
 }
@@ -425,9 +472,9 @@ async fn sigkill_mid_incident_and_restart_keep_one_ticket() {
         ),
     )
     .expect("write");
-    let kb = crate::support::repo().join("kb");
+    // The built-in KB: the repository's, without the example check at start.
     let start = || {
-        run_command(&bootstrap, &t, &kb)
+        run_command_serving(&bootstrap, &t, "off")
             .arg("--config")
             .arg(&file)
             .spawn()

@@ -11,6 +11,8 @@ use std::path::Path;
 
 use crate::kb::KnowledgeBase;
 
+pub mod latency;
+
 /// A small deterministic generator (xorshift64*), so a corpus is reproducible from its seed.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
@@ -264,93 +266,17 @@ pub fn incidents(
     cascades: u32,
     step_ms: i64,
 ) -> Result<IncidentBench, crate::incident::ConfigError> {
-    use crate::enrich::{Diagnosis, MatchEvent, SCHEMA_VERSION};
     use crate::incident::{Correlator, IncidentConfig};
-    use crate::kb::{Role, Severity};
-    use crate::record::Provenance;
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
 
-    let diagnosis = |title: &str| {
-        Arc::new(Diagnosis {
-            title: title.into(),
-            root_cause: "A benchmark diagnosis of typical length: the GPU fell off the bus and \
-                         the collective it was part of timed out on every other rank."
-                .into(),
-            verification: "ai_generated".into(),
-            ..Default::default()
-        })
-    };
-    let template = |code: &str, role: Role, category: &str, line: &str| MatchEvent {
-        kind: "match",
-        schema_version: SCHEMA_VERSION,
-        kb_id: format!("bench/{}", code.to_ascii_lowercase()),
-        error_code: code.into(),
-        domain: "bench".into(),
-        category: category.into(),
-        role,
-        severity: Severity::Critical,
-        job_id: String::new(),
-        rank: None,
-        host: None,
-        pod: None,
-        timestamp: None,
-        source: Provenance::Kafka {
-            topic: "fleet.logs".into(),
-            partition: 0,
-            offset: 0,
-            line: 1,
-        },
-        line: line.into(),
-        truncated: false,
-        captures: BTreeMap::new(),
-        kb_version: "bench".into(),
-        diagnosis: diagnosis(code),
-        scope: crate::enrich::Scope::Job,
-        also: Vec::new(),
-        cluster: None,
-    };
-    let mut xid = template(
-        "XID_79",
-        Role::Root,
-        "gpu_hardware",
-        "kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python, GPU has fallen off the bus.",
-    );
-    xid.captures.insert("gpu".into(), "0000:3b:00".into());
-    let mut timeout = template(
-        "NCCL_TIMEOUT",
-        Role::Cascade,
-        "collective_timeout",
-        "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4711, \
-         OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 \
-         milliseconds before timing out.",
-    );
-    timeout
-        .captures
-        .insert("elapsed_ms".into(), "600081".into());
-
+    let templates = Templates::new();
     let started = std::time::Instant::now();
     let mut c = Correlator::new(IncidentConfig::default())?;
     let mut out = Vec::new();
     let (mut events, mut changes) = (0u64, 0u64);
-    let t0: i64 = 1_733_000_000_000;
+    let mut job = Vec::new();
     for j in 0..jobs {
-        let job = format!("bench-job-{j:08}");
-        let t = t0 + j as i64 * step_ms;
-        let mut e = xid.clone();
-        e.job_id.clone_from(&job);
-        e.host = Some(format!("node-{:04}", j % 4096));
-        e.timestamp = Some(crate::time::rfc3339_from_unix_nanos(t as u128 * 1_000_000));
-        c.observe(&e, &mut out);
-        events += 1;
-        for r in 0..cascades {
-            let mut e = timeout.clone();
-            e.job_id.clone_from(&job);
-            e.rank = Some(r);
-            e.host = Some(format!("node-{:04}", (j + u64::from(r) / 8) % 4096));
-            e.timestamp = Some(crate::time::rfc3339_from_unix_nanos(
-                (t + 1_000) as u128 * 1_000_000,
-            ));
+        templates.job(j, cascades, step_ms, &mut job);
+        for e in job.drain(..) {
             c.observe(&e, &mut out);
             events += 1;
         }
@@ -372,6 +298,119 @@ pub fn incidents(
         peak_rss_mib: proc_status_mib("VmHWM"),
         rss_mib: proc_status_mib("VmRSS"),
     })
+}
+
+/// The match events of a benchmark job: an Xid 79 root on one of 4,096 hosts and NCCL timeouts
+/// of distinct ranks a second later.
+pub struct Templates {
+    xid: crate::enrich::MatchEvent,
+    timeout: crate::enrich::MatchEvent,
+}
+
+impl Default for Templates {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Templates {
+    /// The two templates.
+    pub fn new() -> Self {
+        use crate::enrich::{Diagnosis, MatchEvent, SCHEMA_VERSION};
+        use crate::kb::{Role, Severity};
+        use crate::record::Provenance;
+        use std::collections::BTreeMap;
+        use std::sync::Arc;
+
+        let diagnosis = |title: &str| {
+            Arc::new(Diagnosis {
+                title: title.into(),
+                root_cause: "A benchmark diagnosis of typical length: the GPU fell off the bus \
+                             and the collective it was part of timed out on every other rank."
+                    .into(),
+                verification: "ai_generated".into(),
+                ..Default::default()
+            })
+        };
+        let template = |code: &str, role: Role, category: &str, line: &str| MatchEvent {
+            kind: "match",
+            schema_version: SCHEMA_VERSION,
+            kb_id: format!("bench/{}", code.to_ascii_lowercase()),
+            error_code: code.into(),
+            domain: "bench".into(),
+            category: category.into(),
+            role,
+            severity: Severity::Critical,
+            job_id: String::new(),
+            rank: None,
+            host: None,
+            pod: None,
+            timestamp: None,
+            source: Provenance::Kafka {
+                topic: "fleet.logs".into(),
+                partition: 0,
+                offset: 0,
+                line: 1,
+            },
+            line: line.into(),
+            truncated: false,
+            captures: BTreeMap::new(),
+            kb_version: "bench".into(),
+            diagnosis: diagnosis(code),
+            scope: crate::enrich::Scope::Job,
+            also: Vec::new(),
+            cluster: None,
+        };
+        let mut xid = template(
+            "XID_79",
+            Role::Root,
+            "gpu_hardware",
+            "kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python, GPU has fallen off \
+             the bus.",
+        );
+        xid.captures.insert("gpu".into(), "0000:3b:00".into());
+        let mut timeout = template(
+            "NCCL_TIMEOUT",
+            Role::Cascade,
+            "collective_timeout",
+            "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4711, \
+             OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 \
+             milliseconds before timing out.",
+        );
+        timeout
+            .captures
+            .insert("elapsed_ms".into(), "600081".into());
+        Templates { xid, timeout }
+    }
+
+    /// Job `j`'s events (`step_ms` of log time after job `j - 1`'s) appended to `out`: its
+    /// root, then `cascades` timeouts.
+    pub fn job(
+        &self,
+        j: u64,
+        cascades: u32,
+        step_ms: i64,
+        out: &mut Vec<crate::enrich::MatchEvent>,
+    ) {
+        let t0: i64 = 1_733_000_000_000;
+        let job = format!("bench-job-{j:08}");
+        let t = t0 + j as i64 * step_ms;
+        let mut e = self.xid.clone();
+        e.job_id.clone_from(&job);
+        e.host = Some(format!("node-{:04}", j % 4096));
+        e.timestamp = Some(crate::time::rfc3339_from_unix_nanos(t as u128 * 1_000_000));
+        out.push(e);
+        for r in 0..cascades {
+            let mut e = self.timeout.clone();
+            e.job_id.clone_from(&job);
+            e.rank = Some(r);
+            e.host = Some(format!("node-{:04}", (j + u64::from(r) / 8) % 4096));
+            e.timestamp = Some(crate::time::rfc3339_from_unix_nanos(
+                (t + 1_000) as u128 * 1_000_000,
+            ));
+            out.push(e);
+        }
+    }
 }
 
 /// A `kB` field of `/proc/self/status`, in MiB.
