@@ -343,8 +343,7 @@ pub struct ScanArgs {
     /// replaced), added to the built-in rules.
     #[arg(long, value_name = "NAME=PATTERN")]
     pub redact: Vec<RuleSpec>,
-    /// Do not mine the error lines that no KB entry knows (no `unknown` events, no
-    /// "unrecognised" section; see docs/unknown-failures.md).
+    /// No `unknown` events for error lines no KB entry knows (docs/unknown-failures.md).
     #[arg(long)]
     pub no_unknown: bool,
 }
@@ -677,9 +676,8 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
     let cores = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
-    let large = inputs.iter().any(|i| i.size.is_none_or(|s| s > 16 << 20));
     let threads = match args.threads {
-        0 if large => cores,
+        0 if inputs.iter().any(|i| i.size.is_none_or(|s| s > 16 << 20)) => cores,
         0 => 1,
         n => n,
     };
