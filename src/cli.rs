@@ -4,12 +4,14 @@
 //! code. Every command's `--help` ends with examples.
 
 use std::io::{self, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+mod kb_commands;
 
 use crate::engine::Engine;
 use crate::incident::IncidentConfig;
@@ -346,6 +348,9 @@ pub struct ScanArgs {
     /// replaced), added to the built-in rules.
     #[arg(long, value_name = "NAME=PATTERN")]
     pub redact: Vec<RuleSpec>,
+    /// No `unknown` events for error lines no KB entry knows (docs/unknown-failures.md).
+    #[arg(long)]
+    pub no_unknown: bool,
 }
 
 /// When `scan` shows a progress bar on stderr.
@@ -473,7 +478,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Templates(args) => Ok(crate::mine::command::templates(&args)?),
         Command::Kb(KbCommand::Suggest(args)) => Ok(crate::mine::command::suggest(&args)?),
-        Command::Kb(KbCommand::Check { dir, warnings }) => run_check(dir, warnings),
+        Command::Kb(KbCommand::Check { dir, warnings }) => kb_commands::check(dir, warnings),
         Command::Kb(KbCommand::List { kb, format }) => {
             let kb = kb.load()?;
             let text = match format {
@@ -484,7 +489,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             write_stdout(text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Kb(KbCommand::Import { files, out, force }) => run_import(&files, &out, force),
+        Command::Kb(KbCommand::Import { files, out, force }) => {
+            kb_commands::import(&files, &out, force)
+        }
         Command::Kb(KbCommand::Explain {
             line,
             kb,
@@ -700,9 +707,8 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
     let cores = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
-    let large = inputs.iter().any(|i| i.size.is_none_or(|s| s > 16 << 20));
     let threads = match args.threads {
-        0 if large => cores,
+        0 if inputs.iter().any(|i| i.size.is_none_or(|s| s > 16 << 20)) => cores,
         0 => 1,
         n => n,
     };
@@ -726,6 +732,7 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
         context_events: args.context_events,
         print_matches: args.matches || args.format == Format::Json || args.no_incidents,
         redactor,
+        unknown: (!args.no_unknown).then(crate::unknown::UnknownConfig::default),
     };
     let stdout = io::stdout().lock();
     let mut sink = StdoutSink::new(
@@ -752,83 +759,6 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
         );
     }
     let failed = !errors.is_empty() || !stats.errors.is_empty() || stats.skipped_chunks() > 0;
-    Ok(if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-fn run_check(dir: Option<PathBuf>, show_warnings: bool) -> Result<ExitCode> {
-    let (files, origin) = match dir {
-        Some(dir) => (kb::read_dir(&dir)?, dir.display().to_string()),
-        None if Path::new("kb").is_dir() => (kb::read_dir(Path::new("kb"))?, "kb".to_string()),
-        None => (KnowledgeBase::embedded_files(), "<embedded>".to_string()),
-    };
-    if files.is_empty() {
-        bail!("{origin} holds no *.toml entries");
-    }
-    let report = kb::check::check(files, &origin);
-    for p in &report.errors {
-        eprintln!("error: {origin}/{p}");
-    }
-    if show_warnings {
-        for p in &report.warnings {
-            eprintln!("warning: {origin}/{p}");
-        }
-    }
-    eprintln!(
-        "{origin}: {} entries, {} patterns, {} examples: {} error(s), {} warning(s)",
-        report.entries,
-        report.patterns,
-        report.examples,
-        report.errors.len(),
-        report.warnings.len()
-    );
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-fn run_import(files: &[PathBuf], out_dir: &Path, force: bool) -> Result<ExitCode> {
-    let mut failed = false;
-    for path in files {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let specs = if path.extension().is_some_and(|e| e == "json") {
-            kb::import::from_json(&text)
-        } else {
-            kb::import::from_markdown(&text).map(|s| vec![s])
-        };
-        let specs = match specs {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("faultline: {}: {e}", path.display());
-                failed = true;
-                continue;
-            }
-        };
-        for spec in specs {
-            let target = out_dir.join(format!("{}.toml", spec.id));
-            if target.exists() && !force {
-                eprintln!(
-                    "faultline: {} exists; --force overwrites it",
-                    target.display()
-                );
-                failed = true;
-                continue;
-            }
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            let toml = toml::to_string_pretty(&spec)?;
-            std::fs::write(&target, toml)
-                .with_context(|| format!("writing {}", target.display()))?;
-            eprintln!("wrote {}", target.display());
-        }
-    }
     Ok(if failed {
         ExitCode::from(1)
     } else {

@@ -8,6 +8,7 @@
 //! [`crate::redact`]). Then the line is cut to [`MAX_EVENT_LINE_BYTES`] and each capture to
 //! [`MAX_CAPTURE_BYTES`]; redacting first means a cut never leaves half a secret behind.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use serde::Serialize;
 use crate::engine::Hit;
 use crate::kb::spec::VersionSpec;
 use crate::kb::{Entry, KnowledgeBase, Role, Severity};
-use crate::record::{Origin, Provenance};
+use crate::record::{LineMeta, Origin, Provenance};
 use crate::redact::Redactor;
 
 /// Version of the event and incident JSON contract. Bumped only for breaking changes.
@@ -381,6 +382,21 @@ pub enum JobName<'a> {
     Guessed(&'a str),
 }
 
+/// The job a line belongs to, and whose line it is: the envelope's job, else a given job, else
+/// `node:<host>` for a node's own line (a syslog header, or an envelope naming a host and no
+/// job), else the guessed job.
+pub fn job_of<'a>(meta: &'a LineMeta, job: JobName<'a>) -> (Cow<'a, str>, Scope) {
+    let node_line = matches!(meta.origin, Origin::NodeLog | Origin::Envelope);
+    match (&meta.job_id, job, &meta.host) {
+        (Some(j), _, _) => (Cow::Borrowed(j.as_str()), Scope::Job),
+        (None, JobName::Given(j), _) => (Cow::Borrowed(j), Scope::Job),
+        (None, JobName::Guessed(_), Some(host)) if node_line => {
+            (Cow::Owned(format!("node:{host}")), Scope::Node)
+        }
+        (None, JobName::Guessed(j), _) => (Cow::Borrowed(j), Scope::Job),
+    }
+}
+
 impl MatchEvent {
     /// The rank of a match: the envelope's or launcher prefix's, else a `rank` capture.
     pub fn any_rank(&self) -> Option<u32> {
@@ -458,15 +474,8 @@ impl Enricher {
     pub fn event_for(&self, hit: &Hit<'_>, job: JobName<'_>, source: Provenance) -> MatchEvent {
         let entry = &self.kb.entries[hit.entry];
         let meta = &hit.record.meta;
-        let node_line = matches!(meta.origin, Origin::NodeLog | Origin::Envelope);
-        let (job_id, scope) = match (&meta.job_id, job, &meta.host) {
-            (Some(j), _, _) => (j.clone(), Scope::Job),
-            (None, JobName::Given(j), _) => (j.to_string(), Scope::Job),
-            (None, JobName::Guessed(_), Some(host)) if node_line => {
-                (format!("node:{host}"), Scope::Node)
-            }
-            (None, JobName::Guessed(j), _) => (j.to_string(), Scope::Job),
-        };
+        let (job_id, scope) = job_of(meta, job);
+        let job_id = job_id.into_owned();
         let message = self.redact(&hit.record.message);
         let mut cut = message.len() > MAX_EVENT_LINE_BYTES;
         let shown = if cut {

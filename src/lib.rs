@@ -34,6 +34,8 @@
 //! - [`enrich`]: a hit -> the schema_version 1 event with its diagnosis.
 //! - [`incident`]: matches of a job -> incidents: election, culprit, context, lifecycle,
 //!   fingerprint, and its `[incidents]` table.
+//! - [`unknown`]: error lines no entry knows -> per-job templates -> rate-limited `unknown`
+//!   events (and the templates an incident without a known root lists), its `[unknown]` table.
 //! - [`metrics`]: every Prometheus family, one file per group; [`telemetry`]: OTLP spans.
 //! - [`kafka`]: librdkafka settings in one function, the log bridge, the record view, lag.
 //! - [`source`]: [`source::file`], [`source::kafka`]; [`sink`]: [`sink::stdout`],
@@ -87,3 +89,4 @@ pub mod templates;
 #[cfg(test)]
 mod testutil;
 pub mod time;
+pub mod unknown;

@@ -18,6 +18,13 @@
 //! (for `scan`, "dead-lettered" means reported on stderr and counted; the Kafka pipeline maps
 //! it to its dead-letter topic). A chunk's events are emitted only once its scan has finished,
 //! so a retry never duplicates an event.
+//!
+//! Unknown failures ([`crate::unknown`], on unless [`ScanOptions::unknown`] is `None`): each
+//! worker also picks, per chunk, the lines that look like errors and hit no entry; the writer
+//! mines them in input order into per-job templates and prints the `unknown` events among the
+//! matches (JSON, or text with `--matches`), on the log's clock, so the output depends on the
+//! input only. Text output lists each job's templates after the incidents, and an incident
+//! whose root is unknown lists the templates seen near it ([`RecentUnknown`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,7 +32,8 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use crate::engine::{ChunkInfo, Engine, Worker};
-use crate::enrich::{Enricher, JobName, MatchEvent};
+use crate::enrich::{job_of, Enricher, JobName, MatchEvent};
+use crate::incident::unrecognised::RecentUnknown;
 use crate::incident::{self, multiline, Correlator, IncidentConfig, IncidentEvent, Status};
 use crate::isolation;
 use crate::matcher::Matcher;
@@ -33,6 +41,7 @@ use crate::record::{line_count, Provenance};
 use crate::redact::Redactor;
 use crate::sink::stdout::{JobSummary, StdoutSink};
 use crate::source::file::{self, ChunkReader, Input, InputError};
+use crate::unknown::{find::known_key, Finder, LiveMiner, OwnedLine, UnknownConfig, UnknownLine};
 
 /// How to scan.
 #[derive(Debug, Clone)]
@@ -57,6 +66,9 @@ pub struct ScanOptions {
     pub threads: usize,
     /// Redacts secrets in events (the built-in rules by default); `None`: `--no-redact`.
     pub redactor: Option<Arc<Redactor>>,
+    /// Mine the error lines that no entry knows into `unknown` events (on by default);
+    /// `None`: `--no-unknown`.
+    pub unknown: Option<UnknownConfig>,
 }
 
 impl Default for ScanOptions {
@@ -71,6 +83,7 @@ impl Default for ScanOptions {
             print_matches: true,
             threads: 1,
             redactor: Some(Redactor::builtin()),
+            unknown: Some(UnknownConfig::default()),
         }
     }
 }
@@ -92,6 +105,10 @@ pub struct ScanStats {
     pub errors: Vec<String>,
     /// Chunks whose scan panicked, retried or skipped.
     pub panics: Vec<ChunkPanic>,
+    /// Lines that look like errors and that no entry matched (mined into templates).
+    pub unknown_lines: u64,
+    /// `unknown` events (printed with JSON output or `--matches`).
+    pub unknown_events: u64,
 }
 
 impl ScanStats {
@@ -181,7 +198,11 @@ impl Incidents {
     }
 
     /// Writes the resolved incidents once too many wait.
-    fn spill<W: Write>(&mut self, out: &mut StdoutSink<W>) -> io::Result<()> {
+    fn spill<W: Write>(
+        &mut self,
+        out: &mut StdoutSink<W>,
+        recent: Option<&RecentUnknown>,
+    ) -> io::Result<()> {
         if self.resolved <= self.max_waiting {
             return Ok(());
         }
@@ -192,7 +213,10 @@ impl Incidents {
             .map(|(k, _)| *k)
             .collect();
         for key in done {
-            if let Some(event) = self.latest.remove(&key) {
+            if let Some(mut event) = self.latest.remove(&key) {
+                if let Some(r) = recent {
+                    r.attach(&mut event);
+                }
                 out.incident(&event)?;
             }
         }
@@ -200,11 +224,18 @@ impl Incidents {
         Ok(())
     }
 
-    fn finish<W: Write>(mut self, out: &mut StdoutSink<W>) -> io::Result<()> {
+    fn finish<W: Write>(
+        mut self,
+        out: &mut StdoutSink<W>,
+        recent: Option<&RecentUnknown>,
+    ) -> io::Result<()> {
         self.correlator.flush(&mut self.changes);
         self.absorb();
-        for event in self.latest.values() {
-            out.incident(event)?;
+        for mut event in self.latest.into_values() {
+            if let Some(r) = recent {
+                r.attach(&mut event);
+            }
+            out.incident(&event)?;
         }
         Ok(())
     }
@@ -219,14 +250,23 @@ struct Chunks<'a, M: Matcher> {
     redactor: Arc<Redactor>,
 }
 
+/// One worker's engine state: the matcher's, and the unknown-line finder's.
+struct Scanner<M: Matcher> {
+    worker: Worker<M>,
+    finder: Option<Finder>,
+}
+
 /// Where a scan's results go, in input order: the printer, the per-job summaries, the
-/// statistics, the incidents and the caller's callback.
+/// statistics, the incidents, the unknown-line miners and the caller's callback.
 struct Writer<'a, W: Write> {
     out: &'a mut StdoutSink<W>,
     opts: &'a ScanOptions,
     jobs: BTreeMap<String, JobSummary>,
     stats: ScanStats,
     incidents: Option<Incidents>,
+    unknown: Option<LiveMiner>,
+    /// Unknown templates per job, for incidents without a known root.
+    recent: Option<RecentUnknown>,
     on_event: &'a mut dyn FnMut(&MatchEvent),
 }
 
@@ -245,13 +285,18 @@ pub fn scan_inputs<M: Matcher, W: Write>(
         opts,
         redactor: Redactor::builtin(),
     };
-    let mut worker = engine.worker()?;
+    let mut scanner = chunks.scanner()?;
+    let unknown = opts.unknown.as_ref().filter(|u| u.enabled);
     let mut w = Writer {
         out,
         opts,
         jobs: BTreeMap::new(),
         stats: ScanStats::default(),
         incidents: opts.incidents.clone().map(Incidents::new).transpose()?,
+        unknown: unknown.map(|u| LiveMiner::new(u, opts.redactor.clone())),
+        recent: unknown
+            .filter(|_| opts.incidents.is_some())
+            .map(|u| RecentUnknown::new(u.max_jobs, opts.redactor.clone())),
         on_event,
     };
     let progress = opts.progress.then(|| {
@@ -292,7 +337,7 @@ pub fn scan_inputs<M: Matcher, W: Write>(
         let result = if opts.threads > 1 {
             scan_parallel(&chunks, input, counted, &mut w)
         } else {
-            scan_one(&chunks, &mut worker, input, counted, &mut w)
+            scan_one(&chunks, &mut scanner, input, counted, &mut w)
         };
         match result {
             Ok(()) => {}
@@ -306,12 +351,21 @@ pub fn scan_inputs<M: Matcher, W: Write>(
     let Writer {
         out,
         jobs,
-        stats,
+        mut stats,
         incidents,
+        unknown,
+        recent,
         ..
     } = w;
     if let Some(incidents) = incidents {
-        incidents.finish(out).map_err(ScanError::Output)?;
+        incidents
+            .finish(out, recent.as_ref())
+            .map_err(ScanError::Output)?;
+    }
+    if let Some(live) = &unknown {
+        stats.unknown_lines = live.stats().lines;
+        out.unrecognised(&live.summary())
+            .map_err(ScanError::Output)?;
     }
     if opts.summary {
         for summary in jobs.values() {
@@ -336,7 +390,7 @@ impl From<io::Error> for OneError {
 
 fn scan_one<M: Matcher, W: Write, R: Read>(
     c: &Chunks<'_, M>,
-    worker: &mut Worker<M>,
+    scanner: &mut Scanner<M>,
     input: &Input,
     mut reader: Counted<R>,
     w: &mut Writer<'_, W>,
@@ -354,13 +408,11 @@ fn scan_one<M: Matcher, W: Write, R: Read>(
         };
         let first_line = chunk.info.first_line;
         let scanned = c
-            .scan_isolated(worker, input, chunk.data, chunk.info)
+            .scan_isolated(scanner, input, chunk.data, chunk.info)
             .map_err(|e| OneError::Fatal(e.into()))?;
         let lines = scanned.lines;
         w.stats.note_panics(input, first_line, &scanned);
-        for event in &scanned.events {
-            w.emit(event)?;
-        }
+        w.emit_chunk(input, &scanned.events, &scanned.unknown)?;
         w.spill()?;
         w.stats.lines += lines;
         chunks.advance_lines(lines);
@@ -396,7 +448,71 @@ impl<W: Write> Writer<'_, W> {
     /// Writes resolved incidents early once too many wait.
     fn spill(&mut self) -> io::Result<()> {
         match self.incidents.as_mut() {
-            Some(incidents) => incidents.spill(self.out),
+            Some(incidents) => incidents.spill(self.out, self.recent.as_ref()),
+            None => Ok(()),
+        }
+    }
+
+    /// A chunk's matches and unknown lines, merged in line order.
+    fn emit_chunk(
+        &mut self,
+        input: &Input,
+        events: &[MatchEvent],
+        unknown: &[OwnedLine],
+    ) -> io::Result<()> {
+        let mut pending = unknown.iter().peekable();
+        for event in events {
+            let at = match &event.source {
+                Provenance::File { line, .. } => *line,
+                Provenance::Kafka { .. } => u64::MAX,
+            };
+            while let Some(line) = pending.next_if(|l| l.line < at) {
+                self.unknown_line(input, line)?;
+            }
+            self.emit(event)?;
+        }
+        for line in pending {
+            self.unknown_line(input, line)?;
+        }
+        Ok(())
+    }
+
+    /// Mines one unknown line; prints its event when one is due.
+    fn unknown_line(&mut self, input: &Input, l: &OwnedLine) -> io::Result<()> {
+        let Some(live) = self.unknown.as_mut() else {
+            return Ok(());
+        };
+        let name = if input.job_given {
+            JobName::Given(&input.job_id)
+        } else {
+            JobName::Guessed(&input.job_id)
+        };
+        let (job, _) = job_of(&l.meta, name);
+        let line = UnknownLine {
+            job_id: &job,
+            message: &l.message,
+            meta: &l.meta,
+            truncated: l.truncated,
+        };
+        let seen = live.observe(&line, None);
+        if let Some(recent) = self.recent.as_mut() {
+            if let Some(s) = live.seen(&job, &seen) {
+                recent.note(&s);
+            }
+        }
+        if seen.emit.is_none() {
+            return Ok(());
+        }
+        self.stats.unknown_events += 1;
+        if !self.opts.print_matches {
+            return Ok(());
+        }
+        let source = Provenance::File {
+            path: input.name.clone(),
+            line: l.line,
+        };
+        match live.event(&line, &seen, source) {
+            Some(event) => self.out.unknown(&event),
             None => Ok(()),
         }
     }
@@ -406,6 +522,8 @@ impl<W: Write> Writer<'_, W> {
 struct ChunkScan {
     lines: u64,
     events: Vec<MatchEvent>,
+    /// Lines that look like errors and hit no entry, in line order.
+    unknown: Vec<OwnedLine>,
     /// Panic messages: one when the retry succeeded, two when the chunk was skipped.
     panics: Vec<String>,
 }
@@ -425,12 +543,21 @@ impl ScanStats {
 }
 
 impl<M: Matcher> Chunks<'_, M> {
+    /// A worker's engine state (with an unknown-line finder when unknown events are on).
+    fn scanner(&self) -> Result<Scanner<M>, crate::matcher::MatchError> {
+        let unknown = self.opts.unknown.as_ref().is_some_and(|u| u.enabled);
+        Ok(Scanner {
+            worker: self.engine.worker()?,
+            finder: unknown.then(Finder::new).transpose()?,
+        })
+    }
+
     /// Scans one chunk into events, isolating a panic of the engine, the matcher or the
     /// enricher ([`crate::isolation::retry`]): the chunk is scanned once more with a fresh
     /// worker (its buffers and scratch may have been left mid-update), then skipped.
     fn scan_isolated(
         &self,
-        worker: &mut Worker<M>,
+        scanner: &mut Scanner<M>,
         input: &Input,
         data: &[u8],
         info: ChunkInfo,
@@ -438,10 +565,16 @@ impl<M: Matcher> Chunks<'_, M> {
         let retried = isolation::retry(
             2,
             &self.redactor,
-            worker,
-            |worker| {
+            scanner,
+            |scanner| {
                 let mut events = Vec::new();
+                let mut known = Vec::new();
+                let unknown_on = scanner.finder.is_some();
+                let worker = &mut scanner.worker;
                 let lines = self.engine.scan_chunk(worker, data, info, &mut |hit| {
+                    if unknown_on {
+                        known.push(known_key(hit.line, &hit.record.message));
+                    }
                     let source = Provenance::File {
                         path: input.name.clone(),
                         line: hit.line,
@@ -453,20 +586,32 @@ impl<M: Matcher> Chunks<'_, M> {
                     };
                     events.push(self.enricher.event_for(&hit, job, source));
                 })?;
-                Ok((lines, events))
+                let mut unknown = Vec::new();
+                if let Some(finder) = scanner.finder.as_mut() {
+                    finder.find(data, info, &known, &mut |line, record, text| {
+                        unknown.push(OwnedLine {
+                            line,
+                            message: text.to_string(),
+                            meta: record.meta.clone(),
+                            truncated: record.truncated,
+                        });
+                    })?;
+                }
+                Ok((lines, events, unknown))
             },
-            |worker| {
-                *worker = self.engine.worker()?;
+            |scanner| {
+                *scanner = self.scanner()?;
                 Ok(())
             },
         )?;
-        let (lines, events) = retried.value.unwrap_or_else(|| {
+        let (lines, events, unknown) = retried.value.unwrap_or_else(|| {
             let lines = if info.truncated { 1 } else { line_count(data) };
-            (lines, Vec::new())
+            (lines, Vec::new(), Vec::new())
         });
         Ok(ChunkScan {
             lines,
             events,
+            unknown,
             panics: retried.panics,
         })
     }
@@ -476,7 +621,7 @@ impl<M: Matcher> Chunks<'_, M> {
 struct ChunkResult {
     seq: u64,
     lines: u64,
-    events: Result<Vec<MatchEvent>, crate::matcher::MatchError>,
+    events: Result<(Vec<MatchEvent>, Vec<OwnedLine>), crate::matcher::MatchError>,
     panics: Vec<String>,
     buf: Vec<u8>,
 }
@@ -527,7 +672,7 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
             let done_tx = done_tx.clone();
             let work_rx = &work_rx;
             scope.spawn(move || {
-                let mut worker = c.engine.worker();
+                let mut worker = c.scanner();
                 loop {
                     let next = match work_rx.lock() {
                         Ok(rx) => rx.recv(),
@@ -551,7 +696,7 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
                         }),
                     };
                     let (lines, events, panics) = match result {
-                        Ok(s) => (s.lines, Ok(s.events), s.panics),
+                        Ok(s) => (s.lines, Ok((s.events, s.unknown)), s.panics),
                         Err(e) => (0, Err(e), Vec::new()),
                     };
                     let _ = done_tx.send(ChunkResult {
@@ -571,19 +716,23 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
         let mut next = 0u64;
         let mut base_line = 0u64;
         let mut write = |result: ChunkResult, base_line: u64| -> Result<(), OneError> {
-            let events = result.events.map_err(|e| OneError::Fatal(e.into()))?;
+            let (mut events, mut unknown) = result.events.map_err(|e| OneError::Fatal(e.into()))?;
             let scanned = ChunkScan {
                 lines: result.lines,
                 events: Vec::new(),
+                unknown: Vec::new(),
                 panics: result.panics,
             };
             w.stats.note_panics(input, base_line + 1, &scanned);
-            for mut event in events {
+            for event in &mut events {
                 if let Provenance::File { line, .. } = &mut event.source {
                     *line += base_line;
                 }
-                w.emit(&event)?;
             }
+            for l in &mut unknown {
+                l.line += base_line;
+            }
+            w.emit_chunk(input, &events, &unknown)?;
             w.spill()?;
             w.stats.lines += result.lines;
             let _ = pool_tx.send(result.buf);

@@ -6,7 +6,7 @@
 //! `[admin]` in [`crate::server`], `[redact]` in [`crate::redact`], `[metrics]` in
 //! [`crate::metrics`], `[telemetry]` in [`crate::telemetry`], `[incidents]` in
 //! [`crate::incident::config`], `[webhook]` in [`crate::sink::webhook`], `[alertmanager]` in
-//! [`crate::sink::alertmanager`]. This module composes
+//! [`crate::sink::alertmanager`], `[unknown]` in [`crate::unknown::config`]. This module composes
 //! them and checks the rules that span tables (no output topic may be an input topic).
 //!
 //! Every setting can come from the file, a flag or an environment variable ([`Overrides`]); a
@@ -33,6 +33,7 @@ use crate::sink::alertmanager::{AlertmanagerConfig, RawAlertmanagerConfig};
 use crate::sink::kafka::{OutputConfig, RawOutput};
 use crate::sink::webhook::{RawWebhookConfig, RunWebhookConfig};
 use crate::telemetry::{RawTelemetryConfig, TelemetryConfig};
+use crate::unknown::{RawUnknownConfig, UnknownConfig};
 pub use section::FieldError;
 use section::{redact, Errors, Printer};
 
@@ -76,6 +77,9 @@ pub struct RawConfig {
     /// `[webhook]`: tickets for incidents (on when `url` is set; needs `[incidents]`).
     #[serde(default)]
     pub webhook: RawWebhookConfig,
+    /// `[unknown]`: live templates and events of error lines no KB entry knows (on by default).
+    #[serde(default)]
+    pub unknown: RawUnknownConfig,
     /// `[alertmanager]`: incidents as Alertmanager alerts (on when `url` is set; needs
     /// `[incidents]`).
     #[serde(default)]
@@ -313,6 +317,8 @@ pub struct Config {
     pub incidents: Option<IncidentsConfig>,
     /// `[webhook]`; `None`: no tickets.
     pub webhook: Option<RunWebhookConfig>,
+    /// `[unknown]`.
+    pub unknown: UnknownConfig,
     /// `[alertmanager]`; `None`: no alerts.
     pub alertmanager: Option<AlertmanagerConfig>,
 }
@@ -466,6 +472,8 @@ impl Config {
             IncidentsConfig::from_raw(&raw.incidents, &mut Errors::new("incidents", &mut errors));
         let webhook =
             RunWebhookConfig::from_raw(&raw.webhook, &mut Errors::new("webhook", &mut errors));
+        let unknown =
+            UnknownConfig::from_raw(&raw.unknown, &mut Errors::new("unknown", &mut errors));
         let alertmanager = AlertmanagerConfig::from_raw(
             &raw.alertmanager,
             &mut Errors::new("alertmanager", &mut errors),
@@ -552,6 +560,7 @@ impl Config {
             webhook: webhook.filter(|_| incidents.is_some()),
             alertmanager: alertmanager.filter(|_| incidents.is_some()),
             incidents,
+            unknown,
         })
     }
 
@@ -573,6 +582,7 @@ impl Config {
         if let Some(w) = &self.webhook {
             w.print(&mut p);
         }
+        self.unknown.print(&mut p);
         if let Some(a) = &self.alertmanager {
             a.print(&mut p);
         }

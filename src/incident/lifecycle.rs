@@ -652,6 +652,7 @@ impl Incident {
             first_seen: self.first_log_ms.map(format_ms),
             last_seen: self.last_log_ms.map(format_ms),
             context: self.context.info(),
+            unrecognised: Vec::new(),
             diagnosis: Arc::clone(&root.diagnosis),
             restart_loop: self.restart_loop,
             recurrence: self.recurrence,
@@ -664,6 +665,7 @@ impl Incident {
             kb_version: self.kb_version.clone(),
             serial: self.serial,
             timeline: Arc::new(self.timeline.view()),
+            effective_from: self.first_effective_ms,
         }
     }
 }

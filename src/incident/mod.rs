@@ -24,6 +24,7 @@
 //! - [`fleet`]: bad-node scores across jobs.
 //! - [`timeline`]: when each rank first spoke, bounded, for the incident page.
 //! - [`correlate`]: the [`Correlator`]: jobs, caps, eviction, resolution, restart loops, tickets.
+//! - [`unrecognised`]: the unknown error templates an incident without a known root lists.
 //!
 //! The JSON contract of [`IncidentEvent`] is documented in `docs/incidents.md`.
 
@@ -40,6 +41,7 @@ pub mod nodes;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod timeline;
+pub mod unrecognised;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -310,6 +312,10 @@ pub struct IncidentEvent {
     pub last_seen: Option<String>,
     /// The root's traceback or c10 block and torchrun's summary, bounded.
     pub context: ContextInfo,
+    /// Root unknown only: the job's error lines that no KB entry knows, as templates seen near
+    /// the failure, newest first, at most five ([`unrecognised`]); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unrecognised: Vec<unrecognised::Unrecognised>,
     /// The root entry's diagnosis, as in match events.
     #[serde(serialize_with = "crate::enrich::serialize_diagnosis")]
     pub diagnosis: Arc<Diagnosis>,
@@ -332,6 +338,11 @@ pub struct IncidentEvent {
     /// and the alert's `cluster` label; not part of the JSON contract.
     #[serde(skip)]
     pub timeline: Arc<timeline::TimelineView>,
+    /// The start of the incident's log time range with collective timeouts back-dated to when
+    /// their hang began (bounded by `max_backdate_ms`): where [`unrecognised`] looks back
+    /// from; not part of the JSON contract.
+    #[serde(skip)]
+    pub effective_from: Option<Millis>,
 }
 
 /// Another root-role match of the incident (the primary one is `root`).

@@ -160,8 +160,8 @@ impl IncidentFamilies {
                 "faultline_correlator_events_total",
                 "Role correlate: events-topic records by what the correlator did with them: \
                  correlated, unknown_entry (correlated with the event's own diagnosis), \
-                 duplicate (a match member's replay, skipped), skipped (not a match event), \
-                 invalid (dead-lettered).",
+                 unknown (an unknown-line event, its template noted), duplicate (a match \
+                 member's replay, skipped), skipped (another type), invalid (dead-lettered).",
                 &["result"],
             )?,
             alerts: counter_vec(

@@ -83,7 +83,10 @@ label_set!(
         /// A match event seen before: a match member reprocessed its record after a crash or
         /// a rebalance (at-least-once); skipped.
         Duplicate => "duplicate",
-        /// Not a match event (another `type`); skipped.
+        /// An unknown-line event (`type: "unknown"`): its template noted for incidents
+        /// without a known root.
+        Unknown => "unknown",
+        /// Another `type`, or an unknown-line event while `[unknown]` is off; skipped.
         Skipped => "skipped",
         /// Dead-lettered: unreadable (reason `invalid_event`), or correlating it panicked
         /// (reason `panic`).

@@ -18,6 +18,7 @@
 //! - [`kb`]: the KB in use, reloads, build info.
 //! - [`health`]: panics and dropped spans.
 //! - [`incidents`]: incidents, tickets, the webhook, commit holds.
+//! - [`unknown`]: error lines no KB entry knows, their templates and events.
 
 use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
@@ -33,6 +34,7 @@ pub mod kb;
 pub mod labels;
 pub mod matches;
 pub mod throughput;
+pub mod unknown;
 
 pub use batch::{BatchCounts, MAX_VALUE_BYTES};
 pub use config::{DimensionConfig, MetricsConfig, RawMetricsConfig, DEFAULT_MAX_VALUES};
@@ -41,6 +43,7 @@ pub use labels::{
     AlertResult, CorrelatorResult, DeadLetterReason, Dimension, Eviction, KafkaClient, Output,
     PanicStage, ReloadResult, ResolutionLabel, SpanDrop, WebhookResult,
 };
+pub use unknown::UnknownFamilies;
 
 /// `Content-Type` of [`Metrics::render`]'s output: the Prometheus text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -98,6 +101,7 @@ pub struct Metrics {
     kb: kb::KbFamilies,
     health: health::HealthFamilies,
     incidents: IncidentFamilies,
+    unknown: UnknownFamilies,
 }
 
 impl Metrics {
@@ -111,6 +115,7 @@ impl Metrics {
             kb: kb::KbFamilies::register(&r)?,
             health: health::HealthFamilies::register(&r)?,
             incidents: IncidentFamilies::register(&r)?,
+            unknown: UnknownFamilies::register(&r)?,
             registry: r,
         })
     }
@@ -182,6 +187,11 @@ impl Metrics {
     /// The incident and ticket families.
     pub fn incidents(&self) -> &IncidentFamilies {
         &self.incidents
+    }
+
+    /// The unknown-failure families.
+    pub fn unknown(&self) -> &UnknownFamilies {
+        &self.unknown
     }
 
     /// The KB version being counted.

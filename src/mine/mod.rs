@@ -20,7 +20,7 @@
 //! text, held until the end so that every line can be printed with its final template.
 
 pub mod command;
-pub mod gate;
+pub use crate::templates::gate;
 pub mod pattern;
 pub mod suggest;
 
@@ -412,8 +412,8 @@ impl Mining {
     }
 
     /// The live templates, most frequent first (ties: the one seen first, then the id), at
-    /// most `top` of them (0: all), each with one example redacted by `redactor` (`None`: as
-    /// read).
+    /// most `top` of them (0: all), each with one example, text and example redacted by
+    /// `redactor` (`None`: as read; a masked template can keep a secret's letters).
     pub fn report(&self, redactor: Option<&Redactor>, top: usize) -> Vec<TemplateReport> {
         let mut live: Vec<_> = self.miner.iter().collect();
         live.sort_by(|a, b| {
@@ -427,10 +427,11 @@ impl Mining {
         }
         live.into_iter()
             .map(|t| {
-                let example = match redactor {
-                    Some(r) => r.redact_str(t.example()).into_owned(),
-                    None => t.example().to_string(),
+                let redact = |text: &str| match redactor {
+                    Some(r) => r.redact_str(text).into_owned(),
+                    None => text.to_string(),
                 };
+                let example = redact(t.example());
                 let first_seen = self
                     .samples(t.id())
                     .first()
@@ -438,7 +439,7 @@ impl Mining {
                     .unwrap_or_default();
                 TemplateReport {
                     template_id: t.id().to_string(),
-                    template: t.text().to_string(),
+                    template: redact(t.text()),
                     count: t.count(),
                     example,
                     first_seen,

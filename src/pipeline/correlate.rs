@@ -31,6 +31,15 @@
 //! a newer KB) is correlated with the diagnosis the event carried
 //! (`result="unknown_entry"`). A record that is not a readable match event is dead-lettered
 //! (reason `invalid_event`); a record of another `type` is skipped.
+//!
+//! Unknown-line events (`type: "unknown"`, [`crate::unknown`]): the match members place them
+//! on the shard of the line's match events, and the correlator notes each template for its
+//! job ([`crate::incident::unrecognised`]), so an incident without a known root lists the
+//! unrecognised templates near the failure, as in role `all` (`result="unknown"`; replays are
+//! duplicates, tracked apart from match events). It sees only the events, which are rate
+//! limited per template: a template's latest time is that of its latest event, at most
+//! `unknown.template_interval_ms` older than its latest line. With `[unknown] enabled = false`
+//! the correlator skips them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -44,6 +53,7 @@ use super::{incidents, PipelineError, Stop};
 use crate::config::Config;
 use crate::enrich::{Diagnosis, MatchEvent, Scope, SCHEMA_VERSION};
 use crate::incident::lru::LruOrder;
+use crate::incident::unrecognised::{RecentUnknown, UnknownSeen};
 use crate::kb::{Role, Severity};
 use crate::metrics::{CorrelatorResult, DeadLetterReason, Metrics, PanicStage};
 use crate::record::Provenance;
@@ -52,6 +62,7 @@ use crate::reload::Loaded;
 use crate::runtime::{queue, Health};
 use crate::sink::kafka::KafkaSink;
 use crate::source::kafka::{forget, Batch};
+use crate::time::Millis;
 
 /// (events partition, input topic, input partition) whose last source position is kept.
 pub const MAX_SOURCES: usize = 100_000;
@@ -89,6 +100,10 @@ struct Wire {
     #[serde(default)]
     also: Vec<String>,
     cluster: Option<String>,
+    template_id: Option<String>,
+    template: Option<String>,
+    example: Option<String>,
+    count: Option<u64>,
 }
 
 /// The part of an event's diagnosis used when the correlator's KB lacks the entry.
@@ -112,23 +127,93 @@ pub enum Decoded {
         /// Whether the correlator's KB has the entry.
         known: bool,
     },
-    /// Another `type` (an unknown-line event, a future kind): not the correlator's.
+    /// An unknown-line event: a template the job showed.
+    Unknown(Box<UnknownNote>),
+    /// Another `type` (a future kind): not the correlator's.
     Other,
+}
+
+/// An `unknown` event ([`crate::unknown::UnknownEvent`]) as the correlator reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownNote {
+    /// The line's job.
+    pub job_id: String,
+    /// The template's stable id.
+    pub template_id: u64,
+    /// The template's text, redacted.
+    pub template: String,
+    /// The event's line, redacted.
+    pub example: String,
+    /// Lines of the template in the job so far.
+    pub count: u64,
+    /// The line's timestamp as written.
+    pub timestamp: Option<String>,
+    /// Where the line was read.
+    pub source: Provenance,
+}
+
+impl UnknownNote {
+    /// The line's log time: its timestamp (one without a year placed nearest `reference`, the
+    /// correlator's clock, as match events are), else `reference`.
+    pub fn at(&self, reference: Option<Millis>) -> Option<Millis> {
+        let stamp = self.timestamp.as_deref().and_then(crate::time::parse);
+        match stamp {
+            Some(s) => s
+                .millis()
+                .or_else(|| reference.map(|r| s.millis_near(Some(r)))),
+            None => reference,
+        }
+    }
+
+    /// What [`crate::incident::unrecognised::RecentUnknown::note`] takes, at `at`.
+    pub fn seen(&self, at: Option<Millis>) -> UnknownSeen<'_> {
+        UnknownSeen {
+            job_id: &self.job_id,
+            template_id: self.template_id,
+            template: &self.template,
+            example: &self.example,
+            count: self.count,
+            at,
+        }
+    }
+}
+
+/// Reads an `unknown` event's fields.
+fn unknown_note(w: Wire) -> Result<Decoded, String> {
+    let missing = |field: &str| format!("no {field}");
+    let id = w.template_id.ok_or_else(|| missing("template_id"))?;
+    let template_id = Some(&id)
+        .filter(|id| id.len() == 16)
+        .and_then(|id| u64::from_str_radix(id, 16).ok())
+        .ok_or_else(|| format!("template_id {id:?} is not 16 hex digits"))?;
+    Ok(Decoded::Unknown(Box::new(UnknownNote {
+        job_id: w.job_id.ok_or_else(|| missing("job_id"))?,
+        template_id,
+        template: w.template.ok_or_else(|| missing("template"))?,
+        example: w.example.unwrap_or_default(),
+        count: w.count.unwrap_or(1),
+        timestamp: w.timestamp,
+        source: w.source.ok_or_else(|| missing("source"))?,
+    })))
 }
 
 /// Reads one events-topic payload; the error says why it is not a readable match event.
 pub fn decode_event(payload: &[u8], enricher: &crate::enrich::Enricher) -> Result<Decoded, String> {
     let w: Wire = serde_json::from_slice(payload).map_err(|e| format!("not JSON: {e}"))?;
-    match w.kind.as_deref() {
-        Some("match") => {}
+    let unknown = match w.kind.as_deref() {
+        Some("match") => false,
+        Some("unknown") => true,
         Some(_) => return Ok(Decoded::Other),
         None => return Err("no \"type\"".into()),
-    }
+    };
     let version = w.schema_version.ok_or("no schema_version")?;
     if version > SCHEMA_VERSION {
         return Err(format!(
             "schema_version {version} is newer than this correlator's {SCHEMA_VERSION}"
         ));
+    }
+    if unknown {
+        return unknown_note(w);
     }
     let missing = |field: &str| format!("no {field}");
     let kb_id = w.kb_id.ok_or_else(|| missing("kb_id"))?;
@@ -259,15 +344,27 @@ pub(super) struct CorrelateParts {
 pub(super) struct CorrelateStage {
     p: CorrelateParts,
     dedupe: Dedupe,
+    /// Replays of unknown events, apart from match events: a record's unknown events follow
+    /// its match events, at earlier lines.
+    unknown_dedupe: Dedupe,
+    /// `[unknown]` is on: unknown events are noted for incidents without a known root.
+    unknown: bool,
     /// Outputs (dead letters) per record of the batch being processed.
     outputs: Vec<u32>,
 }
 
 impl CorrelateStage {
-    pub(super) fn new(p: CorrelateParts) -> Self {
+    pub(super) fn new(mut p: CorrelateParts) -> Self {
+        let unknown = p.config.unknown.enabled;
+        if unknown {
+            let recent = RecentUnknown::new(p.config.unknown.max_jobs, p.redactor.clone());
+            p.incidents.track_unknown(recent);
+        }
         CorrelateStage {
             p,
             dedupe: Dedupe::default(),
+            unknown_dedupe: Dedupe::default(),
+            unknown,
             outputs: Vec::new(),
         }
     }
@@ -328,6 +425,17 @@ impl CorrelateStage {
             bytes += payload.len() as u64;
             let (result, why) = match decode_event(payload, &self.p.loaded.enricher) {
                 Ok(Decoded::Other) => (CorrelatorResult::Skipped, None),
+                Ok(Decoded::Unknown(_)) if !self.unknown => (CorrelatorResult::Skipped, None),
+                Ok(Decoded::Unknown(note)) => {
+                    if self.unknown_dedupe.seen(r.id.tp.partition, &note.source) {
+                        (CorrelatorResult::Duplicate, None)
+                    } else {
+                        let incidents = &mut self.p.incidents;
+                        let at = note.at(incidents.log_now());
+                        incidents.observe_unknown(&note.seen(at));
+                        (CorrelatorResult::Unknown, None)
+                    }
+                }
                 Err(why) => (CorrelatorResult::Invalid, Some(("invalid_event", why))),
                 Ok(Decoded::Match { event, known }) => {
                     if self.dedupe.seen(r.id.tp.partition, &event.source) {
@@ -488,7 +596,7 @@ mod tests {
         assert_eq!(event.role, original.role);
 
         assert!(matches!(
-            decode_event(br#"{"type":"unknown","template_id":"t"}"#, enricher),
+            decode_event(br#"{"type":"kb_reload","schema_version":1}"#, enricher),
             Ok(Decoded::Other)
         ));
         for bad in [
@@ -500,6 +608,103 @@ mod tests {
                 decode_event(bad, enricher).is_err(),
                 "{}",
                 String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_events_decode_into_notes_for_incidents_without_a_known_root() {
+        let loaded = Loaded::new(crate::kb::KnowledgeBase::embedded().expect("embedded KB"))
+            .expect("compiles");
+        let enricher = &loaded.enricher;
+        let mut live = crate::unknown::LiveMiner::new(
+            &crate::unknown::UnknownConfig::default(),
+            Some(Redactor::builtin()),
+        );
+        let meta = crate::record::LineMeta {
+            timestamp: Some("2024-11-29T10:00:00Z".into()),
+            rank: Some(3),
+            host: Some("gpu-node-07".into()),
+            cluster: Some("cluster-a".into()),
+            ..crate::record::LineMeta::default()
+        };
+        let line = crate::unknown::UnknownLine {
+            job_id: "job-42",
+            message:
+                "ERROR: upload to https://user:hunter2secret@store.example/x failed with code 7",
+            meta: &meta,
+            truncated: false,
+        };
+        let out = live.observe(&line, None);
+        let event = live
+            .event(&line, &out, kafka(12, 4))
+            .expect("a new template: an event");
+        assert_eq!(
+            event.cluster.as_deref(),
+            Some("cluster-a"),
+            "the shard key travels"
+        );
+        let json = serde_json::to_vec(&event).expect("serialises");
+        let Decoded::Unknown(note) = decode_event(&json, enricher).expect("decodes") else {
+            panic!("an unknown event");
+        };
+        assert_eq!(note.job_id, "job-42");
+        assert_eq!(format!("{:016x}", note.template_id), event.template_id);
+        assert_eq!(note.template, event.template);
+        assert_eq!(note.example, event.example);
+        assert!(
+            !note.example.contains("hunter2secret"),
+            "redacted at the member"
+        );
+        assert_eq!(note.count, 1);
+        assert_eq!(note.source, kafka(12, 4));
+        let at = note.at(None);
+        assert_eq!(
+            at,
+            crate::time::parse("2024-11-29T10:00:00Z").and_then(|s| s.millis())
+        );
+
+        // Noted, it is listed for the job as the all-role lists it.
+        let mut recent = RecentUnknown::new(4, None);
+        recent.note(&note.seen(at));
+        let listed = recent.near("job-42", at, at, 5);
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].template_id, event.template_id);
+        assert_eq!(listed[0].count, 1);
+        assert!(recent.near("another-job", None, None, 5).is_empty());
+
+        // A stamp without a year is placed nearest the correlator's clock; none: the clock.
+        let clock = crate::time::parse("2024-11-29T12:00:00Z").and_then(|s| s.millis());
+        let mut v: serde_json::Value = serde_json::from_slice(&json).expect("json");
+        v["timestamp"] = "Nov 29 11:59:00".into();
+        let Ok(Decoded::Unknown(yearless)) = decode_event(v.to_string().as_bytes(), enricher)
+        else {
+            panic!("an unknown event");
+        };
+        assert_eq!(
+            yearless.at(clock),
+            crate::time::parse("2024-11-29T11:59:00Z").and_then(|s| s.millis())
+        );
+        v["timestamp"] = serde_json::Value::Null;
+        let Ok(Decoded::Unknown(untimed)) = decode_event(v.to_string().as_bytes(), enricher) else {
+            panic!("an unknown event");
+        };
+        assert_eq!(untimed.at(clock), clock);
+        assert_eq!(untimed.at(None), None);
+
+        // Unreadable unknown events are invalid (dead-lettered), not skipped.
+        for (field, value) in [
+            ("template_id", serde_json::json!("t")),
+            ("template_id", serde_json::Value::Null),
+            ("template", serde_json::Value::Null),
+            ("job_id", serde_json::Value::Null),
+            ("schema_version", serde_json::json!(SCHEMA_VERSION + 1)),
+        ] {
+            let mut bad = v.clone();
+            bad[field] = value;
+            assert!(
+                decode_event(bad.to_string().as_bytes(), enricher).is_err(),
+                "{field}"
             );
         }
     }

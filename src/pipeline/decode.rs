@@ -283,6 +283,18 @@ pub fn payload_lines(payload: &[u8]) -> u64 {
         + u64::from(payload.last().is_some_and(|&b| b != b'\n'))
 }
 
+/// Where a record's lines start in the batch's scan buffer, and how many it has: what the
+/// match stage and its unknown-line side map a line of the buffer back to its record with.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span {
+    /// The record's index in the batch.
+    pub(super) record: usize,
+    /// Its first line in the buffer (from 1).
+    pub(super) first_line: u64,
+    /// Its lines ([`payload_lines`]).
+    pub(super) lines: u64,
+}
+
 /// What the matcher decides about one consumed record before scanning it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded<'a> {

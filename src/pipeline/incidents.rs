@@ -65,6 +65,7 @@ use std::time::{Duration, Instant};
 use super::Stop;
 use crate::enrich::MatchEvent;
 use crate::incident::config::IncidentsConfig;
+use crate::incident::unrecognised::{RecentUnknown, UnknownSeen};
 use crate::incident::{Correlator, CorrelatorStats, IncidentEvent, Status};
 use crate::metrics::{
     AlertResult, Eviction, IncidentFamilies, Metrics, ResolutionLabel, WebhookResult,
@@ -220,6 +221,9 @@ pub struct IncidentStage {
     published: CorrelatorStats,
     last_publish: Option<Instant>,
     last_drop_log: Option<Instant>,
+    /// Unknown templates per job, listed in incidents without a known root; `None`: unknown
+    /// events are off.
+    recent: Option<RecentUnknown>,
     last_alert_drop_log: Option<Instant>,
 }
 
@@ -345,6 +349,7 @@ impl IncidentStage {
                 published: CorrelatorStats::default(),
                 last_publish: None,
                 last_drop_log: None,
+                recent: None,
                 last_alert_drop_log: None,
             },
             threads,
@@ -406,6 +411,23 @@ impl IncidentStage {
         }
         self.clock.observed(self.correlator.now(), now);
         self.emit();
+    }
+
+    /// Lists the unknown templates `recent` remembers in incidents without a known root.
+    pub fn track_unknown(&mut self, recent: RecentUnknown) {
+        self.recent = Some(recent);
+    }
+
+    /// The correlator's log clock ([`Correlator::now`]).
+    pub fn log_now(&self) -> Option<crate::time::Millis> {
+        self.correlator.now()
+    }
+
+    /// Notes an unknown error line (see [`crate::incident::unrecognised`]).
+    pub fn observe_unknown(&mut self, seen: &UnknownSeen<'_>) {
+        if let Some(r) = self.recent.as_mut() {
+            r.note(seen);
+        }
     }
 
     /// Lets log time run on at wall speed, resolves quiet incidents, lifts holds past
@@ -518,8 +540,12 @@ impl IncidentStage {
 
     /// Produces the pending changes; a resolution lifts its incident's holds once delivered.
     fn emit(&mut self) {
-        let changes = std::mem::take(&mut self.changes);
-        for change in &changes {
+        let mut changes = std::mem::take(&mut self.changes);
+        for change in &mut changes {
+            if let Some(r) = &self.recent {
+                r.attach(change);
+            }
+            let change = &*change;
             if change.status != Status::Resolved {
                 self.hold_node_root(change);
             }

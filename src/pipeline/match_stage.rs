@@ -31,8 +31,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::config::JobIdFrom;
-use super::decode::{decode_record, header_pairs, record_job, Disposition, InvalidCounter};
+use super::decode::{decode_record, header_pairs, record_job, Disposition, InvalidCounter, Span};
 use super::quarantine::{Quarantine, Step};
+use super::unknown::{BatchView, SendTo, UnknownStage};
 use super::{incidents, PipelineError, Stop};
 use crate::config::Config;
 use crate::engine::{ChunkInfo, Worker};
@@ -46,14 +47,6 @@ use crate::runtime::queue;
 use crate::runtime::Health;
 use crate::sink::kafka::KafkaSink;
 use crate::source::kafka::{forget, Batch, SourceRecord};
-
-/// Where a record's lines start in the batch's scan buffer, and how many it has.
-#[derive(Debug, Clone, Copy)]
-struct Span {
-    record: usize,
-    first_line: u64,
-    lines: u64,
-}
 
 /// What the match stage is built from ([`MatchStage::new`]).
 pub(super) struct StageParts {
@@ -106,6 +99,8 @@ pub(super) struct MatchStage {
     /// Correlation, the incidents topic and the webhook, when `[incidents]` is configured and
     /// this process correlates.
     incidents: Option<incidents::IncidentStage>,
+    /// Unknown error lines -> templates -> `unknown` events, unless `[unknown]` is off.
+    unknown: Option<UnknownStage>,
     /// The crash notes, when `pipeline.state_dir` is set.
     quarantine: Option<Quarantine>,
     /// Role `match`: the correlator shard of each event ([`super::shard`]).
@@ -183,7 +178,11 @@ impl FaultInjection {
 }
 
 impl MatchStage {
-    pub(super) fn new(p: StageParts) -> Result<Self, MatchError> {
+    pub(super) fn new(mut p: StageParts) -> Result<Self, MatchError> {
+        let unknown = UnknownStage::new(&p.config.unknown, p.redactor.clone(), &p.metrics)?;
+        if let (Some(u), Some(inc)) = (&unknown, p.incidents.as_mut()) {
+            inc.track_unknown(u.recent());
+        }
         Ok(MatchStage {
             counter: InvalidCounter::new(p.config.dead_letter.limits),
             worker: p.loaded.engine.worker()?,
@@ -208,6 +207,7 @@ impl MatchStage {
             progress: Progress::default(),
             faults: p.faults,
             incidents: p.incidents,
+            unknown,
             quarantine: p.quarantine,
             partitioner: p.partitioner,
         })
@@ -560,6 +560,9 @@ impl MatchStage {
         self.spans.clear();
         self.events.clear();
         self.dispositions.clear();
+        if let Some(u) = self.unknown.as_mut() {
+            u.begin();
+        }
         let mut tripped = None;
         let mut line = 1u64;
         let mut bytes = 0u64;
@@ -625,6 +628,7 @@ impl MatchStage {
                 counts,
                 tracer,
                 enricher,
+                unknown,
                 ..
             } = self;
             let job_from = &config.input.job_id;
@@ -637,6 +641,9 @@ impl MatchStage {
                     truncated: false,
                 },
                 &mut |hit| {
+                    if let Some(u) = unknown.as_mut() {
+                        u.known(&hit);
+                    }
                     let k = spans.partition_point(|s| s.first_line <= hit.line);
                     let Some(span) = k.checked_sub(1).map(|k| spans[k]) else {
                         return;
@@ -667,7 +674,17 @@ impl MatchStage {
                     events.push((span.record, event));
                 },
             )?;
-            counts.scan_time(scan_started.elapsed());
+            if let Some(u) = self.unknown.as_mut() {
+                let view = BatchView {
+                    buf: &self.buf,
+                    spans: &self.spans,
+                    batch,
+                    records,
+                    input: &self.config.input,
+                };
+                u.find(view, self.incidents.as_mut())?;
+            }
+            self.counts.scan_time(scan_started.elapsed());
         }
 
         // Incidents before any record is resolved: their holds must precede the watermark.
@@ -729,7 +746,19 @@ impl MatchStage {
                             f.strike(FaultPoint::AfterSend, batch.payload(r));
                         }
                     }
-                    ((e - start) as u32, result)
+                    let mut sent = (e - start) as u32;
+                    if let (Ok(()), Some(u)) = (&result, self.unknown.as_mut()) {
+                        let to = SendTo {
+                            sink: &self.sink,
+                            stop: &self.stop,
+                            health: &self.health,
+                            partitioner: self.partitioner.as_ref(),
+                        };
+                        let (n, unknown_sent) = u.send(i, &r.id, &to, &mut self.progress.partial);
+                        sent += n;
+                        result = unknown_sent;
+                    }
+                    (sent, result)
                 }
             };
             if let Err(err) = sent {
@@ -745,6 +774,9 @@ impl MatchStage {
         tracker.resolve_many(done.zip(self.outputs.iter().copied()));
         self.progress.resolved = true;
         self.metrics.flush(&mut self.counts);
+        if let Some(u) = self.unknown.as_mut() {
+            u.publish();
+        }
         if let Some((i, limit)) = tripped {
             forget(&tracker, &records[i..]);
             return Err(limit.into());

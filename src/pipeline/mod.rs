@@ -26,6 +26,7 @@
 //! - [`shard`]: role `match`: each event's partition on the events topic (correlator shard).
 //! - [`correlate`]: role `correlate`: the correlator fed by the events topic.
 //! - [`signals`]: SIGTERM, SIGINT, SIGHUP.
+//! - `unknown`: the batch's unknown error lines -> templates -> `unknown` events.
 //!
 //! Roles (`incidents.role`, `--role`; see `docs/scale-out.md`): `all` runs the stages above in
 //! one process; `match` runs them without the incident stage and places each event on the
@@ -55,6 +56,7 @@ pub mod match_stage;
 pub mod quarantine;
 pub mod shard;
 pub mod signals;
+mod unknown;
 
 pub use decode::LimitExceeded;
 pub use match_stage::{FaultInjection, FaultPoint};

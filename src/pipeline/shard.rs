@@ -31,21 +31,33 @@ impl EventPartitioner {
 
     /// The shard key of `event`: its cluster, else the topic its line was read from.
     pub fn shard_key(event: &MatchEvent) -> &str {
-        if let Some(c) = event.cluster.as_deref().filter(|c| !c.is_empty()) {
-            return c;
-        }
-        match &event.source {
-            Provenance::Kafka { topic, .. } => topic,
-            Provenance::File { path, .. } => path,
-        }
+        key_of(event.cluster.as_deref(), &event.source)
     }
 
     /// The partition of `event`.
     pub fn partition(&self, event: &MatchEvent) -> i32 {
+        self.partition_of(event.cluster.as_deref(), &event.source)
+    }
+
+    /// The partition of an event of a line from `source` in `cluster`: what [`Self::partition`]
+    /// gives a match event of that line, so the `unknown` events of a job meet its match events
+    /// in one correlator.
+    pub fn partition_of(&self, cluster: Option<&str>, source: &Provenance) -> i32 {
         match self.shard_by {
             None => 0,
-            Some(ShardBy::Cluster) => shard_of(Self::shard_key(event), self.partitions),
+            Some(ShardBy::Cluster) => shard_of(key_of(cluster, source), self.partitions),
         }
+    }
+}
+
+/// The shard key of a line from `source` in `cluster`: the cluster, else the input topic.
+fn key_of<'a>(cluster: Option<&'a str>, source: &'a Provenance) -> &'a str {
+    if let Some(c) = cluster.filter(|c| !c.is_empty()) {
+        return c;
+    }
+    match source {
+        Provenance::Kafka { topic, .. } => topic,
+        Provenance::File { path, .. } => path,
     }
 }
 
@@ -93,5 +105,9 @@ mod tests {
             },
             "without a cluster, the input topic"
         );
+        // An unknown event of the same line lands with the match events.
+        assert_eq!(by.partition_of(a.cluster.as_deref(), &a.source), p);
+        assert_eq!(by.partition_of(None, &b.source), by.partition(&b));
+        assert_eq!(one.partition_of(Some("cluster-a"), &a.source), 0);
     }
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::enrich::{MatchEvent, SCHEMA_VERSION};
 use crate::incident::IncidentEvent;
+use crate::unknown::{JobTemplates, UnknownEvent};
 
 /// Output format of `scan` and `kb explain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -102,6 +103,22 @@ impl<W: Write> StdoutSink<W> {
         match self.format {
             Format::Json => self.json(incident),
             Format::Text => write_incident_text(&mut self.out, incident),
+        }
+    }
+
+    /// Writes one `unknown` event (text: one short block, for `--matches`).
+    pub fn unknown(&mut self, event: &UnknownEvent) -> io::Result<()> {
+        match self.format {
+            Format::Json => self.json(event),
+            Format::Text => crate::unknown::write_event_text(&mut self.out, event),
+        }
+    }
+
+    /// Text only: each job's unknown error templates (JSON carries the `unknown` events).
+    pub fn unrecognised(&mut self, jobs: &[JobTemplates]) -> io::Result<()> {
+        match self.format {
+            Format::Json => Ok(()),
+            Format::Text => crate::unknown::write_section(&mut self.out, jobs),
         }
     }
 
@@ -258,6 +275,18 @@ pub fn write_incident_text(out: &mut impl Write, i: &IncidentEvent) -> io::Resul
     }
     if let Some(cascade) = &i.cascades.summary {
         writeln!(out, "   cascade: {cascade}")?;
+    }
+    if !i.unrecognised.is_empty() {
+        let seen: Vec<String> = i
+            .unrecognised
+            .iter()
+            .map(|u| format!("{}x {}", u.count, u.template))
+            .collect();
+        writeln!(
+            out,
+            "   unrecognised errors near the failure: {}",
+            seen.join(" | ")
+        )?;
     }
     for w in d.verified_workarounds().take(2) {
         let rate = w.rate_text().map(|t| format!(" ({t})")).unwrap_or_default();

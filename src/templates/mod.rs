@@ -22,7 +22,9 @@
 //!    live.
 //!
 //! [`looks_like_error`] (in `filter.rs`) decides which lines are worth mining
-//! in the default (errors only) mode; `id.rs` holds the stable hash.
+//! in the default (errors only) mode, and [`gate`] finds, in one Hyperscan
+//! pass over a chunk, the lines that cannot be errors so they are never
+//! decoded; `id.rs` holds the stable hash.
 //!
 //! Ids: a template's id is the FNV-1a 64 hash of its text *when it was born*
 //! (its first line, masked), printed as 16 hex digits. When the template later
@@ -42,6 +44,7 @@
 //! `cache_entries` entries of 16 bytes (plus hash-map overhead).
 
 mod filter;
+pub mod gate;
 mod id;
 mod mask;
 mod tree;

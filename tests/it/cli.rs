@@ -47,11 +47,22 @@ fn scan_exits_zero_whatever_it_finds() {
     assert!(lines.iter().any(|l| l["type"] == "match"));
     assert!(lines.iter().any(|l| l["type"] == "summary"));
     let healthy = faultline()
-        .args(["scan", "--no-summary", "Cargo.toml"])
+        .args(["scan", "--no-summary", "--no-unknown", "Cargo.toml"])
         .output()
         .expect("runs");
     assert_eq!(healthy.status.code(), Some(0));
     assert!(healthy.stdout.is_empty());
+    // With unknown events on, a line that merely looks like an error ("a failure knowledge
+    // base") may be reported as an unknown template, never as a match.
+    let unknown = faultline()
+        .args(["scan", "--no-summary", "Cargo.toml"])
+        .output()
+        .expect("runs");
+    assert_eq!(unknown.status.code(), Some(0));
+    for l in String::from_utf8_lossy(&unknown.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(l).expect("JSON lines");
+        assert_eq!(v["type"], "unknown", "{l}");
+    }
 }
 
 #[test]

@@ -25,3 +25,4 @@ mod scan;
 mod support;
 mod telemetry;
 mod templates;
+mod unknown;

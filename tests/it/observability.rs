@@ -109,6 +109,25 @@ pub(crate) fn busy_metrics() -> Metrics {
     inc.bad_node_score_max.set(1.5);
     inc.holds.set(2);
     inc.holds_expired.inc();
+    // Unknown error lines, through a real live miner: two templates, three lines.
+    let mut live = faultline::unknown::LiveMiner::new(&Default::default(), None);
+    let meta = faultline::record::LineMeta::default();
+    for message in [
+        "ERROR: checkpoint upload to bucket-7 failed with code 12",
+        "ERROR: checkpoint upload to bucket-9 failed with code 13",
+        "fatal: plugin libnccl-net-x.so could not be loaded",
+    ] {
+        let line = faultline::unknown::UnknownLine {
+            job_id: "job-0",
+            message,
+            meta: &meta,
+            truncated: false,
+        };
+        live.observe(&line, None);
+    }
+    assert_eq!(live.templates(), 2);
+    m.unknown()
+        .publish(&Default::default(), &live.stats(), live.templates());
     m
 }
 
@@ -377,6 +396,7 @@ fn the_dashboard_is_a_current_grafana_model() {
         "Throughput",
         "Dead letters",
         "Knowledge-base reloads",
+        "Unknown error lines",
     ] {
         assert!(titles.iter().any(|t| t == want), "panel {want:?} missing");
     }

@@ -14,6 +14,7 @@ mod outage;
 mod poison;
 mod scale_out;
 mod undeliverable;
+mod unknown;
 
 use std::collections::HashMap;
 use std::path::Path;

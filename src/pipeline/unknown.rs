@@ -1,0 +1,219 @@
+//! Unknown failures in `faultline run`: the match stage's batch, after its scan, through the
+//! live template miners ([`crate::unknown`]).
+//!
+//! Per batch: the scan's hits say which lines are known ([`UnknownStage::known`]); the
+//! [`Finder`] picks the other lines of the scan buffer that look like errors; each goes to its
+//! job's miner (the job named as for match events: the key or header when `input.job_id` says
+//! so, else the envelope's, else the record's default) on the job's log clock, running on at
+//! wall speed ([`crate::unknown::limit`]); the events that are due go to the output topic
+//! after the record's match events, keyed by job id, and count among the record's outputs, so
+//! the record is resolved only once they are acknowledged too (at least once, like match
+//! events). Every mined line is also shown to the incident stage, for incidents whose root is
+//! unknown. The counts are published once per batch.
+
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::config::{InputConfig, JobIdFrom};
+use super::decode::{header_pairs, record_job, Span};
+use super::incidents::IncidentStage;
+use super::shard::EventPartitioner;
+use super::Stop;
+use crate::engine::{ChunkInfo, Hit};
+use crate::enrich::{job_of, JobName};
+use crate::incident::unrecognised::RecentUnknown;
+use crate::matcher::MatchError;
+use crate::metrics::{Metrics, UnknownFamilies};
+use crate::offsets::RecordId;
+use crate::record::Provenance;
+use crate::redact::Redactor;
+use crate::runtime::Health;
+use crate::sink::kafka::{KafkaSink, SinkError};
+use crate::source::kafka::{Batch, SourceRecord};
+use crate::unknown::find::known_key;
+use crate::unknown::{Finder, LiveMiner, LiveStats, UnknownConfig, UnknownEvent, UnknownLine};
+
+/// The unknown-line state of the match stage.
+pub(super) struct UnknownStage {
+    live: LiveMiner,
+    finder: Finder,
+    /// `(line, message hash)` of the batch's hits, in line order.
+    known: Vec<(u64, u64)>,
+    /// The batch's due events, with the index of their record, in record order.
+    events: Vec<(usize, UnknownEvent)>,
+    /// The first event of `events` not yet sent.
+    next: usize,
+    json: Vec<u8>,
+    families: UnknownFamilies,
+    published: LiveStats,
+    redactor: Option<Arc<Redactor>>,
+    max_jobs: usize,
+}
+
+/// What [`UnknownStage::find`] reads of the batch.
+pub(super) struct BatchView<'a> {
+    pub(super) buf: &'a [u8],
+    pub(super) spans: &'a [Span],
+    pub(super) batch: &'a Batch,
+    pub(super) records: &'a [SourceRecord],
+    pub(super) input: &'a InputConfig,
+}
+
+/// Where one record's unknown events go.
+pub(super) struct SendTo<'a> {
+    pub(super) sink: &'a KafkaSink,
+    pub(super) stop: &'a Stop,
+    pub(super) health: &'a Health,
+    /// Role `match`: the correlator shard of each event, as for the record's match events.
+    pub(super) partitioner: Option<&'a EventPartitioner>,
+}
+
+impl UnknownStage {
+    /// The stage, when `[unknown]` is enabled.
+    pub(super) fn new(
+        cfg: &UnknownConfig,
+        redactor: Option<Arc<Redactor>>,
+        metrics: &Metrics,
+    ) -> Result<Option<Self>, MatchError> {
+        if !cfg.enabled {
+            return Ok(None);
+        }
+        Ok(Some(UnknownStage {
+            live: LiveMiner::new(cfg, redactor.clone()),
+            finder: Finder::new()?,
+            known: Vec::new(),
+            events: Vec::new(),
+            next: 0,
+            json: Vec::new(),
+            families: metrics.unknown().clone(),
+            published: LiveStats::default(),
+            redactor,
+            max_jobs: cfg.max_jobs,
+        }))
+    }
+
+    /// The per-job memory of unknown templates that the incident stage lists in incidents
+    /// without a known root.
+    pub(super) fn recent(&self) -> RecentUnknown {
+        RecentUnknown::new(self.max_jobs, self.redactor.clone())
+    }
+
+    /// Starts a batch.
+    pub(super) fn begin(&mut self) {
+        self.known.clear();
+        self.events.clear();
+        self.next = 0;
+    }
+
+    /// Notes a hit of the batch's scan: its line is known.
+    pub(super) fn known(&mut self, hit: &Hit<'_>) {
+        self.known.push(known_key(hit.line, &hit.record.message));
+    }
+
+    /// Mines the batch's unknown error lines, keeping the due events and showing every line to
+    /// `incidents`.
+    pub(super) fn find(
+        &mut self,
+        b: BatchView<'_>,
+        mut incidents: Option<&mut IncidentStage>,
+    ) -> Result<(), MatchError> {
+        let wall = Instant::now();
+        let Self {
+            live,
+            finder,
+            known,
+            events,
+            ..
+        } = self;
+        let info = ChunkInfo {
+            first_line: 1,
+            truncated: false,
+        };
+        finder.find(b.buf, info, known, &mut |line, record, text| {
+            let k = b.spans.partition_point(|s| s.first_line <= line);
+            let Some(span) = k.checked_sub(1).map(|k| b.spans[k]) else {
+                return;
+            };
+            let Some(source_record) = b.records.get(span.record) else {
+                return;
+            };
+            let r = b.batch.view(source_record);
+            let named =
+                record_job(r.key, header_pairs(r), &b.input.job_id).map(String::from_utf8_lossy);
+            let job: Cow<'_, str> = match (&named, &b.input.job_id) {
+                // The key or header names the job: it wins over the envelope's.
+                (Some(j), JobIdFrom::Key | JobIdFrom::Header(_)) => Cow::Borrowed(j.as_ref()),
+                (Some(j), _) => job_of(&record.meta, JobName::Given(j)).0,
+                (None, _) => job_of(&record.meta, JobName::Guessed(&b.input.default_job_id)).0,
+            };
+            let unknown = UnknownLine {
+                job_id: &job,
+                message: text,
+                meta: &record.meta,
+                truncated: record.truncated,
+            };
+            let out = live.observe(&unknown, Some(wall));
+            if let Some(inc) = incidents.as_deref_mut() {
+                if let Some(seen) = live.seen(&job, &out) {
+                    inc.observe_unknown(&seen);
+                }
+            }
+            if out.emit.is_none() {
+                return;
+            }
+            let source = Provenance::Kafka {
+                topic: r.id.tp.topic.to_string(),
+                partition: r.id.tp.partition,
+                offset: r.id.offset,
+                line: line - span.first_line + 1,
+            };
+            if let Some(event) = live.event(&unknown, &out, source) {
+                events.push((span.record, event));
+            }
+        })
+    }
+
+    /// Sends the unknown events of record `record` (index in the batch), counting each in
+    /// `partial` as it goes out; returns how many went out, and the first failure.
+    pub(super) fn send(
+        &mut self,
+        record: usize,
+        id: &RecordId,
+        to: &SendTo<'_>,
+        partial: &mut u32,
+    ) -> (u32, Result<(), SinkError>) {
+        let mut sent = 0;
+        while self.events.get(self.next).is_some_and(|(i, _)| *i < record) {
+            self.next += 1;
+        }
+        while let Some((_, event)) = self.events.get(self.next).filter(|(i, _)| *i == record) {
+            self.json.clear();
+            if let Err(err) = serde_json::to_writer(&mut self.json, event) {
+                // Serialising plain data cannot fail; never drop an event silently.
+                tracing::error!(error = %err, "serialising an unknown event");
+            }
+            let partition = to
+                .partitioner
+                .map(|p| p.partition_of(event.cluster.as_deref(), &event.source));
+            let key = event.job_id.as_bytes();
+            if let Err(e) = to.sink.send_event(id, key, &self.json, partition, to.stop) {
+                return (sent, Err(e));
+            }
+            self.next += 1;
+            sent += 1;
+            *partial += 1;
+            to.health.events_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        (sent, Ok(()))
+    }
+
+    /// Publishes the counts of what was mined since the last call.
+    pub(super) fn publish(&mut self) {
+        let now = self.live.stats();
+        self.families
+            .publish(&self.published, &now, self.live.templates());
+        self.published = now;
+    }
+}
