@@ -402,7 +402,7 @@ fn line_end(chunk: &[u8], from: usize) -> usize {
 }
 
 /// The escape byte that starts every ANSI sequence.
-const ESC: u8 = 0x1b;
+pub const ESC: u8 = 0x1b;
 
 /// Starts of the lines holding an ESC byte, each once, in order.
 fn escape_line_starts(chunk: &[u8]) -> impl Iterator<Item = usize> + '_ {

@@ -31,7 +31,7 @@ use std::io::{self, Read, Write};
 
 use serde::Serialize;
 
-use crate::engine::{ChunkInfo, Engine, Worker};
+use crate::engine::{strip_ansi, ChunkInfo, Engine, Worker, ESC};
 use crate::envelope;
 use crate::matcher::{MatchError, Matcher};
 use crate::record::LogRecord;
@@ -319,21 +319,35 @@ impl Run<'_> {
         self.mining.stats.lines += 1;
         let line = &data[start..end];
         let json = envelope::looks_like_json(line);
-        if !json && self.gate.as_mut().is_some_and(|g| !g.maybe(start, end)) {
+        // Coloured lines are read without their escape sequences, as the engine reads them.
+        let escape = memchr::memchr(ESC, line).is_some();
+        if !json && !escape && self.gate.as_mut().is_some_and(|g| !g.maybe(start, end)) {
             return;
         }
+        let mut clean = Vec::new();
         if json {
             let mut records = std::mem::take(&mut self.records);
             records.clear();
             if envelope::decode_json(line, &mut records).is_ok() {
                 for record in &records {
-                    self.message(&record.message, line_no);
+                    if memchr::memchr(ESC, &record.message).is_some() {
+                        strip_ansi(&record.message, &mut clean);
+                        self.message(&clean, line_no);
+                    } else {
+                        self.message(&record.message, line_no);
+                    }
                 }
                 self.records = records;
                 return;
             }
             self.records = records;
         }
+        let line = if escape {
+            strip_ansi(line, &mut clean);
+            &clean[..]
+        } else {
+            line
+        };
         let record = envelope::decode_raw(line);
         self.message(&record.message, line_no);
     }

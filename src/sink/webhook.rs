@@ -597,9 +597,7 @@ pub mod testing {
                     }
                     let Ok(conn) = conn else { continue };
                     let code = if n < fail_first { status } else { 200 };
-                    if let Some(req) = serve_one(conn, code, &tickets, &applied) {
-                        received.lock().expect("lock").push(req);
-                    }
+                    serve_one(conn, code, &tickets, &applied, &received);
                 }
             });
             server.thread = Some(thread);
@@ -628,7 +626,8 @@ pub mod testing {
         code: u16,
         tickets: &Mutex<BTreeMap<String, Value>>,
         applied: &Mutex<BTreeSet<String>>,
-    ) -> Option<TicketRequest> {
+        received: &Mutex<Vec<TicketRequest>>,
+    ) -> Option<()> {
         let mut reader = BufReader::new(conn);
         let mut headers = BTreeMap::new();
         let mut line = String::new();
@@ -677,8 +676,10 @@ pub mod testing {
         let response = format!(
             "HTTP/1.1 {code} {reason}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
         );
+        // Recorded before the answer, so a test that saw its call return sees its request.
+        received.lock().expect("lock").push(req);
         let _ = reader.into_inner().write_all(response.as_bytes());
-        Some(req)
+        Some(())
     }
 }
 

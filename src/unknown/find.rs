@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use crate::engine::ChunkInfo;
+use crate::engine::{strip_ansi, ChunkInfo, ESC};
 use crate::envelope;
 use crate::matcher::MatchError;
 use crate::record::LogRecord;
@@ -86,7 +86,10 @@ impl Finder {
         let (start, end) = (range.start, range.end);
         let line = &chunk[range];
         let json = envelope::looks_like_json(line);
-        if !json && !self.gate.maybe(start, end) {
+        // A coloured line is read as the engine reads it: without its escape sequences (the
+        // gate, which saw the raw bytes, may miss a word glued to a colour code).
+        let escape = memchr::memchr(ESC, line).is_some();
+        if !json && !escape && !self.gate.maybe(start, end) {
             return;
         }
         if json {
@@ -96,6 +99,11 @@ impl Finder {
             if decoded {
                 for record in &mut records {
                     record.truncated |= truncated;
+                    if memchr::memchr(ESC, &record.message).is_some() {
+                        let mut clean = Vec::with_capacity(record.message.len());
+                        strip_ansi(&record.message, &mut clean);
+                        record.message = Cow::Owned(clean);
+                    }
                     message(record, line_no, known, found);
                 }
             }
@@ -104,6 +112,13 @@ impl Finder {
                 return;
             }
         }
+        let mut clean = Vec::new();
+        let line = if escape {
+            strip_ansi(line, &mut clean);
+            &clean[..]
+        } else {
+            line
+        };
         let mut record = envelope::decode_raw(line);
         record.truncated = truncated;
         message(&record, line_no, known, found);
@@ -177,5 +192,23 @@ mod tests {
         ];
         let lines: Vec<u64> = find(chunk, &known).iter().map(|f| f.0).collect();
         assert_eq!(lines, [11, 13]);
+    }
+
+    #[test]
+    fn coloured_lines_are_read_without_their_escape_sequences() {
+        let chunk = "\x1b[1;35mRuntimeError\x1b[0m: \x1b[35mthe frobnicator failed\x1b[0m\n\
+                     {\"message\":\"\\u001b[31mERROR\\u001b[0m: disk quota exceeded\"}";
+        let all = find(chunk, &[]);
+        assert_eq!(
+            all,
+            vec![
+                (10, "RuntimeError: the frobnicator failed".into(), None),
+                (11, "ERROR: disk quota exceeded".into(), None),
+            ]
+        );
+        // The engine's hit names the cleaned message: the coloured line is known.
+        let known = [known_key(10, b"RuntimeError: the frobnicator failed")];
+        let lines: Vec<u64> = find(chunk, &known).iter().map(|f| f.0).collect();
+        assert_eq!(lines, [11]);
     }
 }
