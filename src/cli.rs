@@ -258,8 +258,8 @@ Examples:
         /// `linger.ms` of the producers.
         #[arg(long, default_value_t = 5)]
         linger_ms: u64,
-        /// `fetch.wait.max.ms` of the consumers (librdkafka's default).
-        #[arg(long, default_value_t = 500)]
+        /// `fetch.wait.max.ms` of the consumers (faultline's default).
+        #[arg(long, default_value_t = 100)]
         fetch_wait_max_ms: u64,
         /// Jobs of the correlator backlog (64 match events each; the embedded broker keeps
         /// about 160 MB of it).

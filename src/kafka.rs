@@ -306,6 +306,11 @@ pub fn kafka_settings(k: &KafkaConfig) -> KafkaSettings {
         // (default 1 s): with a bounded prefetch and a fast consumer, that wait dominated and
         // capped throughput at a sixth of what it is with 20 ms.
         s("fetch.queue.backoff.ms", "20"),
+        // How long a fetch waits on a quiet partition (librdkafka's default 500 ms): every hop
+        // of the split roles pays it, and at 500 ms the p99 from a log line to its incident at
+        // half load was 1 s; at 100 ms it was 0.24 s, with no loss of throughput
+        // (`faultline bench latency`, docs/scale-out.md).
+        s("fetch.wait.max.ms", "100"),
         s("fetch.max.bytes", "16777216"),
         s("max.partition.fetch.bytes", "1048576"),
     ];
