@@ -13,7 +13,7 @@
 #
 # Load: first a calibration: one member alone through a 200,000-record backlog measures the
 # maximum (records/s); the soak then produces steadily at half of it (SOAK_LOAD_FRACTION),
-# capped so that the mock broker, which keeps 5 MiB per partition, still holds the last 40 s
+# capped so that the mock broker, which keeps 5 MiB per partition, still holds the last 90 s
 # of records when a restarted member reads again from its held commit (the report says which
 # applied). Noise lines that match nothing, plus a failing job every 2 s: a CUDA OOM on rank 3
 # and a NCCL watchdog timeout on rank 5, one incident each.
