@@ -42,8 +42,8 @@ QUIET_MS = 60000
 BROKER_PARTITION_BYTES = 5 << 20
 # A member that takes over a partition reads again from its commit, which an open incident
 # holds back for up to quiet_ms of log time: the broker must still hold that much, and the lag
-# of a recovery on top (a run with 40 s here lost the events of two jobs: the re-read started
-# at offsets the mock broker had already dropped).
+# of a recovery on top (with 40 s here a run lost the events of two jobs; whether the mock
+# broker had dropped them is not established: docs/development.md).
 REREAD_WINDOW_S = QUIET_MS / 1000 + 30
 
 # The schedule is for 30 minutes; shorter runs scale it, with floors (see soak.sh).
