@@ -2,9 +2,9 @@
 //! (`POST /api/v2/alerts`), so incidents get Alertmanager's grouping, inhibition, silences and
 //! routing (PagerDuty, Slack, Jira) like any other alert.
 //!
-//! Flow: the incident stage ([`crate::pipeline::incidents`]) hands each change to [`run`] on its
-//! own thread through a bounded queue; the [`Alerter`] keeps the alert of every open incident
-//! and posts it with [`AlertmanagerSink`].
+//! Flow: the incident stage of `faultline run` (the driver above) hands each change to [`run`]
+//! on its own thread through a bounded queue; the [`Alerter`] keeps the alert of every open
+//! incident and posts it with [`AlertmanagerSink`].
 //!
 //! - **Labels** identify the failure and stay put while it lasts: `alertname="FaultlineIncident"`,
 //!   `fingerprint`, `job_id`, the root's `error_code`, `domain`, `category` and `severity`,

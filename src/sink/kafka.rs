@@ -351,7 +351,7 @@ impl KafkaSink {
     }
 
     /// Sends one match event for `record`, keyed by job id.
-    /// `partition` places it explicitly (a correlator shard, [`crate::pipeline::shard`]);
+    /// `partition` places it explicitly (a correlator shard, chosen by the driver);
     /// `None` leaves it to the partitioner (by key).
     pub fn send_event(
         &self,
