@@ -196,6 +196,7 @@ pub fn mine<M: Matcher>(
         known: Vec::new(),
         gate,
         records: Vec::new(),
+        escapes: false,
         base_line: 0,
         name: String::new(),
     };
@@ -244,6 +245,8 @@ struct Run<'a> {
     gate: Option<gate::Gate>,
     /// Reused buffer of decoded JSON records.
     records: Vec<LogRecord<'static>>,
+    /// Whether the current chunk holds an ESC byte at all (most hold none).
+    escapes: bool,
     /// Lines of the inputs before this one (per-line numbers run across inputs).
     base_line: u64,
     /// Name of the current input.
@@ -296,6 +299,7 @@ impl Run<'_> {
     /// Mines the lines of one chunk; returns how many there were (as every driver counts
     /// them: [`crate::record::line_count`]).
     fn chunk(&mut self, data: &[u8], info: ChunkInfo) -> u64 {
+        self.escapes = memchr::memchr(ESC, data).is_some();
         if info.truncated {
             self.line(data, 0, data.len(), info.first_line);
             return 1;
@@ -320,7 +324,7 @@ impl Run<'_> {
         let line = &data[start..end];
         let json = envelope::looks_like_json(line);
         // Coloured lines are read without their escape sequences, as the engine reads them.
-        let escape = memchr::memchr(ESC, line).is_some();
+        let escape = self.escapes && memchr::memchr(ESC, line).is_some();
         if !json && !escape && self.gate.as_mut().is_some_and(|g| !g.maybe(start, end)) {
             return;
         }

@@ -451,24 +451,17 @@ impl KafkaSink {
             });
         }
         let source = format!("{}@{}", record.id.tp, record.id.offset);
-        for (key, value) in [
-            (headers::REASON, reason),
-            (headers::ERROR, error.as_ref()),
-            (headers::STAGE, stage),
-            (headers::KB_VERSION, kb_version),
-            (headers::SOURCE, source.as_str()),
-        ] {
-            h = h.insert(Header {
-                key,
-                value: Some(value),
-            });
-        }
-        if redactor.is_some() {
-            h = h.insert(Header {
-                key: headers::REDACTED,
-                value: Some("true"),
-            });
-        }
+        let h = add_headers(
+            h,
+            &[
+                (headers::REASON, reason),
+                (headers::ERROR, error.as_ref()),
+                (headers::STAGE, stage),
+                (headers::KB_VERSION, kb_version),
+                (headers::SOURCE, source.as_str()),
+            ],
+            redactor.is_some(),
+        );
         let mut r = BaseRecord::with_opaque_to(
             &self.dead_letter_topic,
             Box::new(Delivery::Output {
@@ -502,24 +495,16 @@ impl KafkaSink {
         let error = redactor.map_or(Cow::Borrowed(record.error), |r| r.redact_str(record.error));
         let payload = redactor.map_or(Cow::Borrowed(record.payload), |r| r.redact(record.payload));
         let attempts = record.attempts.to_string();
-        let mut h = OwnedHeaders::new_with_capacity(5);
-        for (key, value) in [
-            (headers::REASON, record.kind.reason()),
-            (headers::ERROR, error.as_ref()),
-            (headers::STAGE, record.kind.stage()),
-            (headers::ATTEMPTS, attempts.as_str()),
-        ] {
-            h = h.insert(Header {
-                key,
-                value: Some(value),
-            });
-        }
-        if redactor.is_some() {
-            h = h.insert(Header {
-                key: headers::REDACTED,
-                value: Some("true"),
-            });
-        }
+        let h = add_headers(
+            OwnedHeaders::new_with_capacity(5),
+            &[
+                (headers::REASON, record.kind.reason()),
+                (headers::ERROR, error.as_ref()),
+                (headers::STAGE, record.kind.stage()),
+                (headers::ATTEMPTS, attempts.as_str()),
+            ],
+            redactor.is_some(),
+        );
         let r = BaseRecord::with_opaque_to(
             topic,
             Box::new(Delivery::Undelivered {
@@ -586,4 +571,21 @@ impl KafkaSink {
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
         self.producer.flush(timeout)
     }
+}
+
+/// `h` with a dead letter's `fields`, and `faultline.redacted: true` when `redacted`.
+fn add_headers(mut h: OwnedHeaders, fields: &[(&str, &str)], redacted: bool) -> OwnedHeaders {
+    for &(key, value) in fields {
+        h = h.insert(Header {
+            key,
+            value: Some(value),
+        });
+    }
+    if redacted {
+        h = h.insert(Header {
+            key: headers::REDACTED,
+            value: Some("true"),
+        });
+    }
+    h
 }

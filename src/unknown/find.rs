@@ -27,6 +27,8 @@ pub fn known_key(line: u64, message: &[u8]) -> (u64, u64) {
 pub struct Finder {
     gate: Gate,
     records: Vec<LogRecord<'static>>,
+    /// Whether the current chunk holds an ESC byte at all (most hold none).
+    escapes: bool,
 }
 
 impl std::fmt::Debug for Finder {
@@ -41,6 +43,7 @@ impl Finder {
         Ok(Finder {
             gate: Gate::new()?,
             records: Vec::new(),
+            escapes: false,
         })
     }
 
@@ -56,6 +59,7 @@ impl Finder {
         found: &mut dyn FnMut(u64, &LogRecord<'_>, &str),
     ) -> Result<(), MatchError> {
         self.gate.scan(chunk)?;
+        self.escapes = memchr::memchr(ESC, chunk).is_some();
         if info.truncated {
             let at = (info.first_line, info.truncated);
             self.line(chunk, 0..chunk.len(), at, known, found);
@@ -88,7 +92,7 @@ impl Finder {
         let json = envelope::looks_like_json(line);
         // A coloured line is read as the engine reads it: without its escape sequences (the
         // gate, which saw the raw bytes, may miss a word glued to a colour code).
-        let escape = memchr::memchr(ESC, line).is_some();
+        let escape = self.escapes && memchr::memchr(ESC, line).is_some();
         if !json && !escape && !self.gate.maybe(start, end) {
             return;
         }

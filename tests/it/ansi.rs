@@ -2,12 +2,10 @@
 //! engine (Hyperscan and the oracle alike) and in `faultline scan`'s output, which quotes the
 //! cleaned line.
 
-use std::process::Command;
-
 use faultline::matcher::Matcher;
 use serde_json::Value;
 
-use crate::support::{events_of_line, hyperscan, oracle, repo};
+use crate::support::{events_of_line, faultline_stdout, hyperscan, oracle};
 
 /// (coloured line, the same line as the program printed it without colour, expected code).
 /// Python 3.13's coloured traceback (exception type bold magenta, message magenta), a logger
@@ -67,23 +65,18 @@ fn scan_reports_coloured_lines_with_the_cleaned_line() {
         text.push('\n');
     }
     std::fs::write(&path, &text).expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .current_dir(repo())
-        .env_remove("FAULTLINE_KB")
-        .args(["scan", "--kb", "kb", "--no-summary", "--no-incidents"])
-        .arg(&path)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events: Vec<Value> = String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON"))
-        .collect();
+    let path = path.display().to_string();
+    let events: Vec<Value> = faultline_stdout([
+        "scan",
+        "--kb",
+        "kb",
+        "--no-summary",
+        "--no-incidents",
+        &path,
+    ])
+    .lines()
+    .map(|l| serde_json::from_str(l).expect("JSON"))
+    .collect();
     let hs = hyperscan();
     for (i, (_, plain, _)) in LINES.iter().enumerate() {
         let line_no = i as u64 + 2;

@@ -3,8 +3,6 @@
 //! false alarm fails CI. The numbers come from running the real evaluation (library and
 //! binary), never from a table in this file.
 
-use std::process::Command;
-
 use faultline::eval::{self, Report};
 
 use crate::support::{hyperscan, repo};
@@ -66,25 +64,15 @@ fn recognition_on_the_real_corpus_does_not_drop() {
 
 #[test]
 fn the_eval_command_reports_the_same_numbers() {
-    let out = Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .current_dir(repo())
-        .env_remove("FAULTLINE_KB")
-        .args([
-            "eval",
-            "--kb",
-            "kb",
-            "--format",
-            "json",
-            "tests/corpus/real",
-        ])
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let out = crate::support::faultline_stdout([
+        "eval",
+        "--kb",
+        "kb",
+        "--format",
+        "json",
+        "tests/corpus/real",
+    ]);
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
     let o = &json["overall"];
     let lib = report();
     for (field, want) in [

@@ -442,20 +442,18 @@ fn deadends_json_imports_pass_kb_check() {
 #[test]
 fn bench_patterns_per_entry_ranks_every_entry_from_the_cli() {
     let run = |extra: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_faultline"))
-            .current_dir(repo())
-            .env_remove("FAULTLINE_KB")
-            .args(["bench", "patterns", "--kb", "kb", "--per-entry"])
-            .args(["--size-mb", "1", "--runs", "1"])
-            .args(extra)
-            .output()
-            .expect("runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8")
+        let base = [
+            "bench",
+            "patterns",
+            "--kb",
+            "kb",
+            "--per-entry",
+            "--size-mb",
+            "1",
+            "--runs",
+            "1",
+        ];
+        crate::support::faultline_stdout(base.iter().chain(extra))
     };
     let json: serde_json::Value = serde_json::from_str(&run(&["--json"])).expect("JSON");
     let entries = json["entries"].as_array().expect("entries");

@@ -5,14 +5,12 @@
 //! labelled. Over every KB entry: no AI-written or estimated rate is rendered as measured, in
 //! text or in JSON.
 
-use std::process::Command;
-
 use faultline::enrich::Diagnosis;
 use faultline::explain;
 use faultline::kb::Entry;
 use serde_json::Value;
 
-use crate::support::{kb, repo};
+use crate::support::kb;
 
 /// Real lines, as the KB's examples and tests/corpus/real have them.
 const WATCHDOG: &str = "[rank1]:[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=6463, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800017 milliseconds before timing out.";
@@ -24,19 +22,7 @@ const XID_95: &str = "NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC
 const IB_STATUS_12: &str = "node-2:5776:5902 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer 10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)";
 
 fn explain_cli(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .current_dir(repo())
-        .env_remove("FAULTLINE_KB")
-        .args(["kb", "explain", "--kb", "kb"])
-        .args(args)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
+    crate::support::faultline_stdout(["kb", "explain", "--kb", "kb"].iter().chain(args))
 }
 
 fn entry(id: &str) -> Entry {

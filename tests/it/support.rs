@@ -3,11 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use faultline::engine::{ChunkInfo, Engine};
-use faultline::enrich::{Enricher, MatchEvent};
+use faultline::engine::Engine;
+use faultline::enrich::MatchEvent;
 use faultline::kb::KnowledgeBase;
 use faultline::matcher::{HyperscanMatcher, RegexMatcher};
-use faultline::record::Provenance;
 use faultline::scan::{scan_inputs, ScanOptions};
 use faultline::sink::stdout::{Format, StdoutSink};
 use faultline::source::file;
@@ -63,33 +62,31 @@ pub(crate) fn scan_paths<M: faultline::matcher::Matcher>(
     (events, sink.into_inner())
 }
 
-/// Every event of one line, through the engine as `scan` sees it.
+/// Every event of one line, through the engine as `scan` sees it (`kb explain`'s function).
 pub(crate) fn events_of_line<M: faultline::matcher::Matcher>(
     engine: &Engine<M>,
     line: &str,
 ) -> Vec<MatchEvent> {
-    let enricher = Enricher::new(Arc::clone(&engine.kb));
-    let mut worker = engine.worker().expect("scratch");
-    let mut out = Vec::new();
-    engine
-        .scan_chunk(
-            &mut worker,
-            line.as_bytes(),
-            ChunkInfo {
-                first_line: 1,
-                truncated: false,
-            },
-            &mut |hit| {
-                out.push(enricher.event(
-                    &hit,
-                    "test",
-                    Provenance::File {
-                        path: "-".into(),
-                        line: 1,
-                    },
-                ));
-            },
-        )
-        .expect("scan");
-    out
+    faultline::explain::explain(engine, line).expect("scan")
+}
+
+/// `faultline ARGS` run in the repository (the built-in KB unless `--kb` says otherwise): its
+/// standard output; fails the test, with its standard error, when it does not exit 0.
+pub(crate) fn faultline_stdout<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .current_dir(repo())
+        .env_remove("FAULTLINE_KB")
+        .args(args)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
 }

@@ -17,19 +17,7 @@ pub(crate) const FIXTURE: &str = "tests/fixtures/unknown/ckpt-plugin-then-nccl-t
 pub(crate) const SECRET: &str = "hf_abcdefghijklmnopqrstuvwxyz0123456789";
 
 fn scan(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_faultline"))
-        .current_dir(repo())
-        .env_remove("FAULTLINE_KB")
-        .arg("scan")
-        .args(args)
-        .output()
-        .expect("runs");
-    assert!(
-        out.status.success(),
-        "faultline scan {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf8")
+    crate::support::faultline_stdout(["scan"].iter().chain(args))
 }
 
 fn objects(stdout: &str) -> Vec<Value> {
