@@ -218,11 +218,7 @@ impl<M: Matcher> Engine<M> {
                     for record in &mut records {
                         // A record cut by the envelope's record limit stays marked.
                         record.truncated |= info.truncated;
-                        if memchr::memchr(ESC, &record.message).is_some() {
-                            let mut clean = Vec::with_capacity(record.message.len());
-                            strip_ansi(&record.message, &mut clean);
-                            record.message = std::borrow::Cow::Owned(clean);
-                        }
+                        strip_message(record);
                         w.line_hits.clear();
                         self.matcher
                             .find(&mut w.scratch, &record.message, &mut w.line_hits)?;
@@ -413,6 +409,16 @@ fn escape_line_starts(chunk: &[u8]) -> impl Iterator<Item = usize> + '_ {
         from = line_end(chunk, at) + 1;
         Some(start)
     })
+}
+
+/// Removes the ANSI escape sequences of a decoded record's message (copied only when it holds
+/// an ESC), so that it is matched, mined and quoted as the program printed it without colour.
+pub fn strip_message(record: &mut LogRecord<'_>) {
+    if memchr::memchr(ESC, &record.message).is_some() {
+        let mut clean = Vec::with_capacity(record.message.len());
+        strip_ansi(&record.message, &mut clean);
+        record.message = std::borrow::Cow::Owned(clean);
+    }
 }
 
 /// Copies `line` into `out` (cleared first) without its ANSI escape sequences: CSI (`ESC [`,

@@ -31,7 +31,7 @@ use std::io::{self, Read, Write};
 
 use serde::Serialize;
 
-use crate::engine::{strip_ansi, ChunkInfo, Engine, Worker, ESC};
+use crate::engine::{strip_ansi, strip_message, ChunkInfo, Engine, Worker, ESC};
 use crate::envelope;
 use crate::matcher::{MatchError, Matcher};
 use crate::record::LogRecord;
@@ -333,13 +333,9 @@ impl Run<'_> {
             let mut records = std::mem::take(&mut self.records);
             records.clear();
             if envelope::decode_json(line, &mut records).is_ok() {
-                for record in &records {
-                    if memchr::memchr(ESC, &record.message).is_some() {
-                        strip_ansi(&record.message, &mut clean);
-                        self.message(&clean, line_no);
-                    } else {
-                        self.message(&record.message, line_no);
-                    }
+                for record in &mut records {
+                    strip_message(record);
+                    self.message(&record.message, line_no);
                 }
                 self.records = records;
                 return;

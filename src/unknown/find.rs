@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use crate::engine::{strip_ansi, ChunkInfo, ESC};
+use crate::engine::{strip_ansi, strip_message, ChunkInfo, ESC};
 use crate::envelope;
 use crate::matcher::MatchError;
 use crate::record::LogRecord;
@@ -103,11 +103,7 @@ impl Finder {
             if decoded {
                 for record in &mut records {
                     record.truncated |= truncated;
-                    if memchr::memchr(ESC, &record.message).is_some() {
-                        let mut clean = Vec::with_capacity(record.message.len());
-                        strip_ansi(&record.message, &mut clean);
-                        record.message = Cow::Owned(clean);
-                    }
+                    strip_message(record);
                     message(record, line_no, known, found);
                 }
             }
