@@ -25,26 +25,28 @@ import urllib.request
 BIN = os.environ["SOAK_BIN"]
 MINUTES = float(os.environ["SOAK_MINUTES"])
 OUT = os.environ.get("SOAK_OUT", "soak-out")
-PARTITIONS = int(os.environ.get("SOAK_PARTITIONS", "32"))
+PARTITIONS = int(os.environ.get("SOAK_PARTITIONS", "64"))
 LOAD_FRACTION = float(os.environ.get("SOAK_LOAD_FRACTION", "0.5"))
 RSS_TARGET = float(os.environ.get("SOAK_RSS_RATIO", "1.2"))
 RECOVERY_S = float(os.environ.get("SOAK_RECOVERY_S", "90"))
 FAIL_EVERY_S = float(os.environ.get("SOAK_FAIL_EVERY_S", "2"))
 SLOW_RECEIVER_S = float(os.environ.get("SOAK_SLOW_RECEIVER_S", "0.3"))
 KB_SRC = os.environ.get("SOAK_KB", "kb")
-# An incident resolves this long (log time) after its last line. The correlator's clock runs
-# on from the newest log time it saw, so a member reading again behind it (after a SIGKILL or
-# a rebalance) would resolve an incident between its first and its second line if the quiet
-# period were shorter than that lag (5 s did: one job, two incidents).
-QUIET_MS = 60000
-# The mock broker keeps at most 5 MiB per partition: the load must leave a restarted member
-# (which re-reads from its last commit, held by open incidents) its records.
+# An incident resolves this long (log time) after its last line. The correlator's clock stops
+# while a member is behind (an outage, a rebalance, a catch-up), so a short quiet period does
+# not split a job's two lines into two incidents; it keeps the commits (which an open incident
+# holds at its first record) close to the head.
+QUIET_MS = 10000
+# The mock broker keeps at most 5 MiB a partition (librdkafka's mock cluster has no setting for
+# it): the load must leave a member that re-reads from a held commit its records, or librdkafka
+# jumps to the oldest record it still has and the records between are lost (a 10-minute run
+# with 32 partitions lost 11 jobs that way; faultline now logs such a reset at ERROR and counts
+# it in faultline_consumer_offset_resets_total). What a member may have to read again: the
+# quiet period, an outage, and a recovery.
 BROKER_PARTITION_BYTES = 5 << 20
-# A member that takes over a partition reads again from its commit, which an open incident
-# holds back for up to quiet_ms of log time: the broker must still hold that much, and the lag
-# of a recovery on top (with 40 s here a run lost the events of two jobs; whether the mock
-# broker had dropped them is not established: docs/development.md).
-REREAD_WINDOW_S = QUIET_MS / 1000 + 30
+# Bytes a record takes on the mock broker beyond its key and value (record headers, varints,
+# and its share of a batch header).
+RECORD_OVERHEAD = 24
 
 # The issue's schedule is for 30 minutes; shorter runs scale it, with floors (see soak.sh).
 SCALE = MINUTES / 30.0
@@ -52,6 +54,7 @@ RELOAD_S = max(60 * SCALE, 30)
 BROKER_S = max(300 * SCALE, 40)
 KILL_S = max(180 * SCALE, 45)
 BROKER_DOWN_S = min(max(BROKER_S / 10, 5), 30)
+REREAD_WINDOW_S = QUIET_MS / 1000 + BROKER_DOWN_S + RECOVERY_S
 # RSS is compared once every fault has happened once (a reload holds two KBs for a moment,
 # a member takes over its peer's partitions): a fifth of the run, or the first cycle of each.
 WARMUP_S = max(MINUTES * 60 * 0.2, max(RELOAD_S, BROKER_S + BROKER_DOWN_S, KILL_S) + 15)
@@ -144,6 +147,43 @@ class Broker:
         return subprocess.run(
             ["kcat", "-C", "-b", self.bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
              "-f", fmt], capture_output=True, timeout=600).stdout
+
+
+class Tap:
+    """Notes where each failing job's records landed (partition and offset), read by a consumer
+    group of its own through kcat, restarted if kcat gives up during an outage (its group keeps
+    its place): when a record has no event, the members' logs say which of them read (or
+    skipped) that offset."""
+
+    def __init__(self, broker, topic, group):
+        self.broker, self.topic, self.group = broker, topic, group
+        self.where = {}  # job -> {(partition, offset)}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.proc = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.proc = subprocess.Popen(
+                ["kcat", "-b", self.broker.bootstrap, "-G", self.group, "-o", "beginning",
+                 "-q", "-f", "%p\t%o\t%k\n", self.topic],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            for line in self.proc.stdout:
+                if "soak-fail-" not in line:
+                    continue
+                p, o, k = line.rstrip("\n").split("\t", 2)
+                with self.lock:
+                    self.where.setdefault(k, set()).add((int(p), int(o)))
+            self.proc.wait()
+            self.stop.wait(1)  # restarting kcat after an outage, not synchronisation
+
+    def finish(self):
+        self.stop.set()
+        if self.proc is not None:
+            self.proc.terminate()
+        self.thread.join(timeout=30)
 
 
 # ---------------------------------------------------------------- load
@@ -298,7 +338,8 @@ class Member:
         self.proc = subprocess.Popen(
             [f"{BIN}/faultline", "run", "--config", self.config, "--group-id", self.group,
              "--topic", self.topic, "--admin-listen", f"127.0.0.1:{self.port}"],
-            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "FAULTLINE_LOG": "warn"})
+            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "FAULTLINE_LOG": os.environ.get(
+                "SOAK_MEMBER_LOG", "warn,faultline::offsets=info,faultline::source=info")})
 
     def metrics(self):
         return http_get(self.port, "/metrics")
@@ -437,7 +478,8 @@ def main():
     elapsed = max(time.time() - first[0], 0.1)
     max_rate = (calib_n - first[1]) / elapsed
     c.terminate()
-    retention_cap = PARTITIONS * BROKER_PARTITION_BYTES / record_bytes / REREAD_WINDOW_S
+    retention_cap = (PARTITIONS * BROKER_PARTITION_BYTES / (record_bytes + RECORD_OVERHEAD)
+                     / REREAD_WINDOW_S)
     rate = min(max_rate * LOAD_FRACTION, retention_cap)
     log(f"measured max {max_rate:.0f} records/s; load {rate:.0f} records/s "
         f"(retention cap {retention_cap:.0f}); {record_bytes:.0f} bytes a record")
@@ -457,6 +499,7 @@ def main():
             die("the members did not start consuming")
         time.sleep(0.5)  # polling /metrics
     log("both members consume every partition: the soak starts")
+    tap = Tap(broker, topics["logs"], f"soak-tap-{run_id}")
     load = Load(broker, topics["logs"], rate)
     start = time.time()
     end = start + MINUTES * 60
@@ -588,9 +631,13 @@ references = ["scripts/soak.py"]
             fail_hits.add((ev["job_id"], ev.get("rank")))
     expected_hits = {(j, r) for j in load.failing for r in (3, 5)}
     missing = sorted({j for j, _ in expected_hits - fail_hits}, key=lambda j: int(j.rsplit("-", 1)[1]))
+    tap.finish()
     if missing:
-        log("failing jobs without all their events (seconds into the soak): " + ", ".join(
-            f"{j} ({(int(j.rsplit('-', 1)[1]) + 1) * FAIL_EVERY_S:.0f}s)" for j in missing))
+        log("failing jobs without all their events (seconds into the soak; partition@offset of "
+            "their records): " + ", ".join(
+                f"{j} ({(int(j.rsplit('-', 1)[1]) + 1) * FAIL_EVERY_S:.0f}s; "
+                f"{' '.join(f'{p}@{o}' for p, o in sorted(tap.where.get(j, ())))})"
+                for j in missing))
     incidents = [json.loads(l) for l in
                  broker.read(topics["incidents"], "%s\n").decode().splitlines()]
     fps = {i["fingerprint"] for i in incidents}

@@ -7,15 +7,17 @@
 #   SOAK_RELEASE=1 scripts/soak.sh 10
 #
 # What runs: librdkafka's mock broker (faultline-mock-broker, its own process), two faultline
-# members in one consumer group reading a 32-partition topic, each with [incidents], a [webhook]
+# members in one consumer group reading a 64-partition topic, each with [incidents], a [webhook]
 # to a slow receiver (every request answered after 0.3 s) and [alertmanager] to a receiver that
 # refuses everything (503), so alerts go to the dead-letter topic (alert_undeliverable).
 #
 # Load: first a calibration: one member alone through a 200,000-record backlog measures the
 # maximum (records/s); the soak then produces steadily at half of it (SOAK_LOAD_FRACTION),
-# capped so that the mock broker, which keeps 5 MiB per partition, still holds the last 90 s
-# of records when a restarted member reads again from its held commit (the report says which
-# applied). Noise lines that match nothing, plus a failing job every 2 s: a CUDA OOM on rank 3
+# capped so that the mock broker, which keeps 5 MiB per partition, still holds what a member
+# may read again from a held commit: the quiet period (10 s), an outage and a recovery (130 s
+# at 30 minutes; the report says which limit applied). Records the broker dropped before they
+# were read would be lost: faultline logs that at ERROR (faultline_consumer_offset_resets_total)
+# and the report's checks fail. Noise lines that match nothing, plus a failing job every 2 s: a CUDA OOM on rank 3
 # and a NCCL watchdog timeout on rank 5, one incident each.
 #
 # Faults, on the issue's 30-minute schedule: a KB change every minute (an entry appears or goes;
@@ -37,7 +39,7 @@
 #
 # Needs kcat and python3. Builds the binaries (debug, or release with SOAK_RELEASE=1) unless
 # SOAK_NO_BUILD=1. Settings: SOAK_OUT (soak-out/: logs, configs), CARGO_TARGET_DIR (target),
-# SOAK_PARTITIONS (32), SOAK_CALIBRATION_RECORDS (200000), SOAK_KB (kb).
+# SOAK_PARTITIONS (64), SOAK_CALIBRATION_RECORDS (200000), SOAK_KB (kb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=${1:-30}

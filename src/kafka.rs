@@ -355,6 +355,19 @@ pub struct RecordView<'a> {
     pub headers: &'a [(String, Option<Vec<u8>>)],
 }
 
+/// The level up to which librdkafka hands its log lines to faultline: WARNING, or DEBUG while
+/// this module logs at DEBUG (`FAULTLINE_LOG=faultline::kafka=debug`). rust-rdkafka derives
+/// the level from the `log` crate, which faultline does not use (it logs with `tracing`), so
+/// left alone it asks librdkafka for ERROR lines only, and its warnings (an offset reset that
+/// skipped records among them) were never seen.
+pub fn librdkafka_log_level() -> RDKafkaLogLevel {
+    if tracing::enabled!(target: "faultline::kafka", tracing::Level::DEBUG) {
+        RDKafkaLogLevel::Debug
+    } else {
+        RDKafkaLogLevel::Warning
+    }
+}
+
 /// Routes librdkafka's own log lines to `tracing`.
 pub fn log_librdkafka(client: &str, level: RDKafkaLogLevel, fac: &str, message: &str) {
     match level {

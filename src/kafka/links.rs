@@ -47,6 +47,8 @@ pub struct BrokerLinks {
     outages: Mutex<HashMap<String, Outage>>,
     /// `faultline_broker_disconnects_total{client}`: consumer, then producer.
     disconnects: Option<[IntCounter; 2]>,
+    /// `faultline_consumer_offset_resets_total`.
+    resets: Option<IntCounter>,
 }
 
 impl Default for BrokerLinks {
@@ -54,6 +56,7 @@ impl Default for BrokerLinks {
         BrokerLinks {
             outages: Mutex::new(HashMap::new()),
             disconnects: None,
+            resets: None,
         }
     }
 }
@@ -67,6 +70,12 @@ impl BrokerLinks {
         }
     }
 
+    /// Also counts offset resets in `resets` ([`BrokerLinks::log`]).
+    pub fn with_offset_resets(mut self, resets: IntCounter) -> Self {
+        self.resets = Some(resets);
+        self
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Outage>> {
         self.outages.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -77,7 +86,23 @@ impl BrokerLinks {
     }
 
     /// One of librdkafka's log lines.
+    ///
+    /// An offset reset after an error (librdkafka's `OFFSET` warning: the partition's next
+    /// offset is not on the broker any more, past its retention or truncated) means records
+    /// were skipped: ERROR, counted in `faultline_consumer_offset_resets_total`.
     pub fn log(&self, client: KafkaClient, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        if is_lossy_offset_reset(level, fac, message) {
+            if let Some(c) = &self.resets {
+                c.inc();
+            }
+            tracing::error!(
+                client = client.as_str(),
+                "{message}: the records between the lost position and the new one are NOT \
+                 processed (the committed offset fell out of the topic's retention, or the log \
+                 was truncated; raise retention.ms or fix the lag)"
+            );
+            return;
+        }
         if is_retried_connection_failure(fac, message) {
             if let Some(broker) = broker_address(message) {
                 if self.failed(client, broker, message, Instant::now()) {
@@ -187,6 +212,15 @@ impl BrokerLinks {
             "broker reachable again after an outage; librdkafka reconnected");
         outages.remove(broker);
     }
+}
+
+/// Whether a librdkafka log line reports an offset reset caused by an error: the position was
+/// not on the broker any more, so records were skipped. librdkafka logs such a reset at
+/// WARNING; a reset without an error (no committed offset yet) is a DEBUG line.
+pub fn is_lossy_offset_reset(level: RDKafkaLogLevel, fac: &str, message: &str) -> bool {
+    fac == "OFFSET"
+        && (level as i32) <= RDKafkaLogLevel::Warning as i32
+        && message.contains("offset reset")
 }
 
 /// Whether a librdkafka log line reports a connection failure that librdkafka retries by itself

@@ -1,7 +1,7 @@
 //! The Kafka side: consumer lag and committed offset per assigned partition (from librdkafka's
 //! statistics), produce errors by output, and lost broker connections by client.
 
-use prometheus::{IntCounterVec, IntGaugeVec, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Registry};
 
 use super::labels::{KafkaClient, Output};
 use super::{counter_vec, gauge_vec, MetricsError};
@@ -13,6 +13,7 @@ pub struct KafkaFamilies {
     committed: IntGaugeVec,
     produce_errors: IntCounterVec,
     broker_disconnects: IntCounterVec,
+    offset_resets: IntCounter,
 }
 
 impl KafkaFamilies {
@@ -46,6 +47,16 @@ impl KafkaFamilies {
                  outage, however many reconnects librdkafka tries before it is back.",
                 &["client"],
             )?,
+            offset_resets: {
+                let c = IntCounter::new(
+                    "faultline_consumer_offset_resets_total",
+                    "Partitions whose next offset was no longer on the broker (past its retention, \
+                     or a log truncated by an unclean leader election): the consumer jumped to \
+                     kafka.auto_offset_reset, and the records in between were NOT processed.",
+                )?;
+                r.register(Box::new(c.clone()))?;
+                c
+            },
         };
         for o in Output::ALL {
             f.produce_errors.with_label_values(&[o.as_str()]);
@@ -81,6 +92,11 @@ impl KafkaFamilies {
         self.produce_errors
             .with_label_values(&[output.as_str()])
             .inc_by(n);
+    }
+
+    /// The counter of offset resets (records skipped).
+    pub fn offset_resets(&self) -> IntCounter {
+        self.offset_resets.clone()
     }
 
     /// The counter of `client`'s lost broker connections.

@@ -164,6 +164,11 @@ impl Metrics {
         self.kafka.produce_errors(output, n);
     }
 
+    /// The counter of offset resets, for the broker links.
+    pub fn offset_resets(&self) -> IntCounter {
+        self.kafka.offset_resets()
+    }
+
     /// The counter of `client`'s lost broker connections, for the broker links.
     pub fn broker_disconnects(&self, client: KafkaClient) -> IntCounter {
         self.kafka.broker_disconnects(client)

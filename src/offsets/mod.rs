@@ -303,8 +303,13 @@ impl Tracker {
                     })
                     .count();
             let next_epoch = &mut inner.next_epoch;
-            let partition = inner.partitions.entry(tp).or_insert_with(|| {
+            let first = ids[start].offset;
+            let partition = inner.partitions.entry(tp).or_insert_with_key(|tp| {
                 *next_epoch += 1;
+                // One line per assignment: with the revoke's line, where each member's reading
+                // of a partition began and ended.
+                tracing::info!(partition = %tp, epoch = *next_epoch, offset = first,
+                    "reading a newly assigned partition");
                 Partition {
                     epoch: *next_epoch,
                     marks: PartitionWatermark::default(),

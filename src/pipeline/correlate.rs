@@ -377,7 +377,7 @@ impl CorrelateStage {
                     if let Some(e) = self.p.sink.failure() {
                         self.p.stop.fail(e.into());
                     }
-                    self.p.incidents.tick();
+                    self.p.incidents.tick(self.p.health.input_current());
                     continue;
                 }
                 Err(queue::RecvError::Closed) => {
@@ -393,7 +393,7 @@ impl CorrelateStage {
             if let Err(e) = self.process(&batch) {
                 self.p.stop.fail(e);
             }
-            self.p.incidents.tick();
+            self.p.incidents.tick(self.p.health.input_current());
         }
         if let Err(e) = self.p.sink.flush(self.p.config.kafka.drain_timeout) {
             tracing::warn!(error = %e, "flushing the producer");

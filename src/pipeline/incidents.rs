@@ -82,13 +82,42 @@ use crate::telemetry::IncidentTracer;
 use crate::time::Millis;
 
 /// The correlator's clock when no match tells the time: the last log time seen plus the wall
-/// time since. Log times only move it forward.
-#[derive(Debug, Default)]
+/// time since, while the input is current ([`LogClock::set_current`]). Log times only move it
+/// forward.
+///
+/// Why it stops while the input is behind: an incident resolves once its job has been quiet
+/// for `quiet_ms` of this clock. While the source cannot read (a broker outage), is paused by
+/// backpressure or is catching up on a backlog, the job's next lines may be waiting in Kafka;
+/// run on at wall speed, the clock resolved incidents between two lines of one failure, and
+/// the second line opened a second incident (the soak saw it after outages and takeovers).
+#[derive(Debug)]
 pub struct LogClock {
     base: Option<(Millis, Instant)>,
+    /// Whether wall time counts: the input is read up to its end.
+    current: bool,
+}
+
+impl Default for LogClock {
+    fn default() -> Self {
+        LogClock {
+            base: None,
+            current: true,
+        }
+    }
 }
 
 impl LogClock {
+    /// Whether the input is current (every assigned partition read to its end, the broker
+    /// reachable): wall time counts only while it is.
+    pub fn set_current(&mut self, current: bool, at: Instant) {
+        if current == self.current {
+            return;
+        }
+        // Re-anchored at `at`: a stop keeps the time reached, a restart runs on from it.
+        self.base = self.now(at).map(|t| (t, at));
+        self.current = current;
+    }
+
     /// The correlator's clock after some matches: re-anchors when the logs are ahead.
     pub fn observed(&mut self, log_now: Option<Millis>, at: Instant) {
         let Some(t) = log_now else {
@@ -102,7 +131,11 @@ impl LogClock {
     /// The clock at wall time `at`; `None` before any log time was seen.
     pub fn now(&self, at: Instant) -> Option<Millis> {
         self.base.map(|(t, since)| {
-            t.saturating_add(at.saturating_duration_since(since).as_millis() as Millis)
+            if self.current {
+                t.saturating_add(at.saturating_duration_since(since).as_millis() as Millis)
+            } else {
+                t
+            }
         })
     }
 }
@@ -430,10 +463,12 @@ impl IncidentStage {
         }
     }
 
-    /// Lets log time run on at wall speed, resolves quiet incidents, lifts holds past
-    /// `max_hold`, publishes metrics. Call it when idle and after each batch.
-    pub fn tick(&mut self) {
+    /// Lets log time run on at wall speed while the input is `current` (see [`LogClock`]),
+    /// resolves quiet incidents, lifts holds past `max_hold`, publishes metrics. Call it when
+    /// idle and after each batch.
+    pub fn tick(&mut self, current: bool) {
         let now = Instant::now();
+        self.clock.set_current(current, now);
         if let Some(t) = self.clock.now(now) {
             self.correlator.advance(t, &mut self.changes);
         }
@@ -775,6 +810,32 @@ mod tests {
         // Logs ahead of it re-anchor it.
         c.observed(Some(9_000), later);
         assert_eq!(c.now(later + Duration::from_millis(5)), Some(9_005));
+    }
+
+    #[test]
+    fn the_log_clock_stops_while_the_input_is_behind() {
+        let mut c = LogClock::default();
+        let t0 = Instant::now();
+        c.observed(Some(1_000), t0);
+        let ms = |n| t0 + Duration::from_millis(n);
+        c.set_current(false, ms(100));
+        assert_eq!(c.now(ms(100)), Some(1_100), "the time reached is kept");
+        assert_eq!(c.now(ms(60_000)), Some(1_100), "a stall does not count");
+        // Log times still move it while behind.
+        c.observed(Some(2_000), ms(60_000));
+        assert_eq!(c.now(ms(70_000)), Some(2_000));
+        c.set_current(true, ms(70_000));
+        assert_eq!(
+            c.now(ms(70_250)),
+            Some(2_250),
+            "runs on from where it stopped"
+        );
+        c.set_current(true, ms(70_500));
+        assert_eq!(
+            c.now(ms(70_500)),
+            Some(2_500),
+            "a repeated state changes nothing"
+        );
     }
 
     /// A batch processed again (the panic fallback) is not counted twice, and the incident

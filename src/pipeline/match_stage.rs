@@ -227,7 +227,7 @@ impl MatchStage {
                         self.stop.fail(e.into());
                     }
                     if let Some(incidents) = self.incidents.as_mut() {
-                        incidents.tick();
+                        incidents.tick(self.health.input_current());
                     }
                     continue;
                 }
@@ -251,7 +251,7 @@ impl MatchStage {
                 self.stop.fail(e);
             }
             if let Some(incidents) = self.incidents.as_mut() {
-                incidents.tick();
+                incidents.tick(self.health.input_current());
             }
             if let Some(q) = self.quarantine.as_mut() {
                 // Going idle clears the crash note; with a batch waiting, its note replaces it.

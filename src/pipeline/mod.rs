@@ -299,10 +299,13 @@ async fn start_inner(
         _ => config.kafka.clone(),
     };
     let settings = kafka_settings(&kafka);
-    let links = Arc::new(crate::kafka::links::BrokerLinks::new(
-        metrics.broker_disconnects(crate::metrics::KafkaClient::Consumer),
-        metrics.broker_disconnects(crate::metrics::KafkaClient::Producer),
-    ));
+    let links = Arc::new(
+        crate::kafka::links::BrokerLinks::new(
+            metrics.broker_disconnects(crate::metrics::KafkaClient::Consumer),
+            metrics.broker_disconnects(crate::metrics::KafkaClient::Producer),
+        )
+        .with_offset_resets(metrics.offset_resets()),
+    );
     let rules = config.redact.rules()?;
     let redactor = config.redact.enabled.then(|| Arc::clone(&rules));
     let sink = Arc::new(

@@ -5,7 +5,7 @@
 //! delivery callbacks count acknowledgements, the matcher counts records, the reload task
 //! records reloads, and the admin server reads a [`Stats`] snapshot.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,6 +53,8 @@ pub struct Health {
     /// Records found undecodable.
     pub invalid: AtomicU64,
     assigned: AtomicUsize,
+    paused: AtomicUsize,
+    current: AtomicBool,
     stall_timeout: Duration,
 }
 
@@ -73,6 +75,8 @@ pub struct Stats {
     pub dead_letters_acked: u64,
     /// Partitions this member owns.
     pub assigned_partitions: usize,
+    /// Partitions the source paused because the pipeline is full (backpressure).
+    pub paused_partitions: usize,
     /// Records read and not yet terminal.
     pub in_flight: usize,
     /// KB reloads.
@@ -93,6 +97,8 @@ impl Health {
             events_sent: AtomicU64::new(0),
             invalid: AtomicU64::new(0),
             assigned: AtomicUsize::new(0),
+            paused: AtomicUsize::new(0),
+            current: AtomicBool::new(false),
             stall_timeout,
         })
     }
@@ -100,6 +106,28 @@ impl Health {
     /// The source's partition count after a rebalance.
     pub fn set_assigned(&self, n: usize) {
         self.assigned.store(n, Ordering::Relaxed);
+    }
+
+    /// The partitions assigned now.
+    pub fn assigned_partitions(&self) -> usize {
+        self.assigned.load(Ordering::Relaxed)
+    }
+
+    /// Whether the input is current: every assigned partition read to its end and the broker
+    /// reachable, as of the source's last statistics. The incident clock runs on at wall
+    /// speed only then (the pipeline's log clock).
+    pub fn set_input_current(&self, current: bool) {
+        self.current.store(current, Ordering::Relaxed);
+    }
+
+    /// See [`Health::set_input_current`].
+    pub fn input_current(&self) -> bool {
+        self.current.load(Ordering::Relaxed)
+    }
+
+    /// The partitions the source holds paused while the pipeline is full.
+    pub fn set_paused(&self, n: usize) {
+        self.paused.store(n, Ordering::Relaxed);
     }
 
     /// Records the version of the KB in use.
@@ -120,6 +148,7 @@ impl Health {
             invalid: self.invalid.load(Ordering::Relaxed),
             dead_letters_acked: self.delivered.dead_letters.load(Ordering::Relaxed),
             assigned_partitions: self.assigned.load(Ordering::Relaxed),
+            paused_partitions: self.paused.load(Ordering::Relaxed),
             in_flight: self.tracker.in_flight(None),
             kb: self
                 .reload

@@ -312,6 +312,7 @@ impl KafkaSink {
         counts: Arc<Delivered>,
     ) -> Result<Self, SinkError> {
         let mut cc = ClientConfig::new();
+        cc.set_log_level(crate::kafka::librdkafka_log_level());
         for (k, v) in &settings.producer {
             cc.set(k, v);
         }

@@ -249,6 +249,13 @@ impl SourceContext {
         }
         self.commits().revoked(&tps);
         let finals = self.tracker.remove(&tps);
+        for (tp, offset) in &finals {
+            if lost {
+                tracing::info!(partition = %tp, offset, "lost partition: not committing its watermark");
+            } else {
+                tracing::info!(partition = %tp, offset, "revoked partition: committing its watermark");
+            }
+        }
         if !lost && !finals.is_empty() {
             let tpl = to_tpl(&finals);
             if let Err(e) = c.store_offsets(&tpl) {
@@ -268,28 +275,42 @@ impl ClientContext for SourceContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        // Until the next statistics say otherwise: records may be waiting unread.
+        self.health.set_input_current(false);
         self.links.error(KafkaClient::Consumer, &error, reason);
     }
 
     /// librdkafka's periodic statistics (`statistics.interval.ms`): the lag and committed
     /// offset of every partition this member consumes (others report -1 and are skipped), and
     /// which brokers are up again after an outage.
+    ///
+    /// The input is current when every assigned partition reported a lag of 0 and no broker
+    /// is out ([`Health::set_input_current`]).
     fn stats(&self, statistics: rdkafka::Statistics) {
         self.links.stats(KafkaClient::Consumer, &statistics);
+        let (mut reported, mut behind) = (0, false);
         for (topic, t) in &statistics.topics {
             for (&partition, p) in &t.partitions {
                 let Some(lag) = read_lag(p).filter(|_| partition >= 0) else {
                     continue;
                 };
+                reported += 1;
+                behind |= lag > 0;
                 let committed = (p.committed_offset >= 0).then_some(p.committed_offset);
                 self.metrics.set_partition(topic, partition, lag, committed);
             }
         }
+        let assigned = self.health.assigned_partitions();
+        self.health.set_input_current(
+            assigned > 0 && reported >= assigned && !behind && !self.links.in_outage(),
+        );
     }
 }
 
 impl ConsumerContext for SourceContext {
     fn pre_rebalance(&self, c: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        // A partition taken over is read from its commit: behind until the statistics say not.
+        self.health.set_input_current(false);
         match rebalance {
             Rebalance::Revoke(tpl) => {
                 tracing::info!(partitions = tpl.count(), "partitions revoked");
@@ -315,7 +336,7 @@ impl ConsumerContext for SourceContext {
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         match result {
-            Ok(()) => tracing::debug!(partitions = offsets.count(), "offsets committed"),
+            Ok(()) => tracing::debug!(offsets = ?offsets.to_topic_map(), "offsets committed"),
             Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
             // The broker outage is logged once by the links; the next commit retries.
             Err(e) if self.links.in_outage() => {
@@ -404,6 +425,7 @@ impl KafkaSource {
     ) -> Result<Self, SourceError> {
         let tracker = Arc::clone(&health.tracker);
         let mut cc = ClientConfig::new();
+        cc.set_log_level(crate::kafka::librdkafka_log_level());
         for (k, v) in &settings.consumer {
             cc.set(k, v);
         }
@@ -515,6 +537,9 @@ impl KafkaSource {
         if let Err(e) = result {
             tracing::warn!(error = %e, pause, "pausing or resuming partitions");
         }
+        self.ctx()
+            .health
+            .set_paused(if pause { assignment.count() } else { 0 });
     }
 
     /// Reads until `stop` is requested or the matcher hangs up, then drains: in-flight records

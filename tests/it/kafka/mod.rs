@@ -5,6 +5,7 @@
 //! Waiting is bounded polling on an observable condition (offsets committed, records on a
 //! topic) with a deadline; nothing sleeps to let something happen.
 
+mod backpressure;
 mod crash_loop;
 mod dead_letters;
 mod in_process;

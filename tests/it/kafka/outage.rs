@@ -126,3 +126,65 @@ async fn a_broker_outage_that_is_ridden_out_logs_no_error() {
     seen.dedup();
     assert_eq!(seen.len(), 300, "every record matched");
 }
+
+/// A committed offset the broker no longer holds (here one past the end; in production, one
+/// that fell out of the topic's retention while a member lagged) makes librdkafka jump to
+/// `auto_offset_reset`: records are skipped, and the operator must hear it. librdkafka says so
+/// only at WARNING, which it never handed over while faultline left its log level to the `log`
+/// crate (unused here): an ERROR line now, and `faultline_consumer_offset_resets_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_offset_the_broker_no_longer_holds_is_an_error_and_counted() {
+    let (mut broker, bootstrap) = broker();
+    if broker.is_none() {
+        eprintln!("SKIPPED: needs the mock broker process");
+        return;
+    }
+    let t = Topics::unique();
+    for name in [&t.input, &t.output, &t.dlq] {
+        make_topic(&mut broker, &bootstrap, name, 1).await;
+    }
+    let records: Vec<Out> = (0..10)
+        .map(|i| Out::new(0, "job", format!("BOOM {i}")))
+        .collect();
+    produce(&bootstrap, &t.input, &records).await;
+    {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", &t.group)
+            .create()
+            .expect("committing consumer");
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&t.input, 0, Offset::Offset(1_000))
+            .expect("offset");
+        c.commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+            .expect("commit past the end");
+    }
+    let kb = test_kb();
+    let mut cmd = faultline();
+    cmd.env("FAULTLINE_LOG", "info")
+        .args(["run", "--brokers", &bootstrap, "--group-id", &t.group])
+        .args(["--topic", &t.input, "--output-topic", &t.output])
+        .args(["--dead-letter-topic", &t.dlq])
+        .arg("--kb")
+        .arg(kb.path())
+        .args(["--admin-listen", "127.0.0.1:0"])
+        .stdout(Stdio::null());
+    let mut member = Member::spawn(&mut cmd);
+    wait_for("the admin address", || member.saw("admin server listening")).await;
+    let admin = admin_addr(&member.log).expect("addr=HOST:PORT");
+    wait_for("the reset counted", || {
+        metric(admin, "faultline_consumer_offset_resets_total") >= 1.0
+    })
+    .await;
+    signal(&member.child, "TERM");
+    assert!(wait_exit(&mut member.child).success(), "SIGTERM exits 0");
+    let log = member.finish().to_vec();
+    let reset: Vec<&String> = log.iter().filter(|l| l.contains("NOT")).collect();
+    assert_eq!(reset.len(), 1, "one line for one reset: {log:#?}");
+    assert_eq!(level(reset[0]), Some("ERROR"), "{}", reset[0]);
+    assert!(
+        reset[0].contains("offset reset"),
+        "librdkafka's words: {}",
+        reset[0]
+    );
+}
