@@ -613,11 +613,14 @@ references = ["scripts/soak.py"]
                 reload_counts = metric_values(text, "faultline_knowledge_base_reloads_total")
     exits = [m.terminate() for m in members]
     # A member's own panic is also on its stderr.
-    panic_lines = 0
+    panic_lines = resets = 0
     for name in os.listdir(OUT):
         if name.endswith(".err") and name.startswith("member"):
             with open(os.path.join(OUT, name), errors="replace") as f:
-                panic_lines += sum("panicked" in l for l in f)
+                for l in f:
+                    panic_lines += "panicked" in l
+                    # librdkafka jumped past records the broker no longer held (ERROR line).
+                    resets += "offset reset" in l
 
     # 4. What came out.
     events = broker.read(topics["events"], "%s\n").decode(errors="replace").splitlines()
@@ -658,6 +661,13 @@ references = ["scripts/soak.py"]
     for job, f in sorted(by_job.items()):
         if len(f) > 1:
             log(f"{job}: {len(f)} incidents: {f}")
+    unresolved = sorted({(i["job_id"], i.get("first_seen"), i["fingerprint"]) for i in incidents
+                         if i["fingerprint"] not in resolved})
+    if unresolved:
+        log("incidents never resolved (job, first seen, fingerprint; the partition@offset of "
+            "their records): " + "; ".join(
+                f"{j} {t} {fp} ({' '.join(f'{p}@{o}' for p, o in sorted(tap.where.get(j, ())))})"
+                for j, t, fp in unresolved))
     bad_reloads = reload_counts.get('{result="failure"}', 0)
 
     checks = [
@@ -672,6 +682,8 @@ references = ["scripts/soak.py"]
          f"{len(fps & alert_dead)} of {len(fps)}"),
         (f"RSS after warm-up max/min <= {RSS_TARGET}", rss_ratio <= RSS_TARGET,
          f"{rss_ratio:.3f} ({min(rss) // 1024 if rss else 0}-{max(rss) // 1024 if rss else 0} MiB, {len(rss)} samples)"),
+        ("no offset reset (records the broker dropped before they were read)", resets == 0,
+         f"{resets}"),
         ("no panic", panics_total == 0 and panic_lines == 0,
          f"{panics_total:.0f} counted, {panic_lines} on stderr"),
         (f"lag recovered after every fault within {RECOVERY_S:.0f}s",

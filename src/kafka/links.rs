@@ -103,6 +103,13 @@ impl BrokerLinks {
             );
             return;
         }
+        if fac == "COMMITFAIL" {
+            // Commits fail while the group rebalances or its coordinator is away; the commit
+            // callback sees each outcome, the next commit retries, and revokes commit
+            // synchronously. Hundreds of queued async commits fail at once after an outage.
+            tracing::debug!(client = client.as_str(), fac, "{message}");
+            return;
+        }
         if is_retried_connection_failure(fac, message) {
             if let Some(broker) = broker_address(message) {
                 if self.failed(client, broker, message, Instant::now()) {

@@ -405,12 +405,16 @@ impl IncidentStage {
             };
             let id = &record.id;
             // Seen before: the panic fallback processing a batch again, or a partition revoked
-            // and assigned back, whose records are read again from the held commit. Either way
-            // the correlator counted it already; only the hold of this assignment is renewed.
+            // and assigned back, whose records are read again from the held commit. While the
+            // job's incident is open the correlator counted it already; only the hold of this
+            // assignment is renewed. Once that incident resolved, the line is observed again:
+            // skipped, the job's next line would open an incident of its own without it (the
+            // soak saw one failure become two incidents that way after a rebalance).
             let seen = self
                 .observed
                 .get(&id.tp)
-                .is_some_and(|&(_, offset)| id.offset <= offset);
+                .is_some_and(|&(_, offset)| id.offset <= offset)
+                && self.correlator.open_serial(&event.job_id).is_some();
             if !seen {
                 match last.iter_mut().find(|l| l.tp == id.tp) {
                     Some(l) => *l = id,
@@ -838,6 +842,49 @@ mod tests {
         );
     }
 
+    /// An incident stage with no webhook and no Alertmanager, over `tracker`.
+    fn bare_stage(tracker: &Arc<Tracker>) -> IncidentStage {
+        let settings = crate::kafka::KafkaSettings {
+            consumer: Vec::new(),
+            producer: vec![("bootstrap.servers".into(), "127.0.0.1:1".into())],
+        };
+        let sink = Arc::new(
+            KafkaSink::new(
+                &settings,
+                "events",
+                "dead",
+                Arc::clone(tracker),
+                Arc::default(),
+            )
+            .expect("a producer needs no broker to start"),
+        );
+        let metrics = Metrics::new(crate::metrics::MetricsConfig::default()).expect("registry");
+        let raw = crate::incident::config::RawIncidentsConfig {
+            topic: Some("incidents".into()),
+            quiet_ms: Some(10_000),
+            window_ms: Some(10_000),
+            ..Default::default()
+        };
+        let mut errors = Vec::new();
+        let config = IncidentsConfig::from_raw(
+            &raw,
+            &mut crate::config::section::Errors::new("incidents", &mut errors),
+        )
+        .expect("valid");
+        let (stage, threads) = IncidentStage::start(
+            &config,
+            Outputs::default(),
+            sink,
+            Arc::clone(tracker),
+            Stop::new(),
+            &metrics,
+            None,
+        )
+        .expect("starts");
+        assert!(threads.is_empty(), "no webhook, no Alertmanager");
+        stage
+    }
+
     /// A batch processed again (the panic fallback) is not counted twice, and the incident
     /// holds the commit at its first record.
     #[test]
@@ -848,43 +895,7 @@ mod tests {
         use crate::source::kafka::Batch;
 
         let tracker = Tracker::new();
-        let settings = crate::kafka::KafkaSettings {
-            consumer: Vec::new(),
-            producer: vec![("bootstrap.servers".into(), "127.0.0.1:1".into())],
-        };
-        let sink = Arc::new(
-            KafkaSink::new(
-                &settings,
-                "events",
-                "dead",
-                Arc::clone(&tracker),
-                Arc::default(),
-            )
-            .expect("a producer needs no broker to start"),
-        );
-        let metrics = Metrics::new(crate::metrics::MetricsConfig::default()).expect("registry");
-        let raw = crate::incident::config::RawIncidentsConfig {
-            topic: Some("incidents".into()),
-            ..Default::default()
-        };
-        let mut errors = Vec::new();
-        let config = IncidentsConfig::from_raw(
-            &raw,
-            &mut crate::config::section::Errors::new("incidents", &mut errors),
-        )
-        .expect("valid");
-        let stop = Stop::new();
-        let (mut stage, threads) = IncidentStage::start(
-            &config,
-            Outputs::default(),
-            sink,
-            Arc::clone(&tracker),
-            stop,
-            &metrics,
-            None,
-        )
-        .expect("starts");
-        assert!(threads.is_empty(), "no webhook, no Alertmanager");
+        let mut stage = bare_stage(&tracker);
 
         let tp = TopicPartition {
             topic: Arc::from("logs"),
@@ -946,5 +957,56 @@ mod tests {
             vec![(tp, 1)],
             "the new assignment holds the commit at the incident's first record again"
         );
+    }
+
+    /// A partition read again after the incident of its lines resolved (a member that lost
+    /// the partition, resolved the incident alone, and got the partition back): the lines are
+    /// observed again, so the job's next line joins them in one incident instead of opening
+    /// an incident of its own.
+    #[test]
+    fn records_read_again_after_their_incident_resolved_are_observed_again() {
+        use crate::incident::testutil::event;
+        use crate::kb::Role;
+        use crate::offsets::TopicPartition;
+        use crate::source::kafka::Batch;
+
+        let tracker = Tracker::new();
+        let mut stage = bare_stage(&tracker);
+        let tp = TopicPartition {
+            topic: Arc::from("logs"),
+            partition: 0,
+        };
+        let oom = event("CUDA_OOM", Role::Root, "cuda")
+            .ts("2024-05-01T12:00:00Z")
+            .build();
+        let watchdog = event("NCCL_TIMEOUT", Role::Cascade, "nccl")
+            .ts("2024-05-01T12:00:00.500Z")
+            .build();
+        let mut first = Batch::default();
+        let id = tracker.register(&tp, 0).expect("registers");
+        first.push(id, Some(b"job"), Some(b"oom"), Vec::new());
+        stage.observe(&first.records, &[(0, oom.clone())]);
+        let opened = stage.correlator.current("job").expect("open");
+        // Quiet for longer than quiet_ms on the log clock: resolved.
+        let mut out = Vec::new();
+        stage.correlator.advance(
+            crate::time::parse("2024-05-01T12:01:00Z")
+                .and_then(|s| s.millis())
+                .expect("time"),
+            &mut out,
+        );
+        assert!(stage.correlator.current("job").is_none(), "resolved");
+        tracker.remove(std::slice::from_ref(&tp));
+
+        let mut again = Batch::default();
+        for (offset, text) in [(0, "oom"), (1, "watchdog")] {
+            let id = tracker.register(&tp, offset).expect("registers again");
+            again.push(id, Some(b"job"), Some(text.as_bytes()), Vec::new());
+        }
+        stage.observe(&again.records, &[(0, oom), (1, watchdog)]);
+        let current = stage.correlator.current("job").expect("open again");
+        assert_eq!(current.counts.matches, 2, "the OOM line is observed again");
+        assert_eq!(current.root.error_code, "CUDA_OOM");
+        assert_eq!(current.fingerprint, opened.fingerprint, "the same incident");
     }
 }

@@ -108,11 +108,6 @@ impl Health {
         self.assigned.store(n, Ordering::Relaxed);
     }
 
-    /// The partitions assigned now.
-    pub fn assigned_partitions(&self) -> usize {
-        self.assigned.load(Ordering::Relaxed)
-    }
-
     /// Whether the input is current: every assigned partition read to its end and the broker
     /// reachable, as of the source's last statistics. The incident clock runs on at wall
     /// speed only then (the pipeline's log clock).

@@ -190,6 +190,9 @@ pub struct SourceContext {
     /// callback runs inside `poll` and must drop the records of revoked partitions.
     queue: Mutex<Queue>,
     paused: AtomicBool,
+    /// The current assignment, as `(topic, partition)`: the statistics still list partitions
+    /// revoked earlier, with their old committed offset.
+    assigned: Mutex<std::collections::HashSet<(String, i32)>>,
     /// Past the shutdown drain: the close's revoke must not wait again.
     closing: AtomicBool,
     drain_timeout: Duration,
@@ -211,6 +214,11 @@ impl SourceContext {
     fn update_assigned(&self, c: &BaseConsumer<Self>) {
         if let Ok(a) = c.assignment() {
             self.health.set_assigned(a.count());
+            *self.assigned.lock().unwrap_or_else(|p| p.into_inner()) = a
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_string(), e.partition()))
+                .collect();
         }
     }
 
@@ -289,9 +297,13 @@ impl ClientContext for SourceContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
         self.links.stats(KafkaClient::Consumer, &statistics);
         let (mut reported, mut behind) = (0, false);
+        let assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
         for (topic, t) in &statistics.topics {
             for (&partition, p) in &t.partitions {
-                let Some(lag) = read_lag(p).filter(|_| partition >= 0) else {
+                if !assigned.contains(&(topic.clone(), partition)) {
+                    continue;
+                }
+                let Some(lag) = read_lag(p) else {
                     continue;
                 };
                 reported += 1;
@@ -300,7 +312,7 @@ impl ClientContext for SourceContext {
                 self.metrics.set_partition(topic, partition, lag, committed);
             }
         }
-        let assigned = self.health.assigned_partitions();
+        let assigned = assigned.len();
         self.health.set_input_current(
             assigned > 0 && reported >= assigned && !behind && !self.links.in_outage(),
         );
@@ -435,6 +447,7 @@ impl KafkaSource {
             metrics,
             queue: Mutex::new(Queue::default()),
             paused: AtomicBool::new(false),
+            assigned: Mutex::new(std::collections::HashSet::new()),
             closing: AtomicBool::new(false),
             drain_timeout: kafka.drain_timeout,
             commits: Mutex::new(CommitPolicy::new(kafka.commit_interval)),
@@ -504,7 +517,9 @@ impl KafkaSource {
     fn store_and_commit(&self, now: Instant) {
         self.store();
         let mut commits = self.ctx().commits();
-        if !commits.due(now) {
+        // While a broker is out, commits would only queue up and fail together; the policy
+        // stays due and commits once the broker is back.
+        if !commits.due(now) || self.ctx().links.in_outage() {
             return;
         }
         commits.committed(now);

@@ -242,7 +242,7 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
         "{text}{}",
         String::from_utf8_lossy(&check.stderr)
     );
-    assert!(text.contains("SUCCESS: 9 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 10 rules found"), "{text}");
     let test = promtool(&["test", "rules", "dashboards/alerts_test.yml"]);
     assert!(
         test.status.success(),
@@ -280,7 +280,7 @@ fn every_alert_has_a_summary_a_description_and_a_runbook_section() {
     let runbooks =
         std::fs::read_to_string(support::repo().join("docs/runbooks.md")).expect("runbooks");
     let rules = rules();
-    assert_eq!(rules.len(), 9);
+    assert_eq!(rules.len(), 10);
     for rule in &rules {
         for key in ["summary", "description", "runbook_url"] {
             assert!(
@@ -713,7 +713,7 @@ fn every_promql_expression_runs_against_a_real_prometheus() {
             .iter()
             .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
             .collect();
-        let done = rules.len() == 9 && rules.iter().all(|r| r["health"] != "unknown");
+        let done = rules.len() == 10 && rules.iter().all(|r| r["health"] != "unknown");
         done.then_some(rules)
     });
     for r in &health {
