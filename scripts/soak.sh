@@ -49,7 +49,7 @@ PROFILE=debug
 FLAGS=()
 if [[ ${SOAK_RELEASE:-0} == 1 ]]; then PROFILE=release; FLAGS=(--release); fi
 if [[ ${SOAK_NO_BUILD:-0} != 1 ]]; then
-    cargo build "${FLAGS[@]}" --bins >&2
+    cargo build --locked "${FLAGS[@]}" --bins >&2
 fi
 for tool in kcat python3; do
     command -v "$tool" >/dev/null || { echo "soak: $tool is required" >&2; exit 2; }

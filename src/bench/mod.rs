@@ -169,13 +169,26 @@ pub enum RawMode {
     Line,
 }
 
-/// The baseline: Hyperscan alone over a file, no line mapping, decoding or enrichment.
-/// Returns (bytes, raw hits).
+/// What [`raw_hyperscan`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct RawScan {
+    /// Bytes scanned.
+    pub bytes: u64,
+    /// Raw hits (pattern, end offset).
+    pub hits: u64,
+    /// Wall time of the whole loop, reading the file included.
+    pub total: std::time::Duration,
+    /// The same without the reads: Hyperscan's own time (and the loop's).
+    pub scan: std::time::Duration,
+}
+
+/// The baseline: Hyperscan alone over a file, no line mapping, decoding or enrichment. Reads
+/// are timed apart, so that the scan's own throughput is not the page cache's.
 pub fn raw_hyperscan(
     matcher: &crate::matcher::HyperscanMatcher,
     path: &Path,
     mode: RawMode,
-) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+) -> Result<RawScan, Box<dyn std::error::Error>> {
     use crate::matcher::Matcher;
     use std::io::Read;
     let mut scratch = matcher.scratch()?;
@@ -183,8 +196,12 @@ pub fn raw_hyperscan(
     let mut buf = vec![0u8; 1 << 20];
     let mut hits = Vec::new();
     let (mut bytes, mut total) = (0u64, 0u64);
+    let start = std::time::Instant::now();
+    let mut reading = std::time::Duration::ZERO;
     loop {
+        let read_at = std::time::Instant::now();
         let n = file.read(&mut buf)?;
+        reading += read_at.elapsed();
         if n == 0 {
             break;
         }
@@ -200,7 +217,13 @@ pub fn raw_hyperscan(
         total += hits.len() as u64;
         hits.clear();
     }
-    Ok((bytes, total))
+    let elapsed = start.elapsed();
+    Ok(RawScan {
+        bytes,
+        hits: total,
+        total: elapsed,
+        scan: elapsed.saturating_sub(reading),
+    })
 }
 
 /// `faultline bench patterns --per-entry` and its options.
@@ -276,6 +299,8 @@ pub struct EntryCost {
     pub excess_ns_per_mb: f64,
     /// Its share of the sum of all entries' excess costs.
     pub share: f64,
+    /// Wall milliseconds to compile a database of its patterns alone.
+    pub compile_ms: f64,
 }
 
 /// The per-entry ranking and what it is relative to.
@@ -290,6 +315,8 @@ pub struct EntryCosts {
     /// The whole KB in one database, in ns/MB (less than the sum of the entries: Hyperscan
     /// shares its literal matching between patterns).
     pub all_ns_per_mb: f64,
+    /// Wall milliseconds to compile the whole KB's database (no cache).
+    pub all_compile_ms: f64,
     /// Every entry, most expensive first.
     pub entries: Vec<EntryCost>,
 }
@@ -324,8 +351,14 @@ pub fn entry_costs(
         Ok((best * 1e9 / mb, total))
     };
     let (floor, _) = time(&HyperscanMatcher::compile(&[FLOOR_PATTERN])?)?;
+    let compile = |sources: &[&str]| -> Result<(HyperscanMatcher, f64), crate::matcher::MatchError> {
+        let start = std::time::Instant::now();
+        let m = HyperscanMatcher::compile(sources)?;
+        Ok((m, start.elapsed().as_secs_f64() * 1e3))
+    };
     let all: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
-    let (all_ns, _) = time(&HyperscanMatcher::compile(&all)?)?;
+    let (all_db, all_compile_ms) = compile(&all)?;
+    let (all_ns, _) = time(&all_db)?;
     let mut entries = Vec::with_capacity(kb.entries.len());
     for (e, entry) in kb.entries.iter().enumerate() {
         let sources: Vec<&str> = kb
@@ -334,7 +367,8 @@ pub fn entry_costs(
             .filter(|p| p.entry == e)
             .map(|p| p.source.as_str())
             .collect();
-        let (ns, hits) = time(&HyperscanMatcher::compile(&sources)?)?;
+        let (db, compile_ms) = compile(&sources)?;
+        let (ns, hits) = time(&db)?;
         entries.push(EntryCost {
             id: entry.id.clone(),
             patterns: sources.len(),
@@ -343,6 +377,7 @@ pub fn entry_costs(
             mb_per_s: 1e9 / ns,
             excess_ns_per_mb: (ns - floor).max(0.0),
             share: 0.0,
+            compile_ms,
         });
     }
     let sum: f64 = entries.iter().map(|c| c.excess_ns_per_mb).sum();
@@ -359,6 +394,7 @@ pub fn entry_costs(
         runs,
         floor_ns_per_mb: floor,
         all_ns_per_mb: all_ns,
+        all_compile_ms,
         entries,
     })
 }
@@ -367,14 +403,15 @@ pub fn entry_costs(
 pub fn render_entry_costs(c: &EntryCosts, top: usize) -> String {
     let mut out = format!(
         "{:.1} MB scanned, best of {}; floor (one absent literal) {:.0} ns/MB ({:.0} MB/s); \
-         whole KB in one database {:.0} ns/MB ({:.0} MB/s)\n\n{:<4} {:<44} {:>4} {:>9} {:>9} \
-         {:>9} {:>7} {:>9}\n",
+         whole KB in one database {:.0} ns/MB ({:.0} MB/s), compiled in {:.0} ms\n\n{:<4} \
+         {:<44} {:>4} {:>9} {:>9} {:>9} {:>7} {:>9} {:>10}\n",
         c.bytes as f64 / 1e6,
         c.runs,
         c.floor_ns_per_mb,
         1e9 / c.floor_ns_per_mb,
         c.all_ns_per_mb,
         1e9 / c.all_ns_per_mb,
+        c.all_compile_ms,
         "rank",
         "entry",
         "pats",
@@ -382,12 +419,13 @@ pub fn render_entry_costs(c: &EntryCosts, top: usize) -> String {
         "MB/s",
         "excess",
         "share",
-        "hits"
+        "hits",
+        "compile ms"
     );
     let n = if top == 0 { c.entries.len() } else { top };
     for (i, e) in c.entries.iter().take(n).enumerate() {
         out.push_str(&format!(
-            "{:<4} {:<44} {:>4} {:>9.0} {:>9.0} {:>9.0} {:>6.1}% {:>9}\n",
+            "{:<4} {:<44} {:>4} {:>9.0} {:>9.0} {:>9.0} {:>6.1}% {:>9} {:>10.1}\n",
             i + 1,
             e.id,
             e.patterns,
@@ -395,9 +433,17 @@ pub fn render_entry_costs(c: &EntryCosts, top: usize) -> String {
             e.mb_per_s,
             e.excess_ns_per_mb,
             e.share * 100.0,
-            e.hits
+            e.hits,
+            e.compile_ms
         ));
     }
+    let mut slow: Vec<&EntryCost> = c.entries.iter().collect();
+    slow.sort_by(|a, b| b.compile_ms.total_cmp(&a.compile_ms));
+    out.push_str("\nslowest to compile (ms alone):");
+    for e in slow.iter().take(n.min(10)) {
+        out.push_str(&format!(" {} {:.0};", e.id, e.compile_ms));
+    }
+    out.push('\n');
     out
 }
 
