@@ -351,11 +351,12 @@ pub fn entry_costs(
         Ok((best * 1e9 / mb, total))
     };
     let (floor, _) = time(&HyperscanMatcher::compile(&[FLOOR_PATTERN])?)?;
-    let compile = |sources: &[&str]| -> Result<(HyperscanMatcher, f64), crate::matcher::MatchError> {
-        let start = std::time::Instant::now();
-        let m = HyperscanMatcher::compile(sources)?;
-        Ok((m, start.elapsed().as_secs_f64() * 1e3))
-    };
+    let compile =
+        |sources: &[&str]| -> Result<(HyperscanMatcher, f64), crate::matcher::MatchError> {
+            let start = std::time::Instant::now();
+            let m = HyperscanMatcher::compile(sources)?;
+            Ok((m, start.elapsed().as_secs_f64() * 1e3))
+        };
     let all: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
     let (all_db, all_compile_ms) = compile(&all)?;
     let (all_ns, _) = time(&all_db)?;
