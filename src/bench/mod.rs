@@ -705,8 +705,20 @@ mod tests {
         assert!((share - 1.0).abs() < 1e-6, "shares add up: {share}");
         assert!(c.entries.iter().any(|e| e.hits > 0), "the examples hit");
         let text = render_entry_costs(&c, 5);
-        assert_eq!(text.lines().count(), 3 + 5, "{text}");
+        // Header, blank, column names, five entries, blank, the slowest to compile.
+        assert_eq!(text.lines().count(), 3 + 5 + 2, "{text}");
         assert!(text.contains(&c.entries[0].id));
+        assert!(c.all_compile_ms > 0.0 && c.entries.iter().all(|e| e.compile_ms > 0.0));
+        let slowest = c
+            .entries
+            .iter()
+            .max_by(|a, b| a.compile_ms.total_cmp(&b.compile_ms))
+            .expect("entries");
+        let last = text.lines().last().expect("a last line");
+        assert!(
+            last.starts_with("slowest to compile") && last.contains(&slowest.id),
+            "{last}"
+        );
     }
 
     #[test]
