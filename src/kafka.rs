@@ -387,7 +387,9 @@ pub fn log_librdkafka(client: &str, level: RDKafkaLogLevel, fac: &str, message: 
 /// handed to it) to the end of the partition (the last stable offset, which is the high
 /// watermark without transactions). Not librdkafka's `consumer_lag`, which counts from the
 /// committed offset: an open incident holds the commit back on purpose, and lag is about
-/// diagnoses arriving late. `None` for a partition this member does not consume.
+/// diagnoses arriving late. Before anything was read: from the committed offset, or, with
+/// none committed yet, from the fetch position (an empty partition has a lag of 0). `None` for
+/// a partition this member does not consume.
 pub fn read_lag(p: &rdkafka::statistics::Partition) -> Option<i64> {
     let end = if p.ls_offset >= 0 {
         p.ls_offset
@@ -396,8 +398,12 @@ pub fn read_lag(p: &rdkafka::statistics::Partition) -> Option<i64> {
     };
     if p.app_offset >= 0 && end >= 0 {
         Some(end - p.app_offset)
+    } else if p.consumer_lag >= 0 {
+        Some(p.consumer_lag)
+    } else if p.next_offset >= 0 && end >= 0 {
+        Some((end - p.next_offset).max(0))
     } else {
-        (p.consumer_lag >= 0).then_some(p.consumer_lag)
+        None
     }
 }
 

@@ -172,9 +172,11 @@ impl Health {
             ));
         }
         let body = format!(
-            "kb_version {}\nassigned_partitions {}\nin_flight {}\nrecords {}\nevents {}\ndead_letters {}\nkb_reload_failures {}\n",
+            "kb_version {}\nassigned_partitions {}\npaused_partitions {}\ninput_current {}\nin_flight {}\nrecords {}\nevents {}\ndead_letters {}\nkb_reload_failures {}\n",
             s.kb.version,
             s.assigned_partitions,
+            s.paused_partitions,
+            self.input_current(),
             s.in_flight,
             s.records,
             s.events_acked,

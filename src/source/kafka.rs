@@ -517,9 +517,7 @@ impl KafkaSource {
     fn store_and_commit(&self, now: Instant) {
         self.store();
         let mut commits = self.ctx().commits();
-        // While a broker is out, commits would only queue up and fail together; the policy
-        // stays due and commits once the broker is back.
-        if !commits.due(now) || self.ctx().links.in_outage() {
+        if !commits.due(now) {
             return;
         }
         commits.committed(now);
@@ -781,6 +779,13 @@ mod tests {
         assert_eq!(read_lag(&partition(900, 950, 1000, 850)), Some(50));
         // Nothing read yet: librdkafka's own figure, when it has one.
         assert_eq!(read_lag(&partition(-1, 1000, 1000, 1000)), Some(1000));
+        // Nothing read and nothing committed: from the fetch position (0 here).
+        assert_eq!(read_lag(&partition(-1, 7, 7, -1)), Some(7));
+        assert_eq!(
+            read_lag(&partition(-1, 0, 0, -1)),
+            Some(0),
+            "an empty partition is not behind"
+        );
         // A partition this member does not consume.
         assert_eq!(read_lag(&partition(-1, -1, -1, -1)), None);
     }
