@@ -31,7 +31,7 @@
 # the events topic (at least once; duplicates are counted, not failed); one incident per
 # failing job (distinct fingerprints and jobs), each resolved, each ticketed at the slow
 # receiver when ticketed, each with its alerts dead-lettered; the RSS of the member never killed, sampled
-# every second after a warm-up (a fifth of the run, or the first cycle of every fault and 15 s
+# every second after a warm-up (a third of the run, or the first cycle of every fault and 15 s
 # more if longer), max/min <= 1.2
 # (SOAK_RSS_RATIO); no panic (faultline_panics_total, and stderr); after every fault the lag of
 # all partitions back to <= 2 s of load within 90 s (SOAK_RECOVERY_S), and to 0 once the load

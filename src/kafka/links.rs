@@ -279,6 +279,35 @@ mod tests {
     }
 
     #[test]
+    fn only_an_offset_reset_caused_by_an_error_is_lossy() {
+        // librdkafka's words (rdkafka_offset.c) when the position is not on the broker.
+        let lost = "logs [5]: offset reset (at offset 6013 (leader epoch -1), broker 1) to \
+                    offset BEGINNING (leader epoch -1): fetch failed due to requested offset not \
+                    available on the broker: Broker: Offset out of range";
+        assert!(is_lossy_offset_reset(
+            RDKafkaLogLevel::Warning,
+            "OFFSET",
+            lost
+        ));
+        // The same words at DEBUG: a reset without an error (no committed offset yet).
+        assert!(!is_lossy_offset_reset(
+            RDKafkaLogLevel::Debug,
+            "OFFSET",
+            lost
+        ));
+        assert!(!is_lossy_offset_reset(
+            RDKafkaLogLevel::Warning,
+            "FETCH",
+            lost
+        ));
+        assert!(!is_lossy_offset_reset(
+            RDKafkaLogLevel::Warning,
+            "OFFSET",
+            "logs [5]: offset commit failed"
+        ));
+    }
+
+    #[test]
     fn refused_connections_are_retried_failures_authentication_is_not() {
         assert!(is_retried_connection_failure(
             "FAIL",

@@ -45,6 +45,20 @@ fn level(line: &str) -> Option<&str> {
         .filter(|w| ["ERROR", "WARN", "INFO", "DEBUG", "TRACE"].contains(w))
 }
 
+/// `faultline run` over the test's topics, logging at INFO, its admin server on a free port.
+fn member_command(bootstrap: &str, t: &Topics, kb: &std::path::Path) -> std::process::Command {
+    let mut cmd = faultline();
+    cmd.env("FAULTLINE_LOG", "info")
+        .args(["run", "--brokers", bootstrap, "--group-id", &t.group])
+        .args(["--topic", &t.input, "--output-topic", &t.output])
+        .args(["--dead-letter-topic", &t.dlq])
+        .arg("--kb")
+        .arg(kb)
+        .args(["--admin-listen", "127.0.0.1:0"])
+        .stdout(Stdio::null());
+    cmd
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_outage_that_is_ridden_out_logs_no_error() {
     let (mut broker, bootstrap) = broker();
@@ -57,18 +71,10 @@ async fn a_broker_outage_that_is_ridden_out_logs_no_error() {
         make_topic(&mut broker, &bootstrap, name, 1).await;
     }
     let kb = test_kb();
-    let mut cmd = faultline();
-    cmd.env("FAULTLINE_LOG", "info")
-        .args(["run", "--brokers", &bootstrap, "--group-id", &t.group])
-        .args(["--topic", &t.input, "--output-topic", &t.output])
-        .args(["--dead-letter-topic", &t.dlq])
-        .arg("--kb")
-        .arg(kb.path())
-        .args(["--admin-listen", "127.0.0.1:0"])
-        .args(["--kafka-option", "statistics.interval.ms=200"])
+    let mut cmd = member_command(&bootstrap, &t, kb.path());
+    cmd.args(["--kafka-option", "statistics.interval.ms=200"])
         .args(["--consumer-option", "session.timeout.ms=6000"])
-        .args(["--consumer-option", "heartbeat.interval.ms=500"])
-        .stdout(Stdio::null());
+        .args(["--consumer-option", "heartbeat.interval.ms=500"]);
     let mut member = Member::spawn(&mut cmd);
     let wave = |from: usize, to: usize| -> Vec<Out> {
         (from..to)
@@ -160,16 +166,7 @@ async fn a_committed_offset_the_broker_no_longer_holds_is_an_error_and_counted()
             .expect("commit past the end");
     }
     let kb = test_kb();
-    let mut cmd = faultline();
-    cmd.env("FAULTLINE_LOG", "info")
-        .args(["run", "--brokers", &bootstrap, "--group-id", &t.group])
-        .args(["--topic", &t.input, "--output-topic", &t.output])
-        .args(["--dead-letter-topic", &t.dlq])
-        .arg("--kb")
-        .arg(kb.path())
-        .args(["--admin-listen", "127.0.0.1:0"])
-        .stdout(Stdio::null());
-    let mut member = Member::spawn(&mut cmd);
+    let mut member = Member::spawn(&mut member_command(&bootstrap, &t, kb.path()));
     wait_for("the admin address", || member.saw("admin server listening")).await;
     let admin = admin_addr(&member.log).expect("addr=HOST:PORT");
     wait_for("the reset counted", || {
