@@ -288,9 +288,11 @@ impl Tracker {
         ids: impl IntoIterator<Item = &'a mut RecordId>,
     ) -> Vec<(usize, OffsetError)> {
         let mut failed = Vec::new();
+        // Partitions read for the first time in their assignment, logged once the lock is gone.
+        let mut started = Vec::new();
         let mut ids: Vec<&mut RecordId> = ids.into_iter().collect();
-        let mut inner = self.lock();
-        let inner = &mut *inner;
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         // Records come in runs of one partition: look it up once per run.
         let mut start = 0;
         while start < ids.len() {
@@ -306,10 +308,7 @@ impl Tracker {
             let first = ids[start].offset;
             let partition = inner.partitions.entry(tp).or_insert_with_key(|tp| {
                 *next_epoch += 1;
-                // One line per assignment: with the revoke's line, where each member's reading
-                // of a partition began and ended.
-                tracing::info!(partition = %tp, epoch = *next_epoch, offset = first,
-                    "reading a newly assigned partition");
+                started.push((tp.clone(), *next_epoch, first));
                 Partition {
                     epoch: *next_epoch,
                     marks: PartitionWatermark::default(),
@@ -331,6 +330,12 @@ impl Tracker {
                 }
             }
             start = end.max(start + 1);
+        }
+        drop(guard);
+        // One line per assignment: with the revoke's line, where each member's reading of a
+        // partition began and ended.
+        for (tp, epoch, offset) in started {
+            tracing::info!(partition = %tp, epoch, offset, "reading a newly assigned partition");
         }
         failed
     }

@@ -797,6 +797,28 @@ pub enum StartError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::incident::testutil::event;
+    use crate::kb::Role;
+    use crate::offsets::TopicPartition;
+    use crate::source::kafka::Batch;
+
+    /// The partition the tests read.
+    fn logs() -> TopicPartition {
+        TopicPartition {
+            topic: Arc::from("logs"),
+            partition: 0,
+        }
+    }
+
+    /// A batch of `tp`'s records at `offsets`, registered in `tracker` (job `job`).
+    fn registered(tracker: &Tracker, tp: &TopicPartition, offsets: &[i64]) -> Batch {
+        let mut batch = Batch::default();
+        for &offset in offsets {
+            let id = tracker.register(tp, offset).expect("registers");
+            batch.push(id, Some(b"job"), Some(b"line"), Vec::new());
+        }
+        batch
+    }
 
     #[test]
     fn the_log_clock_runs_at_wall_speed_from_the_last_log_time() {
@@ -889,23 +911,10 @@ mod tests {
     /// holds the commit at its first record.
     #[test]
     fn records_seen_before_are_not_observed_again() {
-        use crate::incident::testutil::event;
-        use crate::kb::Role;
-        use crate::offsets::TopicPartition;
-        use crate::source::kafka::Batch;
-
         let tracker = Tracker::new();
         let mut stage = bare_stage(&tracker);
-
-        let tp = TopicPartition {
-            topic: Arc::from("logs"),
-            partition: 0,
-        };
-        let mut batch = Batch::default();
-        for offset in 0..3 {
-            let id = tracker.register(&tp, offset).expect("registers");
-            batch.push(id, Some(b"job"), Some(b"line"), Vec::new());
-        }
+        let tp = logs();
+        let batch = registered(&tracker, &tp, &[0, 1, 2]);
         let events: Vec<(usize, MatchEvent)> = (1..3)
             .map(|i| {
                 let role = if i == 1 { Role::Root } else { Role::Cascade };
@@ -936,11 +945,7 @@ mod tests {
         // held commit under a new assignment. The incident's counts do not double, and the
         // commit is held again at its first record.
         tracker.remove(std::slice::from_ref(&tp));
-        let mut again = Batch::default();
-        for offset in 1..3 {
-            let id = tracker.register(&tp, offset).expect("registers again");
-            again.push(id, Some(b"job"), Some(b"line"), Vec::new());
-        }
+        let again = registered(&tracker, &tp, &[1, 2]);
         let reread: Vec<(usize, MatchEvent)> =
             events.iter().map(|(i, e)| (i - 1, e.clone())).collect();
         stage.observe(&again.records, &reread);
@@ -965,26 +970,16 @@ mod tests {
     /// an incident of its own.
     #[test]
     fn records_read_again_after_their_incident_resolved_are_observed_again() {
-        use crate::incident::testutil::event;
-        use crate::kb::Role;
-        use crate::offsets::TopicPartition;
-        use crate::source::kafka::Batch;
-
         let tracker = Tracker::new();
         let mut stage = bare_stage(&tracker);
-        let tp = TopicPartition {
-            topic: Arc::from("logs"),
-            partition: 0,
-        };
+        let tp = logs();
         let oom = event("CUDA_OOM", Role::Root, "cuda")
             .ts("2024-05-01T12:00:00Z")
             .build();
         let watchdog = event("NCCL_TIMEOUT", Role::Cascade, "nccl")
             .ts("2024-05-01T12:00:00.500Z")
             .build();
-        let mut first = Batch::default();
-        let id = tracker.register(&tp, 0).expect("registers");
-        first.push(id, Some(b"job"), Some(b"oom"), Vec::new());
+        let first = registered(&tracker, &tp, &[0]);
         stage.observe(&first.records, &[(0, oom.clone())]);
         let opened = stage.correlator.current("job").expect("open");
         // Quiet for longer than quiet_ms on the log clock: resolved.
@@ -998,11 +993,7 @@ mod tests {
         assert!(stage.correlator.current("job").is_none(), "resolved");
         tracker.remove(std::slice::from_ref(&tp));
 
-        let mut again = Batch::default();
-        for (offset, text) in [(0, "oom"), (1, "watchdog")] {
-            let id = tracker.register(&tp, offset).expect("registers again");
-            again.push(id, Some(b"job"), Some(text.as_bytes()), Vec::new());
-        }
+        let again = registered(&tracker, &tp, &[0, 1]);
         stage.observe(&again.records, &[(0, oom), (1, watchdog)]);
         let current = stage.correlator.current("job").expect("open again");
         assert_eq!(current.counts.matches, 2, "the OOM line is observed again");

@@ -190,9 +190,9 @@ pub struct SourceContext {
     /// callback runs inside `poll` and must drop the records of revoked partitions.
     queue: Mutex<Queue>,
     paused: AtomicBool,
-    /// The current assignment, as `(topic, partition)`: the statistics still list partitions
+    /// The current assignment, partitions by topic: the statistics still list partitions
     /// revoked earlier, with their old committed offset.
-    assigned: Mutex<std::collections::HashSet<(String, i32)>>,
+    assigned: Mutex<HashMap<String, std::collections::HashSet<i32>>>,
     /// Past the shutdown drain: the close's revoke must not wait again.
     closing: AtomicBool,
     drain_timeout: Duration,
@@ -214,11 +214,14 @@ impl SourceContext {
     fn update_assigned(&self, c: &BaseConsumer<Self>) {
         if let Ok(a) = c.assignment() {
             self.health.set_assigned(a.count());
-            *self.assigned.lock().unwrap_or_else(|p| p.into_inner()) = a
-                .elements()
-                .iter()
-                .map(|e| (e.topic().to_string(), e.partition()))
-                .collect();
+            let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
+            assigned.clear();
+            for e in a.elements() {
+                assigned
+                    .entry(e.topic().to_string())
+                    .or_default()
+                    .insert(e.partition());
+            }
         }
     }
 
@@ -300,7 +303,10 @@ impl ClientContext for SourceContext {
         let assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
         for (topic, t) in &statistics.topics {
             for (&partition, p) in &t.partitions {
-                if !assigned.contains(&(topic.clone(), partition)) {
+                if !assigned
+                    .get(topic)
+                    .is_some_and(|ps| ps.contains(&partition))
+                {
                     continue;
                 }
                 let Some(lag) = read_lag(p) else {
@@ -312,7 +318,7 @@ impl ClientContext for SourceContext {
                 self.metrics.set_partition(topic, partition, lag, committed);
             }
         }
-        let assigned = assigned.len();
+        let assigned: usize = assigned.values().map(std::collections::HashSet::len).sum();
         self.health.set_input_current(
             assigned > 0 && reported >= assigned && !behind && !self.links.in_outage(),
         );
@@ -447,7 +453,7 @@ impl KafkaSource {
             metrics,
             queue: Mutex::new(Queue::default()),
             paused: AtomicBool::new(false),
-            assigned: Mutex::new(std::collections::HashSet::new()),
+            assigned: Mutex::new(HashMap::new()),
             closing: AtomicBool::new(false),
             drain_timeout: kafka.drain_timeout,
             commits: Mutex::new(CommitPolicy::new(kafka.commit_interval)),

@@ -236,20 +236,10 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
         return;
     }
     let check = promtool(&["check", "rules", "dashboards/alerts.yml"]);
+    support::assert_success(&check);
     let text = String::from_utf8_lossy(&check.stdout);
-    assert!(
-        check.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
     assert!(text.contains("SUCCESS: 10 rules found"), "{text}");
-    let test = promtool(&["test", "rules", "dashboards/alerts_test.yml"]);
-    assert!(
-        test.status.success(),
-        "promtool test rules:\n{}{}",
-        String::from_utf8_lossy(&test.stdout),
-        String::from_utf8_lossy(&test.stderr)
-    );
+    support::assert_success(&promtool(&["test", "rules", "dashboards/alerts_test.yml"]));
 }
 
 /// One alerting rule as written in dashboards/alerts.yml.

@@ -70,8 +70,18 @@ pub(crate) fn events_of_line<M: faultline::matcher::Matcher>(
     faultline::explain::explain(engine, line).expect("scan")
 }
 
+/// Fails the test, with the command's output, unless it exited 0.
+pub(crate) fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `faultline ARGS` run in the repository (the built-in KB unless `--kb` says otherwise): its
-/// standard output; fails the test, with its standard error, when it does not exit 0.
+/// standard output; fails the test, with its output, when it does not exit 0.
 pub(crate) fn faultline_stdout<I, S>(args: I) -> String
 where
     I: IntoIterator<Item = S>,
@@ -83,10 +93,6 @@ where
         .args(args)
         .output()
         .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     String::from_utf8(out.stdout).expect("utf-8")
 }

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use rdkafka::producer::FutureProducer;
 
 use super::out_of_process::{
-    broker, faultline, make_topic, produced_through, signal, sum_ends, wait_exit, Topics,
+    broker, make_topic, produced_through, run_over, signal, sum_ends, wait_exit, Topics,
 };
 use super::*;
 
@@ -88,17 +88,12 @@ pub(super) fn strip_ansi(line: &str) -> String {
 /// `faultline run` with the default commit, batch and queue settings; only the group's
 /// membership timeouts are the fast hand-over ones of docs/kafka.md ("Kubernetes").
 fn default_run(bootstrap: &str, t: &Topics, kb: &Path) -> Command {
-    let mut c = faultline();
+    let mut c = run_over(bootstrap, t, "off");
     c.env("FAULTLINE_LOG", "info,faultline::source=debug")
-        .args(["run", "--brokers", bootstrap, "--group-id", &t.group])
-        .args(["--topic", &t.input, "--output-topic", &t.output])
-        .args(["--dead-letter-topic", &t.dlq])
         .arg("--kb")
         .arg(kb)
-        .args(["--admin-listen", "off"])
         .args(["--consumer-option", "session.timeout.ms=6000"])
-        .args(["--consumer-option", "heartbeat.interval.ms=500"])
-        .stdout(Stdio::null());
+        .args(["--consumer-option", "heartbeat.interval.ms=500"]);
     c
 }
 

@@ -563,12 +563,7 @@ async fn a_real_prometheus_scrapes_the_running_pipeline() {
         .arg(format!("promtool check metrics < {}", file.display()))
         .output()
         .expect("promtool runs");
-    assert!(
-        check.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
-    );
+    crate::support::assert_success(&check);
 
     let server = crate::observability::PrometheusServer::start(&binary, addr);
     let series = |q: &str| -> Option<f64> {

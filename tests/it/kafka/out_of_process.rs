@@ -115,18 +115,26 @@ pub(super) fn run_command(bootstrap: &str, t: &Topics, kb: &Path) -> Command {
     c
 }
 
-/// [`run_command`] with the built-in KB (no example check at start) and the admin server on
-/// `admin` (`off` for none).
-pub(super) fn run_command_serving(bootstrap: &str, t: &Topics, admin: &str) -> Command {
+/// `faultline run` over the test's topics with faultline's own defaults, the admin server on
+/// `admin` (`off` for none), its standard output discarded.
+pub(super) fn run_over(bootstrap: &str, t: &Topics, admin: &str) -> Command {
     let mut c = faultline();
     c.args(["run", "--brokers", bootstrap, "--group-id", &t.group])
         .args(["--topic", &t.input, "--output-topic", &t.output])
         .args(["--dead-letter-topic", &t.dlq])
-        .args(["--admin-listen", admin, "--commit-interval-ms", "200"])
+        .args(["--admin-listen", admin])
+        .stdout(Stdio::null());
+    c
+}
+
+/// [`run_command`] with the built-in KB (no example check at start) and the admin server on
+/// `admin` (`off` for none).
+pub(super) fn run_command_serving(bootstrap: &str, t: &Topics, admin: &str) -> Command {
+    let mut c = run_over(bootstrap, t, admin);
+    c.args(["--commit-interval-ms", "200"])
         .args(["--batch-max-records", "20", "--batch-linger-ms", "10"])
         .args(["--consumer-option", "session.timeout.ms=6000"])
-        .args(["--consumer-option", "heartbeat.interval.ms=500"])
-        .stdout(Stdio::null());
+        .args(["--consumer-option", "heartbeat.interval.ms=500"]);
     c
 }
 
@@ -287,12 +295,8 @@ fn check_config_validates_and_redacts() {
         .arg(kb.path())
         .output()
         .expect("runs");
+    crate::support::assert_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(stdout.contains("configuration OK"), "{stdout}");
     assert!(
         stdout.contains("\"sasl.password\" = \"[redacted]\""),
@@ -328,11 +332,7 @@ fn check_config_validates_and_redacts() {
         .env("FAULTLINE_KB", kb.path())
         .output()
         .expect("runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::support::assert_success(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("envelope = \"json\""));
 }
 

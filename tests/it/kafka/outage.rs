@@ -3,10 +3,8 @@
 //! with the outage's duration when it is back), never at ERROR, which pages people. The broker
 //! disconnects are counted in `faultline_broker_disconnects_total`.
 
-use std::process::Stdio;
-
 use super::crash_loop::Member;
-use super::out_of_process::{broker, faultline, make_topic, signal, wait_exit, Topics};
+use super::out_of_process::{broker, make_topic, run_over, signal, wait_exit, Topics};
 use super::*;
 
 /// The admin address the member logged (`addr=127.0.0.1:PORT`).
@@ -47,15 +45,8 @@ fn level(line: &str) -> Option<&str> {
 
 /// `faultline run` over the test's topics, logging at INFO, its admin server on a free port.
 fn member_command(bootstrap: &str, t: &Topics, kb: &std::path::Path) -> std::process::Command {
-    let mut cmd = faultline();
-    cmd.env("FAULTLINE_LOG", "info")
-        .args(["run", "--brokers", bootstrap, "--group-id", &t.group])
-        .args(["--topic", &t.input, "--output-topic", &t.output])
-        .args(["--dead-letter-topic", &t.dlq])
-        .arg("--kb")
-        .arg(kb)
-        .args(["--admin-listen", "127.0.0.1:0"])
-        .stdout(Stdio::null());
+    let mut cmd = run_over(bootstrap, t, "127.0.0.1:0");
+    cmd.env("FAULTLINE_LOG", "info").arg("--kb").arg(kb);
     cmd
 }
 
