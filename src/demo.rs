@@ -33,7 +33,7 @@ use crate::config::{Config, RawConfig};
 use crate::incident::config::Role;
 use crate::pipeline::{self, PipelineError};
 use crate::record::Origin;
-use crate::sink::stdout::Format;
+use crate::sink::stdout::{Format, TerminalSafe};
 use crate::source::file;
 
 /// Topic the sample lines are produced to and the pipeline reads.
@@ -254,6 +254,29 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         Arc::clone(stop.shutdown()),
         correlator.reloader(),
     ));
+    // A match member whose stage stops on its own takes the demo's /readyz (the correlator's)
+    // down with it and stops the demo, loudly: it must never go on answering 200 while no
+    // line is matched any more.
+    let members_watch = {
+        let members: Vec<_> = matchers.iter().map(|m| Arc::clone(m.health())).collect();
+        let served = Arc::clone(correlator.health());
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                let stopped = members
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, h)| h.stopped().map(|why| (i, why)));
+                if let Some((i, why)) = stopped {
+                    served.set_stopped(&format!("match member {i}: {why}"));
+                    stop.fail(PipelineError::StageEnded(format!("match member {i}")));
+                    return;
+                }
+            }
+        })
+    };
     let outcome = if args.follow {
         eprintln!(
             "faultline demo: following; produce more with e.g.\n  echo '[rank0]: torch.OutOfMemoryError: CUDA out of memory.' | kcat -P -b {bootstrap} -t {LOGS_TOPIC} -H job=my-job\nCtrl-C to stop"
@@ -279,6 +302,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
             Err(e) => report = Err(e),
         }
     }
+    members_watch.abort();
     correlator.shutdown();
     let correlated = correlator.wait().await;
     signals.abort();
@@ -527,7 +551,7 @@ async fn finish(
     if args.format == Format::Text {
         let mut out = std::io::stdout().lock();
         for incident in &last {
-            write_incident_text(&mut out, incident)?;
+            write_incident_text(&mut TerminalSafe(&mut out), incident)?;
         }
         out.flush()?;
     }
@@ -583,7 +607,9 @@ impl Printer {
                     (Format::Json, _, _) => {
                         out.write_all(payload).and_then(|()| out.write_all(b"\n"))
                     }
-                    (Format::Text, Kind::Matches, Some(v)) => write_event_text(&mut out, v),
+                    (Format::Text, Kind::Matches, Some(v)) => {
+                        write_event_text(&mut TerminalSafe(&mut out), v)
+                    }
                     _ => Ok(()),
                 };
                 let _ = written.and_then(|()| out.flush());

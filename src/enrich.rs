@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::engine::Hit;
 use crate::kb::spec::VersionSpec;
 use crate::kb::{Entry, KnowledgeBase, Role, Severity};
-use crate::record::{LineMeta, Origin, Provenance};
+use crate::record::{cap_key, LineMeta, Origin, Provenance};
 use crate::redact::Redactor;
 
 /// Version of the event and incident JSON contract. Bumped only for breaking changes.
@@ -387,13 +387,15 @@ pub enum JobName<'a> {
 /// job), else the guessed job.
 pub fn job_of<'a>(meta: &'a LineMeta, job: JobName<'a>) -> (Cow<'a, str>, Scope) {
     let node_line = matches!(meta.origin, Origin::NodeLog | Origin::Envelope);
+    // Every job id becomes a key: capped here, the one place that decides it (docs/limits.md).
     match (&meta.job_id, job, &meta.host) {
-        (Some(j), _, _) => (Cow::Borrowed(j.as_str()), Scope::Job),
-        (None, JobName::Given(j), _) => (Cow::Borrowed(j), Scope::Job),
-        (None, JobName::Guessed(_), Some(host)) if node_line => {
-            (Cow::Owned(format!("node:{host}")), Scope::Node)
-        }
-        (None, JobName::Guessed(j), _) => (Cow::Borrowed(j), Scope::Job),
+        (Some(j), _, _) => (cap_key(j.as_str()), Scope::Job),
+        (None, JobName::Given(j), _) => (cap_key(j), Scope::Job),
+        (None, JobName::Guessed(_), Some(host)) if node_line => (
+            Cow::Owned(format!("node:{}", cap_key(host))),
+            Scope::Node,
+        ),
+        (None, JobName::Guessed(j), _) => (cap_key(j), Scope::Job),
     }
 }
 
@@ -505,8 +507,12 @@ impl Enricher {
             job_id,
             rank: meta.rank,
             // Captured fields win over envelope fields only where the envelope says nothing.
-            host: meta.host.clone().or_else(|| captures.get("host").cloned()),
-            pod: meta.pod.clone(),
+            host: meta
+                .host
+                .as_deref()
+                .or_else(|| captures.get("host").map(String::as_str))
+                .map(|h| cap_key(h).into_owned()),
+            pod: meta.pod.as_deref().map(|p| cap_key(p).into_owned()),
             timestamp: meta.timestamp.clone(),
             source,
             line: String::from_utf8_lossy(shown).into_owned(),
@@ -520,7 +526,7 @@ impl Enricher {
                 .iter()
                 .map(|&e| self.kb.entries[e].id.clone())
                 .collect(),
-            cluster: meta.cluster.clone(),
+            cluster: meta.cluster.as_deref().map(|c| cap_key(c).into_owned()),
         }
     }
 

@@ -222,6 +222,22 @@ impl KafkaConfig {
                     );
                 }
             }
+            // An output that can never accept a dead letter is an error now, not at the first
+            // large record (which would stop the pipeline on it, again after every restart).
+            if table != "consumer_options" {
+                if let Some(v) = map.get("message.max.bytes") {
+                    match v.trim().parse::<usize>() {
+                        Ok(n) if n >= MIN_MESSAGE_MAX_BYTES => {}
+                        _ => errors.push(
+                            &format!("{table}.\"message.max.bytes\""),
+                            format!(
+                                "{v:?}: must be a number of at least {MIN_MESSAGE_MAX_BYTES} \
+                                 (the largest message faultline produces: a dead letter)"
+                            ),
+                        ),
+                    }
+                }
+            }
         }
         KafkaConfig {
             brokers,
@@ -271,6 +287,12 @@ impl KafkaConfig {
         }
     }
 }
+
+/// The producer's `message.max.bytes` may not be set below this: librdkafka's default, which
+/// every message faultline produces fits (dead letters carry at most
+/// [`crate::sink::kafka::DEAD_LETTER_MAX_PAYLOAD`] bytes of a record plus headers; events and
+/// incidents are cut far below it).
+pub const MIN_MESSAGE_MAX_BYTES: usize = 1_000_000;
 
 /// The librdkafka properties of both clients, decided in one place.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,8 +21,9 @@
 //!
 //! - Leaves: [`record`] (a line, its job, rank, host, provenance; the one line count),
 //!   [`time`] (the one timestamp parser), [`offsets`] (the contiguous per-partition watermark),
-//!   [`runtime`] (shutdown, the bounded queue, health), [`config::section`] (what every
-//!   configuration table shares).
+//!   [`runtime`] (shutdown, the bounded queue, health), [`secret`] (what a credential in
+//!   faultline's settings is, and the one redaction of URLs and secret values),
+//!   [`config::section`] (what every configuration table shares).
 //! - [`envelope`]: raw lines and shipper JSON envelopes -> [`record::LogRecord`].
 //! - [`kb`]: the knowledge base: format ([`kb::spec`] -> [`kb::entry`]), `kb check`, listing,
 //!   importers.
@@ -81,6 +82,7 @@ pub mod redact;
 pub mod reload;
 pub mod runtime;
 pub mod scan;
+pub mod secret;
 pub mod server;
 pub mod sink;
 pub mod source;

@@ -101,3 +101,81 @@ pub fn line_count(data: &[u8]) -> u64 {
     memchr::memchr_iter(b'\n', data).count() as u64
         + u64::from(data.last().is_some_and(|&b| b != b'\n'))
 }
+
+/// The longest job id, host, pod or cluster name kept as it is, in bytes. Such fields become
+/// keys (of incidents, miners, metrics dimensions, page filters): a longer one is cut by
+/// [`cap_key`], so that memory and page sizes are bounded by the documented caps of
+/// `docs/limits.md` whatever a shipper sends.
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// `value` when it is at most [`MAX_KEY_BYTES`] long; else its head, cut at a character
+/// boundary, followed by `~` and 16 hex digits of a hash of the whole value, so that distinct
+/// long values stay distinct keys and the result is exactly deterministic.
+pub fn cap_key(value: &str) -> Cow<'_, str> {
+    if value.len() <= MAX_KEY_BYTES {
+        return Cow::Borrowed(value);
+    }
+    const SUFFIX: usize = 1 + 16;
+    let mut head = MAX_KEY_BYTES - SUFFIX;
+    while !value.is_char_boundary(head) {
+        head -= 1;
+    }
+    Cow::Owned(format!("{}~{:016x}", &value[..head], fnv1a64(value.as_bytes())))
+}
+
+/// [`cap_key`] of an owned value, without a copy when it is short enough.
+pub fn cap_key_owned(value: String) -> String {
+    match cap_key(&value) {
+        Cow::Borrowed(_) => value,
+        Cow::Owned(capped) => capped,
+    }
+}
+
+/// FNV-1a, 64 bits: stable across releases and platforms (a key suffix must not change when
+/// the binary does).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// C1 controls and the format characters that reorder or hide text (bidirectional overrides
+/// and isolates, zero-width characters, the byte order mark): shown, never passed through, by
+/// every output for people (pages and terminals alike).
+pub fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{80}'..='\u{9f}'
+        | '\u{200b}'..='\u{200f}'
+        | '\u{202a}'..='\u{202e}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{2066}'..='\u{2069}'
+        | '\u{feff}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_keys_are_cut_with_a_hash_that_keeps_them_distinct() {
+        assert!(matches!(cap_key("job-1"), Cow::Borrowed("job-1")));
+        let exact = "j".repeat(MAX_KEY_BYTES);
+        assert_eq!(cap_key(&exact), exact.as_str());
+        let a = format!("{}a", "x".repeat(100_000));
+        let b = format!("{}b", "x".repeat(100_000));
+        let (ca, cb) = (cap_key(&a), cap_key(&b));
+        assert_eq!(ca.len(), MAX_KEY_BYTES);
+        assert_ne!(ca, cb, "distinct ids stay distinct");
+        assert_eq!(ca, cap_key(&a), "deterministic");
+        assert!(ca.starts_with("xxxx") && ca.contains('~'), "{ca}");
+        // A multi-byte character across the cut is not split.
+        let wide = "é".repeat(300);
+        let c = cap_key(&wide);
+        assert!(c.len() <= MAX_KEY_BYTES, "{}", c.len());
+        assert!(c.starts_with("éé"));
+        assert_eq!(cap_key_owned(a.clone()), ca.into_owned());
+    }
+}

@@ -745,6 +745,53 @@ topics = ["t"]
     }
 
     #[test]
+    fn a_secret_planted_in_every_field_that_can_hold_one_is_printed_nowhere() {
+        // Each secret is distinct, so a leak names its field.
+        let c = parse(
+            r#"
+[kafka]
+brokers = "b"
+topics = ["t"]
+[kafka.options]
+"sasl.password" = "S1-kafka-password"
+"sasl.oauthbearer.config" = "clientId=x clientSecret=S2-oauth-secret"
+"sasl.kerberos.kinit.cmd" = "kinit -S S3-kinit-secret"
+"ssl.keystore.password" = "S4-keystore"
+[kafka.producer_options]
+"ssl.key.password" = "S5-key-password"
+[admin]
+listen = "0.0.0.0:9477"
+token = "S6-admin-token-long-enough"
+external_url = "https://ops:S7-external@faultline.example/base?token=S8-query"
+[incidents]
+topic = "incidents"
+[webhook]
+url = "http://tickets:S9-webhook@tickets.example/hook?sig=S10-sig"
+[webhook.headers]
+Authorization = "Bearer S11-header"
+[alertmanager]
+url = "http://am:S12-am@am.example:9093"
+runbook_url = "https://wiki:S13-runbook@wiki.example/runbooks#S14-fragment"
+"#,
+        )
+        .expect("valid");
+        let text = c.redacted();
+        for n in 1..=14 {
+            assert!(!text.contains(&format!("S{n}-")), "secret S{n} printed:\n{text}");
+        }
+        assert!(text.contains("faultline.example/base"), "{text}");
+        assert!(text.contains("tickets.example/hook"), "{text}");
+        // Messages about bad values quote them without their credentials too.
+        let bad = parse(
+            "[kafka]\nbrokers = \"b\"\ntopics = [\"t\"]\n[admin]\nexternal_url = \"ftp://u:S15-bad@x\"\n",
+        )
+        .expect_err("ftp is refused");
+        let shown = bad.to_string();
+        assert!(shown.contains("external_url"), "{shown}");
+        assert!(!shown.contains("S15-"), "{shown}");
+    }
+
+    #[test]
     fn redaction_settings_default_parse_and_name_bad_rules() {
         let c = parse(MINIMAL).expect("valid");
         assert_eq!(

@@ -44,10 +44,13 @@ impl<'a> Errors<'a> {
         } else {
             format!("{}.{key}", self.table)
         };
-        self.out.push(FieldError {
-            field,
-            message: message.into(),
-        });
+        let message = message.into();
+        // A value quoted in a message may be a URL with credentials.
+        let message = match crate::secret::redact_urls_in(&message) {
+            std::borrow::Cow::Borrowed(_) => message,
+            std::borrow::Cow::Owned(m) => m,
+        };
+        self.out.push(FieldError { field, message });
     }
 
     /// Reports a problem under a full field name, for a rule that spans tables.
@@ -92,27 +95,22 @@ impl Printer {
         self.text.push('\n');
     }
 
-    /// The text printed so far.
+    /// The text printed so far, every URL in it without its credentials (a second net under
+    /// the sections' own redaction).
     pub fn finish(self) -> String {
-        self.text
+        crate::secret::redact_urls_in(&self.text).into_owned()
     }
 }
 
-/// Whether a setting's value is a secret: its key mentions a password, secret, token or key.
+/// Whether a setting's value is a secret ([`crate::secret::is_secret_key`]).
 pub fn is_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    ["password", "secret", "token", "key"]
-        .iter()
-        .any(|w| key.contains(w))
+    crate::secret::is_secret_key(key)
 }
 
-/// The value as it may be printed.
-pub fn redact<'a>(key: &str, value: &'a str) -> &'a str {
-    if is_secret(key) {
-        "[redacted]"
-    } else {
-        value
-    }
+/// The value as it may be printed: redacted for a secret key, URLs without their credentials
+/// ([`crate::secret::shown`]).
+pub fn redact<'a>(key: &str, value: &'a str) -> std::borrow::Cow<'a, str> {
+    crate::secret::shown(key, value)
 }
 
 /// A positive number or an error naming the key.

@@ -138,6 +138,9 @@ pub enum FaultPoint {
     /// Where [`FaultPoint::Scan`] strikes, but the process aborts (`std::process::abort`, as a
     /// crash in native code would): no panic handler catches it, only the crash notes.
     Abort,
+    /// Where [`FaultPoint::Scan`] strikes, but the stage returns an error (as a lost output
+    /// would make it): the stage stops, and the pipeline with it.
+    Fail,
 }
 
 /// Test-only fault injection: the matcher panics (or, at [`FaultPoint::Abort`], aborts the
@@ -156,11 +159,11 @@ pub struct FaultInjection {
 }
 
 impl FaultInjection {
-    fn strike(&self, point: FaultPoint, payload: Option<&[u8]>) {
+    fn strike(&self, point: FaultPoint, payload: Option<&[u8]>) -> Result<(), PipelineError> {
         if point != self.point
             || payload.is_none_or(|p| memchr::memmem::find(p, &self.marker).is_none())
         {
-            return;
+            return Ok(());
         }
         let now = match &self.times {
             None => true,
@@ -171,9 +174,15 @@ impl FaultInjection {
         if now && point == FaultPoint::Abort {
             std::process::abort();
         }
+        if now && point == FaultPoint::Fail {
+            return Err(PipelineError::StageEnded(
+                "injected fault: the record holds the test marker".into(),
+            ));
+        }
         if now {
             panic!("injected fault: the record holds the test marker");
         }
+        Ok(())
     }
 }
 
@@ -611,8 +620,9 @@ impl MatchStage {
         self.counts.scanned(line - 1);
         if let Some(f) = &self.faults {
             for r in records {
-                f.strike(FaultPoint::Scan, batch.payload(r));
-                f.strike(FaultPoint::Abort, batch.payload(r));
+                f.strike(FaultPoint::Scan, batch.payload(r))?;
+                f.strike(FaultPoint::Abort, batch.payload(r))?;
+                f.strike(FaultPoint::Fail, batch.payload(r))?;
             }
         }
 
@@ -664,7 +674,7 @@ impl MatchStage {
                     let mut event = enricher.event_for(&hit, name, source);
                     if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
                         // The key or header names the job: it wins over the envelope's.
-                        event.job_id = job.to_string();
+                        event.job_id = crate::record::cap_key(job).into_owned();
                         event.scope = crate::enrich::Scope::Job;
                     }
                     counts.matched(&event);
@@ -743,7 +753,7 @@ impl MatchStage {
                         self.health.events_sent.fetch_add(1, Ordering::Relaxed);
                         self.progress.partial += 1;
                         if let Some(f) = &self.faults {
-                            f.strike(FaultPoint::AfterSend, batch.payload(r));
+                            f.strike(FaultPoint::AfterSend, batch.payload(r))?;
                         }
                     }
                     let mut sent = (e - start) as u32;

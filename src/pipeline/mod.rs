@@ -97,6 +97,9 @@ pub enum PipelineError {
     /// A pipeline thread or task panicked.
     #[error("a pipeline thread panicked")]
     Panicked,
+    /// A stage's thread ended while nobody had asked the pipeline to stop.
+    #[error("stage {0} stopped without an error while the pipeline was running")]
+    StageEnded(String),
     /// The metric families could not be registered.
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
@@ -164,6 +167,15 @@ impl Stop {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some()
+    }
+
+    /// The error that stopped it, as text, while it is held.
+    pub fn error_text(&self) -> Option<String> {
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(ToString::to_string)
     }
 
     fn take_error(&self) -> Option<PipelineError> {
@@ -408,10 +420,24 @@ async fn start_inner(
         }
     };
     let mut threads = Vec::new();
+    // A stage that ends on its own (an error, a panic that escaped it, a return nobody asked
+    // for) stops the whole pipeline loudly: `faultline run` exits non-zero, and `/readyz`
+    // fails with the reason, in the demo too, where other pipelines share the process.
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        let (stop, health, stage) = (Arc::clone(&stop), Arc::clone(&health), name.to_string());
         std::thread::Builder::new()
             .name(name.to_string())
-            .spawn(f)
+            .spawn(move || {
+                let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+                if ended.is_err() {
+                    stop.fail(PipelineError::Panicked);
+                } else if !stop.requested() {
+                    stop.fail(PipelineError::StageEnded(stage.clone()));
+                }
+                if let Some(why) = stop.error_text() {
+                    health.set_stopped(&format!("{stage}: {why}"));
+                }
+            })
             .map_err(PipelineError::Thread)
     };
     let name = match role {

@@ -144,7 +144,7 @@ impl UnknownStage {
                 record_job(r.key, header_pairs(r), &b.input.job_id).map(String::from_utf8_lossy);
             let job: Cow<'_, str> = match (&named, &b.input.job_id) {
                 // The key or header names the job: it wins over the envelope's.
-                (Some(j), JobIdFrom::Key | JobIdFrom::Header(_)) => Cow::Borrowed(j.as_ref()),
+                (Some(j), JobIdFrom::Key | JobIdFrom::Header(_)) => crate::record::cap_key(j),
                 (Some(j), _) => job_of(&record.meta, JobName::Given(j)).0,
                 (None, _) => job_of(&record.meta, JobName::Guessed(&b.input.default_job_id)).0,
             };

@@ -56,6 +56,9 @@ pub struct Health {
     paused: AtomicUsize,
     current: AtomicBool,
     stall_timeout: Duration,
+    /// Why a stage stopped on its own (an error, a panic that escaped): `/readyz` fails with it
+    /// from then on.
+    stopped: Mutex<Option<String>>,
 }
 
 /// A snapshot of what the service did.
@@ -100,6 +103,7 @@ impl Health {
             paused: AtomicUsize::new(0),
             current: AtomicBool::new(false),
             stall_timeout,
+            stopped: Mutex::new(None),
         })
     }
 
@@ -154,10 +158,31 @@ impl Health {
         }
     }
 
-    /// /readyz: the KB is loaded, partitions are assigned, records are not stuck.
+    /// A stage stopped on its own, for `why`: `/readyz` fails from now on (the first reason
+    /// stays).
+    pub fn set_stopped(&self, why: &str) {
+        let mut s = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        if s.is_none() {
+            *s = Some(why.to_string());
+        }
+    }
+
+    /// Why a stage stopped on its own, if one did.
+    pub fn stopped(&self) -> Option<String> {
+        self.stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// /readyz: no stage stopped on its own, the KB is loaded, partitions are assigned,
+    /// records are not stuck.
     pub fn readiness(&self) -> Result<String, String> {
         let s = self.stats();
         let mut problems = Vec::new();
+        if let Some(why) = self.stopped() {
+            problems.push(format!("a stage stopped: {why}"));
+        }
         if s.kb.version.is_empty() {
             problems.push("knowledge base not loaded".to_string());
         }
@@ -207,6 +232,13 @@ mod tests {
         assert!(
             body.contains("kb_version v1\nassigned_partitions 3\n"),
             "{body}"
+        );
+        h.set_stopped("faultline-match: the dead-letter topic refused a record");
+        h.set_stopped("a later reason");
+        let not = h.readiness().expect_err("a stage stopped");
+        assert!(
+            not.starts_with("not ready: a stage stopped: faultline-match: the dead-letter"),
+            "{not}"
         );
     }
 }

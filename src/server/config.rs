@@ -41,6 +41,9 @@ pub struct RawAdmin {
 #[derive(Clone, PartialEq, Eq)]
 pub struct Token(String);
 
+/// The shortest admin token accepted on an address other hosts can reach.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Token([redacted])")
@@ -52,6 +55,15 @@ impl Token {
     pub fn new(text: &str) -> Option<Token> {
         let t = text.trim();
         (!t.is_empty()).then(|| Token(t.to_string()))
+    }
+
+    /// Refuses a token shorter than [`MIN_TOKEN_CHARS`] (checked for non-loopback listens).
+    pub fn strong_enough(&self) -> Result<(), AdminError> {
+        let n = self.0.chars().count();
+        if n < MIN_TOKEN_CHARS {
+            return Err(AdminError::TokenTooShort(n));
+        }
+        Ok(())
     }
 
     /// Whether an `Authorization` header carries this token: `Bearer <token>`, or HTTP Basic
@@ -152,6 +164,12 @@ pub enum AdminError {
          admin.token or admin.token_file (or FAULTLINE_ADMIN_TOKEN), or listen on 127.0.0.1"
     )]
     TokenRequired(SocketAddr),
+    /// A token too short to resist guessing, on an address others can reach.
+    #[error(
+        "admin.token is {0} characters long; on a non-loopback admin.listen it must have at \
+         least {MIN_TOKEN_CHARS} (for example `openssl rand -hex 24`)"
+    )]
+    TokenTooShort(usize),
     /// The token file could not be read, or is empty.
     #[error("admin.token_file {path}: {error}")]
     TokenFile {
@@ -202,6 +220,11 @@ impl AdminConfig {
             if token == TokenSource::None && errors.count() == before {
                 errors.push("token", AdminError::TokenRequired(addr).to_string());
             }
+            if let TokenSource::Inline(t) = &token {
+                if let Err(e) = t.strong_enough() {
+                    errors.push("token", e.to_string());
+                }
+            }
         }
         let external_url = raw.external_url.as_deref().map(|u| {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
@@ -242,9 +265,11 @@ impl AdminConfig {
                 })?)
             }
         };
-        match self.listen {
-            Some(addr) if token.is_none() && !addr.ip().is_loopback() => {
-                Err(AdminError::TokenRequired(addr))
+        match (self.listen, &token) {
+            (Some(addr), None) if !addr.ip().is_loopback() => Err(AdminError::TokenRequired(addr)),
+            (Some(addr), Some(t)) if !addr.ip().is_loopback() => {
+                t.strong_enough()?;
+                Ok(token)
             }
             _ => Ok(token),
         }
@@ -268,7 +293,7 @@ impl AdminConfig {
         p.number("stall_timeout_ms", self.stall_timeout.as_millis());
         p.number("resolved_incidents", self.resolved_incidents);
         if let Some(u) = &self.external_url {
-            p.value("external_url", u);
+            p.value("external_url", crate::secret::redact_url(u));
         }
         match &self.token {
             TokenSource::None => {}
@@ -290,6 +315,33 @@ mod tests {
     }
 
     #[test]
+    fn off_loopback_a_short_token_is_refused() {
+        let (_, errors) = parse("listen = \"0.0.0.0:9477\"\ntoken = \"x\"\n");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("admin.token: admin.token is 1 characters long"),
+            "{errors:?}"
+        );
+        let (_, errors) = parse("listen = \"0.0.0.0:9477\"\ntoken = \"0123456789abcdef\"\n");
+        assert!(errors.is_empty(), "{errors:?}");
+        let (_, errors) = parse("listen = \"127.0.0.1:9477\"\ntoken = \"x\"\n");
+        assert!(errors.is_empty(), "loopback keeps any token: {errors:?}");
+        // A token file is checked when it is read.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("token");
+        std::fs::write(&file, "short\n").expect("write");
+        let (c, errors) = parse(&format!(
+            "listen = \"0.0.0.0:9477\"\ntoken_file = {:?}\n",
+            file.display().to_string()
+        ));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(matches!(
+            c.resolve_token(),
+            Err(AdminError::TokenTooShort(5))
+        ));
+    }
+
+    #[test]
     fn off_loopback_the_token_is_required_and_never_printed() {
         let (c, errors) = parse("");
         assert!(errors.is_empty(), "{errors:?}");
@@ -302,7 +354,7 @@ mod tests {
         assert!(errors[0].starts_with("admin.token: admin.listen 0.0.0.0:9477 is not a loopback"));
 
         let (c, errors) = parse(
-            "listen = \"0.0.0.0:9477\"\ntoken = \"s3cret-t0ken\"\nexternal_url = \"https://f.example/\"\n",
+            "listen = \"127.0.0.2:9477\"\ntoken = \"s3cret-t0ken\"\nexternal_url = \"https://f.example/\"\n",
         );
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(c.external_url.as_deref(), Some("https://f.example"));
@@ -354,8 +406,8 @@ mod tests {
         assert!(e.to_string().starts_with("admin.token_file"), "{e}");
         std::fs::write(&path, "  \n").expect("write");
         assert!(c.resolve_token().is_err(), "empty");
-        std::fs::write(&path, "from-file\n").expect("write");
+        std::fs::write(&path, "from-file-0123456789\n").expect("write");
         let t = c.resolve_token().expect("reads").expect("token");
-        assert!(t.accepts(Some("Bearer from-file")));
+        assert!(t.accepts(Some("Bearer from-file-0123456789")));
     }
 }

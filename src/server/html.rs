@@ -6,6 +6,8 @@
 //! and replaces C1 controls, bidirectional overrides and other invisible format characters
 //! with a visible `[U+XXXX]`, so a line can neither run script nor hide or reorder text.
 
+use crate::record::is_invisible;
+
 /// `text`, safe in HTML and SVG element content and in quoted attribute values.
 pub fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 8);
@@ -21,22 +23,11 @@ pub fn esc(text: &str) -> String {
                 out.push(char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'));
             }
             '\u{7f}' => out.push('\u{2421}'),
-            c if invisible(c) => out.push_str(&format!("[U+{:04X}]", c as u32)),
+            c if is_invisible(c) => out.push_str(&format!("[U+{:04X}]", c as u32)),
             c => out.push(c),
         }
     }
     out
-}
-
-/// C1 controls and the format characters that reorder or hide text.
-fn invisible(c: char) -> bool {
-    matches!(c,
-        '\u{80}'..='\u{9f}'
-        | '\u{200b}'..='\u{200f}'
-        | '\u{202a}'..='\u{202e}'
-        | '\u{2060}'..='\u{2064}'
-        | '\u{2066}'..='\u{2069}'
-        | '\u{feff}')
 }
 
 /// A query-string component: everything but unreserved characters percent-encoded.

@@ -22,7 +22,8 @@ pub mod store;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -172,6 +173,35 @@ pub struct Routes {
     exact: BTreeMap<&'static str, (Handler, Access)>,
     prefixes: Vec<(&'static str, Handler, Access)>,
     token: Option<Token>,
+    refusals: Arc<Refusals>,
+}
+
+/// A budget of requests refused for a missing or wrong token: [`Refusals::PER_SECOND`] a
+/// second, past which they get 429 with `Retry-After`, so a guessing loop gains nothing by
+/// going faster.
+#[derive(Debug, Default)]
+struct Refusals {
+    window: Mutex<Option<(Instant, u32)>>,
+}
+
+impl Refusals {
+    const PER_SECOND: u32 = 20;
+
+    /// Whether one more refusal fits this second's budget (and counts it).
+    fn admit(&self) -> bool {
+        let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        match w.as_mut() {
+            Some((start, n)) if now.duration_since(*start) < Duration::from_secs(1) => {
+                *n += 1;
+                *n <= Self::PER_SECOND
+            }
+            _ => {
+                *w = Some((now, 1));
+                true
+            }
+        }
+    }
 }
 
 impl Routes {
@@ -247,11 +277,17 @@ impl Routes {
         if access == Access::Token {
             if let Some(token) = &self.token {
                 if !token.accepts(authorization) {
+                    if !self.refusals.admit() {
+                        return Reply::text(429, "too many requests without the token\n")
+                            .header("Retry-After", "1");
+                    }
                     return Reply::text(401, "a bearer token is required (admin.token)\n")
                         .header("WWW-Authenticate", "Bearer realm=\"faultline\"")
                         .header("WWW-Authenticate", "Basic realm=\"faultline\"");
                 }
             }
+            // Guarded pages show log text: no shared or browser cache keeps a copy.
+            return handler(req).header("Cache-Control", "no-store");
         }
         handler(req)
     }
@@ -274,22 +310,78 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// Serves until `stop` turns true.
-pub async fn serve(listener: TcpListener, routes: Routes, mut stop: watch::Receiver<bool>) {
+/// How long a client may take to send a request's head, counted from the moment the server
+/// waits for it: on a new connection, and again on a kept-alive one between requests. A silent,
+/// slow or idle client is closed after it.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections served at once. Past it a new connection is closed at once (and counted in the
+/// log at DEBUG), so slow clients cannot take every file descriptor before a token is checked.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// The admin server's connection limits ([`HEADER_TIMEOUT`], [`MAX_CONNECTIONS`] by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// See [`HEADER_TIMEOUT`].
+    pub header_timeout: Duration,
+    /// See [`MAX_CONNECTIONS`].
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_timeout: HEADER_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Serves until `stop` turns true, with the default [`Limits`].
+pub async fn serve(listener: TcpListener, routes: Routes, stop: watch::Receiver<bool>) {
+    serve_with(listener, routes, stop, Limits::default()).await;
+}
+
+/// Serves until `stop` turns true: each connection on a task of its own, at most
+/// `limits.max_connections` at once, each closed when a request head is not complete within
+/// `limits.header_timeout`. Accept errors (out of descriptors, say) back off from 10 ms to 1 s
+/// instead of spinning.
+pub async fn serve_with(
+    listener: TcpListener,
+    routes: Routes,
+    mut stop: watch::Receiver<bool>,
+    limits: Limits,
+) {
     let routes = Arc::new(routes);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
-        let (stream, _) = tokio::select! {
+        let accepted = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin server accept");
-                    continue;
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, _) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64,
+                    "admin server accept");
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    () = tokio::time::sleep(backoff) => {}
                 }
-            },
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
+            }
+        };
+        backoff = ACCEPT_BACKOFF_MIN;
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::debug!(max = limits.max_connections, "admin server full; closing a new connection");
+            drop(stream);
+            continue;
         };
         let routes = Arc::clone(&routes);
         tokio::spawn(async move {
+            let _slot = slot;
             let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
                 let get = Get::new(req.uri().path(), req.uri().query());
                 let auth = req
@@ -311,6 +403,8 @@ pub async fn serve(listener: TcpListener, routes: Routes, mut stop: watch::Recei
                 async move { Ok::<_, Infallible>(response) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
                 .serve_connection(TokioIo::new(stream), service);
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "admin connection");
@@ -318,6 +412,9 @@ pub async fn serve(listener: TcpListener, routes: Routes, mut stop: watch::Recei
         });
     }
 }
+
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
@@ -409,11 +506,99 @@ mod tests {
         assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
         assert!(ok.ends_with("job=Some(\"a b c\")\n"), "{ok}");
         assert!(ok.contains("x-content-type-options: nosniff"), "{ok}");
+        assert!(ok.contains("cache-control: no-store"), "{ok}");
+        assert!(!get(addr, "/healthz").await.contains("no-store"));
+        // A guessing loop is slowed: past the budget of refusals a second, 429.
+        let mut statuses = Vec::new();
+        for _ in 0..Refusals::PER_SECOND + 5 {
+            let r = get_with(addr, "/secret", Some("Bearer guess")).await;
+            statuses.push(r[9..12].to_string());
+        }
+        assert!(statuses.iter().any(|s| s == "429"), "{statuses:?}");
         let thing = get_with(addr, "/things/fp2%3Aab", Some("Bearer t0ken")).await;
         assert!(thing.ends_with("/things/fp2:ab"), "{thing}");
         assert!(get_with(addr, "/things/", Some("Bearer t0ken"))
             .await
             .starts_with("HTTP/1.1 404"));
+        tx.send_replace(true);
+        server.await.expect("server stops");
+    }
+
+    #[tokio::test]
+    async fn silent_slow_and_idle_clients_are_closed_and_probes_still_answer() {
+        let routes = health_routes(|| Ok("ready\n".into()));
+        let listener = bind("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("binds");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = watch::channel(false);
+        let limits = Limits {
+            header_timeout: Duration::from_millis(300),
+            max_connections: 4,
+        };
+        let server = tokio::spawn(serve_with(listener, routes, rx, limits));
+        // Every slot taken by a client that never sends anything.
+        let mut silent = Vec::new();
+        for _ in 0..limits.max_connections {
+            silent.push(
+                tokio::net::TcpStream::connect(addr)
+                    .await
+                    .expect("connects"),
+            );
+        }
+        // Each is closed by the server (EOF), well before the test's own bound.
+        for mut s in silent {
+            let mut buf = [0u8; 64];
+            let read = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+                .await
+                .expect("closed by the server, not held open");
+            assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        }
+        // A slow client, one header line every 100 ms, never finishing: closed too.
+        let mut slow = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connects");
+        slow.write_all(b"GET /healthz HTTP/1.1\r\n")
+            .await
+            .expect("writes");
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tick.tick().await;
+                if slow.write_all(b"X-Slow: 1\r\n").await.is_err() {
+                    return;
+                }
+                let mut buf = [0u8; 256];
+                match tokio::time::timeout(Duration::from_millis(1), slow.read(&mut buf)).await {
+                    Ok(Ok(0) | Err(_)) => return,
+                    _ => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the slow client was held open");
+        // A kept-alive connection that goes idle after its request is closed as well.
+        let mut idle = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connects");
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("writes");
+        let mut seen = Vec::new();
+        let eof = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut buf = [0u8; 512];
+            loop {
+                match idle.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await;
+        assert!(eof.is_ok(), "the idle connection was held open");
+        assert!(String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200"));
+        // And the probe answers.
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         tx.send_replace(true);
         server.await.expect("server stops");
     }

@@ -40,6 +40,7 @@ use crate::incident::{IncidentEvent, Status};
 use crate::metrics::{AlertResult, IncidentFamilies};
 use crate::offsets::Release;
 use crate::runtime::Shutdown;
+use crate::secret::redact_url;
 use crate::sink::incident_url;
 use crate::sink::webhook::{Pause, Sleep};
 use crate::time::{format_ms, Millis};
@@ -233,7 +234,7 @@ impl AlertmanagerConfig {
         p.number("initial_backoff_ms", self.initial_backoff.as_millis());
         p.number("max_backoff_ms", self.max_backoff.as_millis());
         p.number("queue", self.queue);
-        p.value("runbook_url", &self.runbook_url);
+        p.value("runbook_url", redact_url(&self.runbook_url));
         p.number("ticketed_only", self.ticketed_only);
         if !self.labels.is_empty() {
             let kv: Vec<String> = self
@@ -246,18 +247,6 @@ impl AlertmanagerConfig {
         for (name, _) in &self.headers {
             p.line(&format!("# header {name}: [REDACTED]"));
         }
-    }
-}
-
-/// `url` with any `user:password@` replaced.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let host_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..host_end].rfind('@') {
-        Some(at) => format!("{scheme}://[redacted]@{}", &rest[at + 1..]),
-        None => url.to_string(),
     }
 }
 
@@ -447,7 +436,7 @@ impl AlertmanagerSink {
     pub fn new(cfg: AlertmanagerConfig) -> Result<Self, AlertmanagerError> {
         let https_ok = cfg!(feature = "webhook-tls") && cfg.endpoint.starts_with("https://");
         if !cfg.endpoint.starts_with("http://") && !https_ok {
-            return Err(AlertmanagerError::UnsupportedUrl(redact_url(&cfg.url)));
+            return Err(AlertmanagerError::UnsupportedUrl(redact_url(&cfg.url).into_owned()));
         }
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -654,10 +643,10 @@ impl Alerter {
                 self.undelivered.push(UndeliveredAlert {
                     kind: "dead_letter",
                     schema_version: crate::enrich::SCHEMA_VERSION,
-                    url: url.clone(),
+                    url: url.to_string(),
                     fingerprint: a.labels.get("fingerprint").cloned().unwrap_or_default(),
                     attempts: e.attempts,
-                    error: e.error.clone(),
+                    error: crate::secret::redact_urls_in(&e.error).into_owned(),
                     payload: [a.clone()],
                 });
             }

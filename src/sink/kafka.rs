@@ -87,7 +87,36 @@ pub mod headers {
     /// Attempts made before a ticket change or an alert was given up (its receiver never
     /// accepted it); absent on dead-lettered records.
     pub const ATTEMPTS: &str = "faultline.attempts";
+    /// The original payload's size in bytes, when the dead letter carries only its head
+    /// ([`super::DEAD_LETTER_MAX_PAYLOAD`]); absent when it carries the whole payload.
+    pub const ORIGINAL_BYTES: &str = "faultline.original_bytes";
+    /// FNV-1a 64 of the original payload, 16 hex digits, beside [`ORIGINAL_BYTES`]: to tell
+    /// which record of the input topic it was, and whether two are the same.
+    pub const ORIGINAL_HASH: &str = "faultline.original_fnv1a64";
 }
+
+/// The largest payload a dead letter carries whole. A larger record (one over
+/// `input.max_record_bytes`, typically) is dead-lettered with its first
+/// [`DEAD_LETTER_HEAD_BYTES`] only, its size and hash in headers, and its place in
+/// `faultline.source`: the original stays on the input topic. Chosen so that a dead letter with
+/// its headers fits librdkafka's and Kafka's default message limits (1,000,000 and 1,048,588
+/// bytes), so that no record, however large, can make the dead-letter produce fail and stop
+/// the pipeline.
+pub const DEAD_LETTER_MAX_PAYLOAD: usize = 900 * 1024;
+
+/// The head of an oversized record that its dead letter carries.
+pub const DEAD_LETTER_HEAD_BYTES: usize = 64 * 1024;
+
+/// Room left for a dead letter's headers (the record's own, capped by the input's limits, and
+/// faultline's) above [`DEAD_LETTER_MAX_PAYLOAD`].
+pub const DEAD_LETTER_HEADER_ROOM: usize = 64 * 1024;
+
+// A dead letter of DEAD_LETTER_MAX_PAYLOAD with its headers fits the producer's smallest
+// allowed message.max.bytes (match events and incidents are far smaller: their lines and
+// captures are cut, crate::enrich::MAX_EVENT_LINE_BYTES).
+const _: () = assert!(
+    DEAD_LETTER_MAX_PAYLOAD + DEAD_LETTER_HEADER_ROOM <= crate::kafka::MIN_MESSAGE_MAX_BYTES
+);
 
 /// Why a ticket change or an alert went to the dead-letter topic: its `faultline.reason`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -439,12 +468,12 @@ impl KafkaSink {
     ) -> Result<(), SinkError> {
         let redactor = self.dead_letter_redactor.as_deref();
         let error = redactor.map_or(Cow::Borrowed(error), |r| r.redact_str(error));
-        let payload = match (record.payload, redactor) {
-            (Some(p), Some(r)) => Some(r.redact(p)),
-            (Some(p), None) => Some(Cow::Borrowed(p)),
-            (None, _) => None,
-        };
-        let mut h = OwnedHeaders::new_with_capacity(record.headers.len() + 6);
+        let cut = record
+            .payload
+            .filter(|p| p.len() > DEAD_LETTER_MAX_PAYLOAD)
+            .map(|p| (p.len().to_string(), format!("{:016x}", crate::record::fnv1a64(p))));
+        let payload = record.payload.map(|p| bounded_payload(p, redactor));
+        let mut h = OwnedHeaders::new_with_capacity(record.headers.len() + 8);
         for (key, value) in record.headers {
             h = h.insert(Header {
                 key,
@@ -452,6 +481,16 @@ impl KafkaSink {
             });
         }
         let source = format!("{}@{}", record.id.tp, record.id.offset);
+        if let Some((bytes, hash)) = &cut {
+            h = add_headers(
+                h,
+                &[
+                    (headers::ORIGINAL_BYTES, bytes.as_str()),
+                    (headers::ORIGINAL_HASH, hash.as_str()),
+                ],
+                false,
+            );
+        }
         let h = add_headers(
             h,
             &[
@@ -575,6 +614,32 @@ impl KafkaSink {
 }
 
 /// `h` with a dead letter's `fields`, and `faultline.redacted: true` when `redacted`.
+/// What a dead letter carries of `payload`: all of it (redacted with `redactor`) up to
+/// [`DEAD_LETTER_MAX_PAYLOAD`], else its first [`DEAD_LETTER_HEAD_BYTES`], redacted before the
+/// cut so that the cut never leaves half a secret behind.
+fn bounded_payload<'a>(payload: &'a [u8], redactor: Option<&Redactor>) -> Cow<'a, [u8]> {
+    if payload.len() <= DEAD_LETTER_MAX_PAYLOAD {
+        return match redactor {
+            Some(r) => r.redact(payload),
+            None => Cow::Borrowed(payload),
+        };
+    }
+    // A margin past the head, so that a secret straddling the cut is still recognised whole.
+    let window = &payload[..DEAD_LETTER_HEAD_BYTES + 4096];
+    let redacted = match redactor {
+        Some(r) => r.redact(window),
+        None => Cow::Borrowed(window),
+    };
+    let head = redacted.len().min(DEAD_LETTER_HEAD_BYTES);
+    match redacted {
+        Cow::Borrowed(b) => Cow::Borrowed(&b[..head]),
+        Cow::Owned(mut v) => {
+            v.truncate(head);
+            Cow::Owned(v)
+        }
+    }
+}
+
 fn add_headers(mut h: OwnedHeaders, fields: &[(&str, &str)], redacted: bool) -> OwnedHeaders {
     for &(key, value) in fields {
         h = h.insert(Header {

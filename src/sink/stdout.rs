@@ -1,6 +1,7 @@
 //! Events, incidents and summaries to a writer, as JSON lines (the schema_version 1 contract) or as text
 //! for people.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
@@ -8,6 +9,7 @@ use serde::Serialize;
 
 use crate::enrich::{MatchEvent, SCHEMA_VERSION};
 use crate::incident::IncidentEvent;
+use crate::record::is_invisible;
 use crate::unknown::{JobTemplates, UnknownEvent};
 
 /// Output format of `scan` and `kb explain`.
@@ -78,6 +80,46 @@ impl JobSummary {
     }
 }
 
+/// A writer for terminals: every control character but newline and tab, DEL, C1 controls and
+/// the characters that reorder or hide text are shown visibly (`␛` for ESC, `[U+202E]` for a
+/// bidi override), so a job id, host or line can neither move the cursor, recolour the screen
+/// nor disguise itself. Every text output for people writes through it; JSON output escapes
+/// them itself.
+pub struct TerminalSafe<W: Write>(pub W);
+
+impl<W: Write> Write for TerminalSafe<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write_all(&terminal_safe(buf))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// `text` with its control and invisible characters shown ([`TerminalSafe`]); borrowed when
+/// there is none (the common case: printable ASCII).
+pub fn terminal_safe(text: &[u8]) -> Cow<'_, [u8]> {
+    if text
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) || b == b'\n' || b == b'\t')
+    {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in String::from_utf8_lossy(text).chars() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            '\u{0}'..='\u{1f}' => out.push(char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}')),
+            '\u{7f}' => out.push('\u{2421}'),
+            c if is_invisible(c) => out.push_str(&format!("[U+{:04X}]", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out.into_bytes())
+}
+
 /// Writes events in one format.
 pub struct StdoutSink<W: Write> {
     out: W,
@@ -94,7 +136,7 @@ impl<W: Write> StdoutSink<W> {
     pub fn event(&mut self, event: &MatchEvent) -> io::Result<()> {
         match self.format {
             Format::Json => self.json(event),
-            Format::Text => write_event_text(&mut self.out, event),
+            Format::Text => write_event_text(&mut TerminalSafe(&mut self.out), event),
         }
     }
 
@@ -102,7 +144,7 @@ impl<W: Write> StdoutSink<W> {
     pub fn incident(&mut self, incident: &IncidentEvent) -> io::Result<()> {
         match self.format {
             Format::Json => self.json(incident),
-            Format::Text => write_incident_text(&mut self.out, incident),
+            Format::Text => write_incident_text(&mut TerminalSafe(&mut self.out), incident),
         }
     }
 
@@ -110,7 +152,7 @@ impl<W: Write> StdoutSink<W> {
     pub fn unknown(&mut self, event: &UnknownEvent) -> io::Result<()> {
         match self.format {
             Format::Json => self.json(event),
-            Format::Text => crate::unknown::write_event_text(&mut self.out, event),
+            Format::Text => crate::unknown::write_event_text(&mut TerminalSafe(&mut self.out), event),
         }
     }
 
@@ -118,7 +160,7 @@ impl<W: Write> StdoutSink<W> {
     pub fn unrecognised(&mut self, jobs: &[JobTemplates]) -> io::Result<()> {
         match self.format {
             Format::Json => Ok(()),
-            Format::Text => crate::unknown::write_section(&mut self.out, jobs),
+            Format::Text => crate::unknown::write_section(&mut TerminalSafe(&mut self.out), jobs),
         }
     }
 
@@ -133,7 +175,7 @@ impl<W: Write> StdoutSink<W> {
                     .map(|(c, n)| format!("{c}={n}"))
                     .collect();
                 writeln!(
-                    self.out,
+                    TerminalSafe(&mut self.out),
                     "== job {}: {} match(es) from {} rank(s): {}",
                     summary.job_id,
                     summary.matches,

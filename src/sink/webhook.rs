@@ -237,7 +237,7 @@ impl WebhookSink {
     pub fn new(cfg: WebhookConfig, dead_letter: DeadLetter) -> Result<Self, WebhookError> {
         let https_ok = cfg!(feature = "webhook-tls") && cfg.url.starts_with("https://");
         if !cfg.url.starts_with("http://") && !https_ok {
-            return Err(WebhookError::UnsupportedUrl(cfg.url));
+            return Err(WebhookError::UnsupportedUrl(crate::secret::redact_url(&cfg.url).into_owned()));
         }
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -319,7 +319,7 @@ impl WebhookSink {
         let record = DeadLetterRecord {
             kind: "dead_letter",
             schema_version: SCHEMA_VERSION,
-            url: self.cfg.url.clone(),
+            url: crate::secret::redact_url(&self.cfg.url).into_owned(),
             ticket_key: incident.fingerprint.clone(),
             idempotency_key: key,
             attempts,
@@ -383,7 +383,8 @@ impl WebhookSink {
                 }
             }
             Err(e) => Attempt::Retry {
-                error: e.to_string(),
+                // ureq's errors may quote the URL, credentials and all.
+                error: crate::secret::redact_urls_in(&e.to_string()).into_owned(),
                 after: None,
             },
         }
@@ -801,7 +802,7 @@ impl RunWebhookConfig {
     pub fn print(&self, p: &mut Printer) {
         let s = &self.sink;
         p.table("webhook");
-        p.value("url", &s.url);
+        p.value("url", crate::secret::redact_url(&s.url));
         let format = match s.format {
             PayloadFormat::Generic => "generic",
             PayloadFormat::Alertmanager => "alertmanager",

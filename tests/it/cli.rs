@@ -89,6 +89,37 @@ fn stdin_is_scanned_with_the_given_job_id() {
 }
 
 #[test]
+fn text_output_shows_control_and_bidi_characters_of_job_ids_and_hosts_visibly() {
+    let line = serde_json::json!({
+        "message": "[rank4]: RuntimeError: CUDA error: an illegal memory access was encountered",
+        "job_id": "evil\u{1b}]0;pwned\u{7}\u{1b}[2J\u{0}\u{202e}gpj.exe",
+        "host": "node\u{1b}[31m-7\u{9b}",
+    })
+    .to_string();
+    for extra in [&["--matches"][..], &[][..]] {
+        let mut child = faultline()
+            .args(["scan", "--format", "text"])
+            .args(extra)
+            .arg("-")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("runs");
+        let mut stdin = child.stdin.take().expect("stdin");
+        writeln!(stdin, "{line}").expect("write");
+        drop(stdin);
+        let out = child.wait_with_output().expect("waits");
+        let text = String::from_utf8(out.stdout).expect("utf8");
+        assert!(text.contains("CUDA_ILLEGAL_ADDRESS"), "{text}");
+        for raw in ['\u{1b}', '\u{0}', '\u{7}', '\u{202e}', '\u{9b}'] {
+            assert!(!text.contains(raw), "raw {raw:?} printed: {text:?}");
+        }
+        assert!(text.contains("evil\u{241b}]0;pwned"), "{text}");
+        assert!(text.contains("[U+202E]gpj.exe"), "{text}");
+    }
+}
+
+#[test]
 fn text_format_is_for_people() {
     let out = faultline()
         .args(["scan", "--format", "text", "examples/gpu-node-02.kern.log"])

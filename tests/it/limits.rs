@@ -310,3 +310,54 @@ fn a_json_line_past_the_line_limit_is_scanned_as_cut_raw_text() {
     );
     assert!(events[0].truncated);
 }
+
+/// Job ids and hosts of 100 KB each, 60 distinct jobs: every key is capped (with a hash suffix
+/// that keeps the jobs apart), so each incident stays small whatever the shipper sends.
+#[test]
+fn long_job_ids_and_hosts_are_capped_and_stay_distinct() {
+    use faultline::incident::IncidentConfig;
+    use faultline::record::MAX_KEY_BYTES;
+
+    let mut input = Vec::new();
+    for i in 0..60 {
+        let line = serde_json::json!({
+            "message": format!("boom {i}"),
+            "job_id": format!("{}{i}", "j".repeat(100_000)),
+            "host": format!("{}{i}", "h".repeat(100_000)),
+        });
+        input.extend(serde_json::to_vec(&line).expect("json"));
+        input.push(b'\n');
+    }
+    let opts = ScanOptions {
+        incidents: Some(IncidentConfig::default()),
+        max_line_bytes: 1 << 20,
+        ..ScanOptions::default()
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("job.log");
+    std::fs::write(&path, &input).expect("write");
+    let (inputs, errors) = file::expand(&[path.display().to_string()], None);
+    assert!(errors.is_empty());
+    let mut sink = StdoutSink::new(Vec::new(), Format::Json);
+    let mut events = Vec::new();
+    scan_inputs(&engine(), &inputs, &opts, &mut sink, &mut |e| {
+        events.push(e.clone())
+    })
+    .expect("scan runs");
+    assert_eq!(events.len(), 60);
+    let jobs: std::collections::BTreeSet<&str> = events.iter().map(|e| e.job_id.as_str()).collect();
+    assert_eq!(jobs.len(), 60, "distinct ids stay distinct");
+    for e in &events {
+        assert_eq!(e.job_id.len(), MAX_KEY_BYTES, "job id capped");
+        assert!(e.host.as_ref().is_some_and(|h| h.len() == MAX_KEY_BYTES));
+    }
+    let out = String::from_utf8(sink.into_inner()).expect("utf8");
+    let incidents: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(r#""type":"incident""#))
+        .collect();
+    assert_eq!(incidents.len(), 60, "one incident per job");
+    let largest = incidents.iter().map(|l| l.len()).max().unwrap_or(0);
+    // Before the cap each incident held the 100 KB id and host several times (about 295 KB).
+    assert!(largest < 24 * 1024, "an incident of {largest} bytes");
+}

@@ -12,6 +12,7 @@ mod in_process;
 mod incidents;
 mod out_of_process;
 mod outage;
+mod oversized;
 mod poison;
 mod scale_out;
 mod undeliverable;
