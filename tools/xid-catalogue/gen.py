@@ -13,6 +13,7 @@ and codes. Numbers the catalogue does not document stay with the generic `nvidia
 import csv
 import os
 import re
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -23,6 +24,14 @@ OUT = os.path.join(ROOT, "kb", "nvidia")
 EXISTING = {13, 31, 43, 45, 48, 63, 64, 74, 79, 92, 94, 95, 119, 120, 154}
 
 BY = "faultline maintainers (AI-assisted), 2026-11"
+# Parts re-reviewed in round 2 (issue 31): version rows per release branch, guarded GPU resets.
+BY_R2 = "faultline maintainers (AI-assisted), 2026-12"
+NVERROR_REPO = "NVIDIA/open-gpu-kernel-modules"
+NVERROR_PATH = "src/common/sdk/nvidia/inc/nverror.h"
+NVERROR_TSV = os.path.join(HERE, "nverror-by-tag.tsv")
+# A GPU reset only when no compute process uses the GPU (nvidia-smi -r refuses or hangs otherwise).
+GPU_RESET_CMD = ("nvidia-smi --query-compute-apps=pid --format=csv,noheader -i <gpu_index> | grep -q . "
+                 "|| nvidia-smi -r -i <gpu_index>")
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 CATALOG_AGAINST = (
     "NVIDIA Xid catalog (" + CATALOG_URL + "; rows 1-13 read on the page, every row read through "
@@ -68,6 +77,161 @@ BUCKET = {
     "CHECK_UVM": "check UVM",
     "SYMPATHETIC_REPORT_SOLO": "report it when it appears alone (otherwise it is sympathetic)",
 }
+
+
+def vkey(tag):
+    return tuple(int(p) for p in tag.split("."))
+
+
+def parse_nverror(text):
+    """{xid: name} for every `#define NAME (N)` in nverror.h (the first name of a number wins)."""
+    defs = {}
+    for m in re.finditer(r"^#define\s+([A-Z0-9_]+)\s+\((\d+)\)", text, re.M):
+        name, n = m.group(1), int(m.group(2))
+        if name == "ROBUST_CHANNEL_LAST_ERROR" or n < 1:
+            continue
+        defs.setdefault(n, name)
+    return defs
+
+
+def git_nverror(gitdir, tag):
+    return subprocess.run(["git", "-C", gitdir, "show", "%s:%s" % (tag, NVERROR_PATH)],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def sample_tags(tags, defs):
+    """The first and last tag of every branch, and every tag whose definitions differ from the tag
+    before it in version order (with that tag): enough to place every change exactly."""
+    keep = set()
+    for i, t in enumerate(tags):
+        major = t.split(".")[0]
+        if i == 0 or tags[i - 1].split(".")[0] != major:
+            keep.add(t)
+        if i == len(tags) - 1 or tags[i + 1].split(".")[0] != major:
+            keep.add(t)
+        if i > 0 and defs[t] != defs[tags[i - 1]]:
+            keep.update((t, tags[i - 1]))
+    return sorted(keep, key=vkey)
+
+
+def extract_nverror(gitdir):
+    """Write nverror-by-tag.tsv from a clone of NVIDIA/open-gpu-kernel-modules."""
+    tags = subprocess.run(["git", "-C", gitdir, "tag"], check=True, capture_output=True, text=True).stdout.split()
+    tags = sorted((t for t in tags if re.fullmatch(r"\d+(\.\d+)+", t)), key=vkey)
+    defs = {t: parse_nverror(git_nverror(gitdir, t)) for t in tags}
+    with open(NVERROR_TSV, "w", encoding="utf-8") as f:
+        f.write("tag\txid\tname\n")
+        for t in sample_tags(tags, defs):
+            for n in sorted(defs[t]):
+                f.write("%s\t%d\t%s\n" % (t, n, defs[t][n]))
+
+
+def verify_nverror(gitdir):
+    """Exit 1 when nverror-by-tag.tsv disagrees with nverror.h at any tag it lists."""
+    table = load_nverror()
+    bad = 0
+    for t in table["tags"]:
+        if parse_nverror(git_nverror(gitdir, t)) != table["defs"][t]:
+            print("differs from nverror.h:", t)
+            bad += 1
+    print("%d tags checked, %d differ" % (len(table["tags"]), bad))
+    if bad:
+        sys.exit(1)
+
+
+def load_nverror():
+    defs = {}
+    for x in csv.DictReader(open(NVERROR_TSV, encoding="utf-8"), delimiter="\t"):
+        defs.setdefault(x["tag"], {})[int(x["xid"])] = x["name"]
+    return {"tags": sorted(defs, key=vkey), "defs": defs}
+
+
+def is_reserved(name):
+    return bool(re.fullmatch(r"RESERVED\d*_ERROR|RESERVED_XID|ROBUST_CHANNEL_UNUSED_ERROR_\d+", name))
+
+
+def xid_history(n, table):
+    """Per sampled tag: (kind, name), kind one of named, other (a name that is another Xid's at the
+    newest tag: the number meant something else), reserved, None (not defined)."""
+    newest = table["defs"][table["tags"][-1]]
+    elsewhere = {name: x for x, name in newest.items() if x != n}
+    out = []
+    for t in table["tags"]:
+        name = table["defs"][t].get(n)
+        if name is None:
+            out.append((t, None, None))
+        elif is_reserved(name):
+            out.append((t, "reserved", name))
+        elif name in elsewhere:
+            out.append((t, "other", name))
+        else:
+            out.append((t, "named", name))
+    return out
+
+
+def stretches(n, table):
+    """Rows (kind, first tag, last tag, range, names) of the tags where Xid n is defined, one per
+    release branch stretch: `>=first,<next` where the next tag in version order of the same branch does
+    not define it, `>=first,<major+1` at the end of a branch, an open `>=first` when it reaches the
+    newest tag. Reserved-only numbers (never named) use their reserved stretches."""
+    hist = xid_history(n, table)
+    kinds = {k for (_, k, _) in hist}
+    want = {"named", "other"} if "named" in kinds else {"reserved", "other"}
+    rows = []
+    for i, (t, k, name) in enumerate(hist):
+        if k not in want:
+            continue
+        major = t.split(".")[0]
+        prev = hist[i - 1] if i else None
+        if prev and prev[1] == k and prev[0].split(".")[0] == major:
+            rows[-1][2] = t
+            if name not in rows[-1][4]:
+                rows[-1][4].append(name)
+            continue
+        rows.append([k, t, t, None, [name]])
+    tags = table["tags"]
+    for row in rows:
+        last = row[2]
+        i = tags.index(last)
+        major = last.split(".")[0]
+        if i == len(tags) - 1:
+            row[3] = ">=%s" % row[1]
+        elif tags[i + 1].split(".")[0] == major:
+            row[3] = ">=%s,<%s" % (row[1], tags[i + 1])
+        else:
+            row[3] = ">=%s,<%d" % (row[1], int(major) + 1)
+    return rows
+
+
+def version_rows(n, table):
+    out = []
+    newest = table["defs"][table["tags"][-1]]
+    for kind, first, last, rng, names in stretches(n, table):
+        span = first if first == last else "%s to %s" % (first, last)
+        if kind == "other":
+            now = ", ".join("Xid %d" % x for x, nm in sorted(newest.items()) if nm in names)
+            text = ("in these drivers nverror.h gives Xid %d to %s (%s from the newest tag): a Xid %d line "
+                    "from them is not this error (%s %s)" % (n, "/".join(names), now, n, NVERROR_REPO, span))
+            status = "changed"
+        elif kind == "reserved":
+            text = "defined only as %s (reserved, unnamed) in nverror.h of %s %s" % ("/".join(names), NVERROR_REPO, span)
+            status = "active"
+        else:
+            text = "defined as %s in nverror.h of %s %s" % ("/".join(names), NVERROR_REPO, span)
+            status = "active"
+        out.append((rng, status, text))
+    return out
+
+
+def versions_against(n, table):
+    parts = []
+    for kind, first, last, rng, names in stretches(n, table):
+        span = first if first == last else "%s-%s" % (first, last)
+        parts.append("%s%s" % (span, "" if kind != "other" else " as " + "/".join(names)))
+    tags = table["tags"]
+    return ("%s %s at every release tag %s to %s (tools/xid-catalogue/nverror-by-tag.tsv keeps the first and "
+            "last tag of each branch and every tag where the definitions change); Xid %d defined in: %s"
+            % (NVERROR_REPO, NVERROR_PATH, tags[0], tags[-1], n, "; ".join(parts)))
 
 
 def bucket_words(b):
@@ -200,8 +364,8 @@ def workarounds(r):
     w = []
     if imm == "RESET_GPU":
         w.append(("Stop the work on that GPU (drain the node in the scheduler), then reset the GPU (catalog "
-                  "immediate action RESET_GPU). The reset needs every process on the GPU gone; if it fails, "
-                  "reboot the node.", "nvidia-smi -r -i $GPU_INDEX"))
+                  "immediate action RESET_GPU). The command resets only when no process uses the GPU; if one "
+                  "remains or the reset fails, reboot the node.", GPU_RESET_CMD))
     elif imm == "RESTART_APP":
         w.append(("Restart the application or job (catalog immediate action RESTART_APP).", None))
     elif imm == "RESTART_BM":
@@ -306,11 +470,10 @@ def render(r, reals):
     out.append("examples = [\n%s\n]" % "\n".join("  %s," % q(e) for e in exs))
     out.append("negative_examples = [\n%s\n]" % "\n".join("  %s," % q(e) for e in negs))
     out.append("references = [\n%s\n]" % "\n".join("  %s," % q(x) for x in refs))
-    first = r.get("first_open_driver", "")
-    if first and n >= 136:
-        out.append('\n[[versions]]\ncomponent = "driver"\nrange = ">=%s"\nstatus = "active"\nintroduced = %s' % (
-            first, q("first defined in nverror.h of NVIDIA/open-gpu-kernel-modules %s (the catalog may list it "
-                     "for a later branch)" % first)))
+    rows = version_rows(n, NVERROR) if n >= 136 else []
+    for rng, status, text in rows:
+        out.append('\n[[versions]]\ncomponent = "driver"\nrange = "%s"\nstatus = "%s"\nintroduced = %s' % (
+            rng, status, q(text)))
     for text, cmd in workarounds(r):
         out.append("\n[[workarounds]]\ntext = %s" % q(text) + ("\ncommand = %s" % q(cmd) if cmd else ""))
     for action, why in dead_ends(r):
@@ -318,14 +481,17 @@ def render(r, reals):
     out.append('\n[[review]]\npart = "patterns"\nlevel = "%s"\nby = "%s"\nagainst = %s' % (pat_level, BY, q(pat_against)))
     out.append('\n[[review]]\npart = "root_cause"\nlevel = "source_verified"\nby = "%s"\nagainst = %s' % (BY, q(CATALOG_AGAINST)))
     if workarounds(r):
+        resets = any(cmd == GPU_RESET_CMD for _, cmd in workarounds(r))
         out.append('\n[[review]]\npart = "advice"\nlevel = "source_verified"\nby = "%s"\nagainst = %s' % (
-            BY, q("NVIDIA Xid catalog resolution buckets (immediate and investigatory action) for Xid %d, read as in "
-                  "the root_cause review; nvidia-smi -r is the reset NVIDIA documents in its GPU memory error "
-                  "management guide (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt)" % n)))
-    if first and n >= 136:
+            BY_R2 if resets else BY,
+            q("NVIDIA Xid catalog resolution buckets (immediate and investigatory action) for Xid %d, read as in "
+              "the root_cause review; nvidia-smi -r is the reset NVIDIA documents in its GPU memory error "
+              "management guide (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt)%s" % (n, (
+                  ", which needs the GPU idle: the command resets only when nvidia-smi --query-compute-apps "
+                  "lists no process on it (nvidia-smi(1))") if resets else ""))))
+    if rows:
         out.append('\n[[review]]\npart = "versions"\nlevel = "source_verified"\nby = "%s"\nagainst = %s' % (
-            BY, q("git history of src/common/sdk/nvidia/inc/nverror.h over the release tags of "
-                  "NVIDIA/open-gpu-kernel-modules (first tag defining Xid %d: %s)" % (n, first))))
+            BY_R2, q(versions_against(n, NVERROR))))
     text = "\n".join(out) + "\n"
     files = [("xid-%d-%s.toml" % (n, slug(r["mnemonic"])), text)]
     if nvl:
@@ -339,7 +505,13 @@ def render_nonfatal(r, reals, main_id):
     ex = examples_for(n, reals, nonfatal=True) or [
         "NVRM: Xid (PCI:0008:01:00): %d, pid=11436, name=python3, UNIT Nonfatal XC0 i0 Link 03 "
         "(0x00000000 0x00000008 0x00000000 0x00000000 0x00000000 0x00000000)" % n]
-    pat = xid_pattern(n, r", (?:pid=[^,\n]*, name=[^,\n]*, )?[A-Z][A-Z0-9_/]* Nonfatal\b")
+    # GB200 lines pad the unit column ("NETIR_LINK_EVT   Nonfatal  XC0"): allow runs of spaces.
+    pat = xid_pattern(n, r", {1,8}(?:pid=[^,\n]*, name=[^,\n]*, {1,8})?[A-Z][A-Z0-9_/]* {1,16}Nonfatal\b")
+    if len(ex) == 1:
+        ex = ex + ["# the same line in a node's kernel log (syslog header).",
+                   "Nov 29 09:02:41 gpu-node-02 kernel: " + ex[0]]
+    ex = ex + ["NVRM: Xid (PCI:0008:01:00): %d, NETIR_LINK_EVT   Nonfatal  XC0 i0 Link 03 (0x00000000 0x00000008 "
+               "0x00000000 0x00000000 0x00000000 0x00000000)" % n]
     negs = ["NVRM: Xid (PCI:0008:01:00): %d, pid=11436, name=python3, UNIT Fatal XC0 i0 Link 03 "
             "(0x00000000 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)" % n,
             "NVRM: Xid (PCI:0008:01:00): %d, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008)" % (n * 10 + 1)]
@@ -358,14 +530,16 @@ def render_nonfatal(r, reals, main_id):
         'supersedes = ["%s"]' % main_id,
         'root_cause = """\n%s\n"""' % wrap(rc),
         "patterns = [\n  %s,\n]" % q(pat),
-        "examples = [\n%s\n]" % "\n".join("  %s," % q(e) for e in ex),
+        "examples = [\n%s\n]" % "\n".join(("  " + e) if e.startswith("#") else "  %s," % q(e) for e in ex),
         "negative_examples = [\n%s\n]" % "\n".join("  %s," % q(e) for e in negs),
         "references = [\n%s\n]" % "\n".join("  %s," % q(x) for x in (REFS_COMMON[:2] + NVLINK5_REFS)),
         "\n[[workarounds]]\ntext = %s" % q("No action for a Nonfatal NVLink5 error alone; if the same link keeps "
                                           "logging them, drain the node and have the link inspected."),
         '\n[[review]]\npart = "patterns"\nlevel = "community_reported"\nby = "%s"\nagainst = %s' % (
-            BY, q("Real lines in leptonai/gpud#1160, leptonai/gpud#1174 and NVIDIA/nccl#2241; the unit text comes "
-                  "from GSP firmware (not in the open driver)")),
+            BY_R2, q("Real lines in leptonai/gpud#1160, leptonai/gpud#1174 and NVIDIA/nccl#2241; the unit text comes "
+                     "from GSP firmware (not in the open driver), so the column padding of GB200 lines (runs of "
+                     "spaces around the unit and Fatal/Nonfatal) is accepted; the padded example is built, not a "
+                     "captured line")),
         '\n[[review]]\npart = "root_cause"\nlevel = "community_reported"\nby = "%s"\nagainst = %s' % (
             BY, q("NVIDIA catalog 'XID 144-150 Decode' sheet as copied in leptonai/gpud catalog_generated.go nvlinkRules")),
         '\n[[review]]\npart = "advice"\nlevel = "community_reported"\nby = "%s"\nagainst = %s' % (
@@ -387,7 +561,18 @@ def wrap(text, width=110):
     return "\n".join(lines)
 
 
+NVERROR = None
+
+
 def main():
+    global NVERROR
+    if "--extract-nverror" in sys.argv:
+        extract_nverror(sys.argv[sys.argv.index("--extract-nverror") + 1])
+        return
+    if "--verify-nverror" in sys.argv:
+        verify_nverror(sys.argv[sys.argv.index("--verify-nverror") + 1])
+        return
+    NVERROR = load_nverror()
     check = "--check" in sys.argv
     rows = list(csv.DictReader(open(os.path.join(HERE, "xid-catalogue.tsv"), encoding="utf-8"), delimiter="\t"))
     reals = {}
