@@ -467,12 +467,30 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Scan(args) => run_scan(args),
         Command::Eval { dir, kb, format } => {
             let engine = Engine::new(kb.load()?).context("compiling the knowledge base")?;
-            let excerpts = crate::eval::read_corpus(&dir)?;
-            let report = crate::eval::evaluate(&engine, &excerpts, &dir)?;
-            let text = match format {
-                Format::Json => serde_json::to_string_pretty(&report)? + "\n",
-                Format::Text => crate::eval::render_text(&report),
-            };
+            let sets = crate::eval::find_sets(&dir)?;
+            let mut text = String::new();
+            for (i, (set_dir, info)) in sets.into_iter().enumerate() {
+                let excerpts = crate::eval::read_corpus(&set_dir)?;
+                let mut report = crate::eval::evaluate(&engine, &excerpts, &set_dir)?;
+                report.set = info;
+                // One report as before; several sets: one JSON object per line (text: blocks).
+                match format {
+                    Format::Json if i == 0 => text.push_str(&serde_json::to_string(&report)?),
+                    Format::Json => {
+                        text.push('\n');
+                        text.push_str(&serde_json::to_string(&report)?);
+                    }
+                    Format::Text => {
+                        if i > 0 {
+                            text.push('\n');
+                        }
+                        text.push_str(&crate::eval::render_text(&report));
+                    }
+                }
+            }
+            if format == Format::Json {
+                text.push('\n');
+            }
             write_stdout(text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }

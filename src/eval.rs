@@ -5,6 +5,13 @@
 //!
 //! Each excerpt is scanned and correlated as one job, exactly as `faultline scan` would with
 //! incidents on; nothing here is tuned to the corpus.
+//!
+//! A corpus directory may hold several **sets**, each a directory with a `set.toml` saying what
+//! its figure means ([`SetKind`]): `in-sample` (entries were written while reading it: a
+//! figure of memory), `blind` (scored before the KB was changed for it, then improved on: the
+//! first score is the blind figure, later ones are in-sample), or `held-out` (never read by
+//! whoever writes entries: the generalisation figure). `faultline eval tests/corpus` reports
+//! each set apart, under its kind, so an in-sample score is never shown as recognition.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -44,6 +51,96 @@ pub enum EvalError {
     /// The incident settings are invalid.
     #[error(transparent)]
     Incident(#[from] crate::incident::ConfigError),
+}
+
+/// What a set's score means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SetKind {
+    /// Entries were written while reading these excerpts: memory, not recognition.
+    InSample,
+    /// Scored once before any KB change for it (the blind figure, in `blind_figure`), then
+    /// used to improve the KB: later scores are in-sample.
+    Blind,
+    /// Never read by whoever writes entries: scored to measure generalisation.
+    HeldOut,
+}
+
+impl SetKind {
+    /// How the heading names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SetKind::InSample => "in-sample",
+            SetKind::Blind => "blind (improved on since its first score: now in-sample)",
+            SetKind::HeldOut => "held-out",
+        }
+    }
+}
+
+/// A set's `set.toml`, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetInfo {
+    /// What its score means.
+    pub kind: SetKind,
+    /// When it was collected, and by whom (free text).
+    pub collected: String,
+    /// For a blind set: its first score, before any KB change for it (free text with the date
+    /// and the commit it was measured at).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blind_figure: Option<String>,
+    /// The set's directory, relative to the corpus given (filled in when read).
+    #[serde(default)]
+    pub dir: String,
+}
+
+/// The sets under `dir`: every directory (itself included) with a `set.toml`, in path order;
+/// when there is none, `dir` itself as one set without a kind.
+pub fn find_sets(dir: &Path) -> Result<Vec<(PathBuf, Option<SetInfo>)>, EvalError> {
+    fn walk(
+        root: &Path,
+        dir: &Path,
+        out: &mut Vec<(PathBuf, Option<SetInfo>)>,
+    ) -> Result<(), EvalError> {
+        let file = dir.join("set.toml");
+        if file.is_file() {
+            let text = std::fs::read_to_string(&file).map_err(|e| EvalError::Read {
+                path: file.clone(),
+                source: e,
+            })?;
+            let mut info: SetInfo = toml::from_str(&text).map_err(|e| EvalError::Format {
+                path: file.clone(),
+                message: e.to_string(),
+            })?;
+            let rel = dir.strip_prefix(root).unwrap_or(dir);
+            info.dir = if rel.as_os_str().is_empty() {
+                root.display().to_string()
+            } else {
+                root.join(rel).display().to_string()
+            };
+            out.push((dir.to_path_buf(), Some(info)));
+            return Ok(());
+        }
+        let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| EvalError::Read {
+                path: dir.to_path_buf(),
+                source: e,
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_dir())
+            .collect();
+        subdirs.sort();
+        for d in subdirs {
+            walk(root, &d, out)?;
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out)?;
+    if out.is_empty() {
+        out.push((dir.to_path_buf(), None));
+    }
+    Ok(out)
 }
 
 /// One excerpt as written.
@@ -155,6 +252,9 @@ pub struct Tally {
 /// The whole evaluation.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
+    /// The set evaluated, when its directory says what it is (`set.toml`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set: Option<SetInfo>,
     /// Overall counts.
     pub overall: Tally,
     /// Counts per label (the first expected code).
@@ -338,7 +438,8 @@ pub fn evaluate<M: Matcher>(
     Ok(report)
 }
 
-/// The report for people: per label, overall, then every miss.
+/// The report for people: the set and what its figure means, per label, overall, then every
+/// miss.
 pub fn render_text(r: &Report) -> String {
     let pct = |n: u64, d: u64| {
         if d == 0 {
@@ -347,10 +448,22 @@ pub fn render_text(r: &Report) -> String {
             100.0 * n as f64 / d as f64
         }
     };
-    let mut out = format!(
+    let mut out = String::new();
+    if let Some(set) = &r.set {
+        out.push_str(&format!("== {}: {}
+", set.dir, set.kind.as_str()));
+        out.push_str(&format!("   collected: {}
+", set.collected));
+        if let Some(b) = &set.blind_figure {
+            out.push_str(&format!("   blind figure: {b}
+"));
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!(
         "{:<34} {:>8} {:>9} {:>7}\n",
         "label", "failures", "detected", "top-1"
-    );
+    ));
     for (label, t) in &r.by_label {
         if label == "healthy" {
             continue;
