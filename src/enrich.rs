@@ -391,10 +391,9 @@ pub fn job_of<'a>(meta: &'a LineMeta, job: JobName<'a>) -> (Cow<'a, str>, Scope)
     match (&meta.job_id, job, &meta.host) {
         (Some(j), _, _) => (cap_key(j.as_str()), Scope::Job),
         (None, JobName::Given(j), _) => (cap_key(j), Scope::Job),
-        (None, JobName::Guessed(_), Some(host)) if node_line => (
-            Cow::Owned(format!("node:{}", cap_key(host))),
-            Scope::Node,
-        ),
+        (None, JobName::Guessed(_), Some(host)) if node_line => {
+            (Cow::Owned(format!("node:{}", cap_key(host))), Scope::Node)
+        }
         (None, JobName::Guessed(j), _) => (cap_key(j), Scope::Job),
     }
 }

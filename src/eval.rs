@@ -450,13 +450,22 @@ pub fn render_text(r: &Report) -> String {
     };
     let mut out = String::new();
     if let Some(set) = &r.set {
-        out.push_str(&format!("== {}: {}
-", set.dir, set.kind.as_str()));
-        out.push_str(&format!("   collected: {}
-", set.collected));
+        out.push_str(&format!(
+            "== {}: {}
+",
+            set.dir,
+            set.kind.as_str()
+        ));
+        out.push_str(&format!(
+            "   collected: {}
+",
+            set.collected
+        ));
         if let Some(b) = &set.blind_figure {
-            out.push_str(&format!("   blind figure: {b}
-"));
+            out.push_str(&format!(
+                "   blind figure: {b}
+"
+            ));
         }
         out.push('\n');
     }

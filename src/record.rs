@@ -120,7 +120,11 @@ pub fn cap_key(value: &str) -> Cow<'_, str> {
     while !value.is_char_boundary(head) {
         head -= 1;
     }
-    Cow::Owned(format!("{}~{:016x}", &value[..head], fnv1a64(value.as_bytes())))
+    Cow::Owned(format!(
+        "{}~{:016x}",
+        &value[..head],
+        fnv1a64(value.as_bytes())
+    ))
 }
 
 /// [`cap_key`] of an owned value, without a copy when it is short enough.

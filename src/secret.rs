@@ -128,7 +128,10 @@ mod tests {
 
     #[test]
     fn urls_lose_userinfo_query_values_and_fragments_only() {
-        assert_eq!(redact_url("http://am:9093/api/v2/alerts"), "http://am:9093/api/v2/alerts");
+        assert_eq!(
+            redact_url("http://am:9093/api/v2/alerts"),
+            "http://am:9093/api/v2/alerts"
+        );
         assert_eq!(
             redact_url("https://user:pa55@tickets.example:8443/hook"),
             "https://[redacted]@tickets.example:8443/hook"
@@ -148,10 +151,14 @@ mod tests {
 
     #[test]
     fn urls_inside_text_are_redacted_where_they_stand() {
-        let e = "POST \"https://bot:hunter2@t.example/x?sig=zz\": connection refused; retry http://ok/";
+        let e =
+            "POST \"https://bot:hunter2@t.example/x?sig=zz\": connection refused; retry http://ok/";
         let r = redact_urls_in(e);
         assert!(!r.contains("hunter2") && !r.contains("zz"), "{r}");
-        assert!(r.starts_with("POST \"https://[redacted]@t.example/x?sig=[redacted]\""), "{r}");
+        assert!(
+            r.starts_with("POST \"https://[redacted]@t.example/x?sig=[redacted]\""),
+            "{r}"
+        );
         assert!(r.ends_with("retry http://ok/"), "{r}");
         assert!(matches!(redact_urls_in("no url here"), Cow::Borrowed(_)));
     }

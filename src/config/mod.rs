@@ -777,7 +777,10 @@ runbook_url = "https://wiki:S13-runbook@wiki.example/runbooks#S14-fragment"
         .expect("valid");
         let text = c.redacted();
         for n in 1..=14 {
-            assert!(!text.contains(&format!("S{n}-")), "secret S{n} printed:\n{text}");
+            assert!(
+                !text.contains(&format!("S{n}-")),
+                "secret S{n} printed:\n{text}"
+            );
         }
         assert!(text.contains("faultline.example/base"), "{text}");
         assert!(text.contains("tickets.example/hook"), "{text}");

@@ -299,6 +299,14 @@ pub fn advice_problems(entry: &super::Entry) -> Vec<(String, String)> {
             out.push((field, why.to_string()));
         }
     }
+    for (i, w) in entry.workarounds.iter().enumerate() {
+        let Some(command) = w.command.as_deref() else {
+            continue;
+        };
+        for why in super::commands::command_problems(command) {
+            out.push((format!("workarounds[{i}].command"), why.to_string()));
+        }
+    }
     out
 }
 

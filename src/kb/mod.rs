@@ -5,6 +5,7 @@
 //! pattern id). [`check`] proves a KB sound in both engines; [`import`] converts other formats.
 
 pub mod check;
+pub mod commands;
 pub mod entry;
 pub mod import;
 pub mod lint;

@@ -375,7 +375,10 @@ pub async fn serve_with(
         };
         backoff = ACCEPT_BACKOFF_MIN;
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            tracing::debug!(max = limits.max_connections, "admin server full; closing a new connection");
+            tracing::debug!(
+                max = limits.max_connections,
+                "admin server full; closing a new connection"
+            );
             drop(stream);
             continue;
         };

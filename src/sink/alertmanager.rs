@@ -436,7 +436,9 @@ impl AlertmanagerSink {
     pub fn new(cfg: AlertmanagerConfig) -> Result<Self, AlertmanagerError> {
         let https_ok = cfg!(feature = "webhook-tls") && cfg.endpoint.starts_with("https://");
         if !cfg.endpoint.starts_with("http://") && !https_ok {
-            return Err(AlertmanagerError::UnsupportedUrl(redact_url(&cfg.url).into_owned()));
+            return Err(AlertmanagerError::UnsupportedUrl(
+                redact_url(&cfg.url).into_owned(),
+            ));
         }
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)

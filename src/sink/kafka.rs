@@ -471,7 +471,12 @@ impl KafkaSink {
         let cut = record
             .payload
             .filter(|p| p.len() > DEAD_LETTER_MAX_PAYLOAD)
-            .map(|p| (p.len().to_string(), format!("{:016x}", crate::record::fnv1a64(p))));
+            .map(|p| {
+                (
+                    p.len().to_string(),
+                    format!("{:016x}", crate::record::fnv1a64(p)),
+                )
+            });
         let payload = record.payload.map(|p| bounded_payload(p, redactor));
         let mut h = OwnedHeaders::new_with_capacity(record.headers.len() + 8);
         for (key, value) in record.headers {

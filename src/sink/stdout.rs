@@ -152,7 +152,9 @@ impl<W: Write> StdoutSink<W> {
     pub fn unknown(&mut self, event: &UnknownEvent) -> io::Result<()> {
         match self.format {
             Format::Json => self.json(event),
-            Format::Text => crate::unknown::write_event_text(&mut TerminalSafe(&mut self.out), event),
+            Format::Text => {
+                crate::unknown::write_event_text(&mut TerminalSafe(&mut self.out), event)
+            }
         }
     }
 

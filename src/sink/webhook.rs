@@ -237,7 +237,9 @@ impl WebhookSink {
     pub fn new(cfg: WebhookConfig, dead_letter: DeadLetter) -> Result<Self, WebhookError> {
         let https_ok = cfg!(feature = "webhook-tls") && cfg.url.starts_with("https://");
         if !cfg.url.starts_with("http://") && !https_ok {
-            return Err(WebhookError::UnsupportedUrl(crate::secret::redact_url(&cfg.url).into_owned()));
+            return Err(WebhookError::UnsupportedUrl(
+                crate::secret::redact_url(&cfg.url).into_owned(),
+            ));
         }
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)

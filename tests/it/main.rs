@@ -19,6 +19,7 @@ mod kb_explain;
 mod kubernetes;
 mod limits;
 mod observability;
+mod recognition;
 mod redact;
 mod redact_envelopes;
 mod scan;

@@ -80,17 +80,18 @@ async fn records_of_1_5_and_10_mb_are_dead_lettered_bounded_and_the_next_failure
     dead.sort_by_key(|d| d.header(headers::ORIGINAL_BYTES).map(|b| b.len()));
     for (d, size) in dead.iter().zip([1_500_000usize, 10_000_000]) {
         assert_eq!(d.header(headers::REASON).as_deref(), Some("too_large"));
-        assert_eq!(d.payload.len(), DEAD_LETTER_HEAD_BYTES, "a bounded head only");
+        assert_eq!(
+            d.payload.len(),
+            DEAD_LETTER_HEAD_BYTES,
+            "a bounded head only"
+        );
         assert!(d.payload.starts_with(b"BOOM 1 xxx"));
         assert_eq!(
             d.header(headers::ORIGINAL_BYTES),
             Some(size.to_string()),
             "the dead letter says how big the record was"
         );
-        assert_eq!(
-            d.header(headers::ORIGINAL_HASH).map(|h| h.len()),
-            Some(16)
-        );
+        assert_eq!(d.header(headers::ORIGINAL_HASH).map(|h| h.len()), Some(16));
     }
     assert_ne!(
         dead[0].header(headers::ORIGINAL_HASH),
@@ -153,7 +154,10 @@ async fn a_stage_that_stops_on_its_own_takes_readyz_down_and_fails_the_pipeline(
     produce(
         &cluster.bootstrap,
         &input,
-        &[Out::new(0, "j", "BOOM 1"), Out::new(0, "j", "STOP-THE-STAGE")],
+        &[
+            Out::new(0, "j", "BOOM 1"),
+            Out::new(0, "j", "STOP-THE-STAGE"),
+        ],
     )
     .await;
     let health = Arc::clone(running.health());
@@ -161,7 +165,9 @@ async fn a_stage_that_stops_on_its_own_takes_readyz_down_and_fails_the_pipeline(
         health.stopped().is_some()
     })
     .await;
-    let why = health.readiness().expect_err("not ready once a stage stopped");
+    let why = health
+        .readiness()
+        .expect_err("not ready once a stage stopped");
     assert!(why.contains("a stage stopped: faultline-match"), "{why}");
     // The probe fails too: 503 while the server still answers, refused once it is down.
     if let Some((status, body)) = http_get(addr, "/readyz").await {
