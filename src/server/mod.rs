@@ -572,9 +572,10 @@ mod tests {
                     return;
                 }
                 let mut buf = [0u8; 256];
-                match tokio::time::timeout(Duration::from_millis(1), slow.read(&mut buf)).await {
-                    Ok(Ok(0) | Err(_)) => return,
-                    _ => {}
+                let read =
+                    tokio::time::timeout(Duration::from_millis(1), slow.read(&mut buf)).await;
+                if let Ok(Ok(0) | Err(_)) = read {
+                    return;
                 }
             }
         })
