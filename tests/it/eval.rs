@@ -91,3 +91,55 @@ fn the_eval_command_reports_the_same_numbers() {
         lib.overall.failures + lib.overall.healthy
     );
 }
+
+/// `faultline eval tests/corpus` reports every set apart, under the kind its `set.toml` gives
+/// (in-sample, blind, held-out), and the blind and held-out sets keep at least the figures
+/// measured when the issue 26 work landed (a KB change that loses recognition on logs no entry
+/// was written from fails here too).
+#[test]
+fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
+    let out = crate::support::faultline_stdout([
+        "eval",
+        "--kb",
+        "kb",
+        "--format",
+        "json",
+        "tests/corpus",
+    ]);
+    let reports: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON report per line"))
+        .collect();
+    let kinds: Vec<(String, String)> = reports
+        .iter()
+        .map(|r| {
+            (
+                r["set"]["dir"].as_str().unwrap_or("").to_string(),
+                r["set"]["kind"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("tests/corpus/blind/batch1".to_string(), "blind".to_string()),
+            (
+                "tests/corpus/blind/batch2".to_string(),
+                "held-out".to_string()
+            ),
+            ("tests/corpus/real".to_string(), "in-sample".to_string()),
+        ]
+    );
+    // (detected, top-1, false alarms at most) as measured on 2026-12-01 (tests/corpus/README.md).
+    for (report, (detected, top1, alarms)) in reports.iter().zip([(152, 148, 1), (63, 61, 0)]) {
+        let o = &report["overall"];
+        let dir = report["set"]["dir"].as_str().unwrap_or("");
+        assert!(o["detected"].as_u64() >= Some(detected), "{dir}: {o}");
+        assert!(o["top1"].as_u64() >= Some(top1), "{dir}: {o}");
+        assert!(o["false_alarms"].as_u64() <= Some(alarms), "{dir}: {o}");
+        assert!(
+            report["set"]["blind_figure"].is_string(),
+            "{dir}: its first score is recorded"
+        );
+    }
+}
