@@ -243,7 +243,18 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         args.matchers
     );
 
-    let incidents = Printer::start(&bootstrap, INCIDENTS_TOPIC, args.format, Kind::Incidents)?;
+    // Following, each incident change is printed as it arrives; otherwise (text) the final
+    // state of each incident is printed once the samples are done.
+    let incidents = Printer::start(
+        &bootstrap,
+        INCIDENTS_TOPIC,
+        args.format,
+        if args.follow {
+            Kind::LiveIncidents
+        } else {
+            Kind::Incidents
+        },
+    )?;
     let events = args
         .matches
         .then(|| Printer::start(&bootstrap, EVENTS_TOPIC, args.format, Kind::Matches))
@@ -563,6 +574,8 @@ async fn finish(
 enum Kind {
     Matches,
     Incidents,
+    /// Incidents, each change printed as it arrives (`--follow`).
+    LiveIncidents,
 }
 
 /// Reads a topic from the beginning: match events are printed as they arrive; incident
@@ -610,11 +623,14 @@ impl Printer {
                     (Format::Text, Kind::Matches, Some(v)) => {
                         write_event_text(&mut TerminalSafe(&mut out), v)
                     }
+                    (Format::Text, Kind::LiveIncidents, Some(v)) => {
+                        write_incident_change(&mut TerminalSafe(&mut out), v)
+                    }
                     _ => Ok(()),
                 };
                 let _ = written.and_then(|()| out.flush());
                 drop(out);
-                if let (Kind::Incidents, Some(v)) = (kind, value) {
+                if let (Kind::Incidents | Kind::LiveIncidents, Some(v)) = (kind, value) {
                     // An incident whose root changed carries its previous fingerprint.
                     let fp = v["fingerprint"].as_str().unwrap_or_default().to_string();
                     let prev = v["previous_fingerprint"].as_str().map(str::to_string);
@@ -732,6 +748,36 @@ pub fn write_event_text(out: &mut impl Write, e: &Value) -> std::io::Result<()> 
 
 /// An incident (as read back from the incidents topic) for people: the headline, where, the
 /// summary, the root line, the cascade, the first verified workarounds, and why this headline.
+/// One line per incident change, for `demo --follow`: when it happened, what changed (opened,
+/// a new root, resolved), the headline, where, and the fingerprint.
+pub fn write_incident_change(out: &mut impl Write, i: &Value) -> std::io::Result<()> {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let root = &i["root"];
+    let mut what = s(i, "status");
+    if what == "resolved" {
+        what = format!("resolved ({})", s(i, "resolution"));
+    } else if i["previous_fingerprint"].is_string() {
+        what.push_str(", root changed");
+    }
+    let known = if i["root_known"].as_bool() == Some(false) {
+        "root unknown: "
+    } else {
+        ""
+    };
+    let mut where_ = format!("job {}", s(i, "job_id"));
+    if let Some(h) = root.get("host").and_then(Value::as_str) {
+        where_.push_str(&format!(" · host {h}"));
+    }
+    writeln!(
+        out,
+        "[{}] incident {what}: {known}{} {} · {where_} · {}",
+        i["last_seen"].as_str().unwrap_or("-"),
+        s(root, "error_code"),
+        s(&i["diagnosis"], "title"),
+        s(i, "fingerprint")
+    )
+}
+
 pub fn write_incident_text(out: &mut impl Write, i: &Value) -> std::io::Result<()> {
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let root = &i["root"];

@@ -98,6 +98,20 @@ pub fn redact_url(url: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `url` without its userinfo (`user:password@`), for links faultline puts in its own output
+/// (incident pages, runbooks): the link still works, the credential stays behind.
+pub fn without_userinfo(url: &str) -> Cow<'_, str> {
+    let Some(scheme_end) = url.find("://") else {
+        return Cow::Borrowed(url);
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => Cow::Owned(format!("{}{}", &url[..scheme_end + 3], &rest[at + 1..])),
+        None => Cow::Borrowed(url),
+    }
+}
+
 /// `text` with every URL in it (`scheme://` up to whitespace or a quote) passed through
 /// [`redact_url`]: for error messages of HTTP clients, which quote the URL they failed on.
 pub fn redact_urls_in(text: &str) -> Cow<'_, str> {
@@ -146,6 +160,14 @@ mod tests {
         );
         // An @ in the path is not userinfo.
         assert_eq!(redact_url("http://h/a@b"), "http://h/a@b");
+        assert_eq!(
+            without_userinfo("https://ops:pw@f.example/base/a@b"),
+            "https://f.example/base/a@b"
+        );
+        assert_eq!(
+            without_userinfo("https://f.example/x"),
+            "https://f.example/x"
+        );
         assert_eq!(redact_url("not a url"), "not a url");
     }
 

@@ -277,8 +277,10 @@ impl AdminConfig {
 
     /// The base of incident page links: `external_url`, else the bound address.
     pub fn page_base(&self, bound: Option<SocketAddr>) -> Option<String> {
+        // Links go into alerts and tickets: never with the URL's credentials.
         self.external_url
-            .clone()
+            .as_deref()
+            .map(|u| crate::secret::without_userinfo(u).into_owned())
             .or_else(|| bound.map(|a| format!("http://{a}")))
     }
 

@@ -218,7 +218,7 @@ impl AlertmanagerConfig {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if let Some(r) = &raw.runbook_url {
-            c.runbook_url = r.clone();
+            c.runbook_url = crate::secret::without_userinfo(r).into_owned();
         }
         c.ticketed_only = raw.ticketed_only.unwrap_or(false);
         (errors.count() == before).then_some(c)

@@ -767,7 +767,7 @@ impl RunWebhookConfig {
             sink.receiver = r.clone();
         }
         if let Some(u) = &wh.external_url {
-            sink.external_url = u.clone();
+            sink.external_url = crate::secret::without_userinfo(u).into_owned();
         }
         for (key, zero) in [
             ("max_attempts", sink.max_attempts == 0),

@@ -360,4 +360,36 @@ fn long_job_ids_and_hosts_are_capped_and_stay_distinct() {
     let largest = incidents.iter().map(|l| l.len()).max().unwrap_or(0);
     // Before the cap each incident held the 100 KB id and host several times (about 295 KB).
     assert!(largest < 24 * 1024, "an incident of {largest} bytes");
+
+    // The pages that list them stay small too (before: 27 MB of HTML for /incidents?limit=1000).
+    use faultline::incident::Correlator;
+    use faultline::server::{self, store::IncidentStore, Get, Routes};
+    let mut correlator = Correlator::new(IncidentConfig::default()).expect("config");
+    let mut changes = Vec::new();
+    for e in &events {
+        correlator.observe(e, &mut changes);
+    }
+    correlator.flush(&mut changes);
+    let store = IncidentStore::new(10_000, 1_000);
+    for c in &changes {
+        store.record(c);
+    }
+    let routes = server::incidents::routes(Routes::new(), store);
+    for path in ["/incidents", "/api/v1/incidents"] {
+        let reply = routes.dispatch(
+            &hyper::Method::GET,
+            &Get::new(path, Some("limit=1000")),
+            None,
+        );
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        assert!(
+            reply.body.contains("~"),
+            "{path}: the capped ids are listed"
+        );
+        assert!(
+            reply.body.len() < 2 * 1024 * 1024,
+            "{path}: {} bytes for 60 incidents",
+            reply.body.len()
+        );
+    }
 }

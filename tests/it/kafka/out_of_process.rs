@@ -554,3 +554,64 @@ async fn sigkill_mid_incident_and_restart_keep_one_ticket() {
         "the open change was produced before the crash and again after it"
     );
 }
+
+/// `demo --follow` prints each incident change as it arrives: a line produced while it runs
+/// has its incident on standard output within seconds, not at exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_follow_prints_an_incident_as_it_opens() {
+    use std::sync::mpsc;
+    let kb = test_kb();
+    let logs = tempfile::tempdir().expect("tempdir");
+    std::fs::write(logs.path().join("quiet.log"), "starting\nstep 1\n").expect("write");
+    let mut child = faultline()
+        .arg("demo")
+        .arg("--kb")
+        .arg(kb.path())
+        .arg("--logs")
+        .arg(logs.path())
+        .args(["--admin-listen", "off", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("demo starts");
+    let lines = |r: Box<dyn std::io::Read + Send>| {
+        let (tx, rx) = mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    };
+    let stderr = lines(Box::new(child.stderr.take().expect("stderr")));
+    let stdout = lines(Box::new(child.stdout.take().expect("stdout")));
+    let mut bootstrap = None;
+    let mut following = false;
+    while !following {
+        let line = stderr
+            .recv_timeout(DEADLINE)
+            .expect("the demo reports its start");
+        if let Some(rest) = line.split("embedded Kafka broker at ").nth(1) {
+            bootstrap = rest.split(';').next().map(str::to_string);
+        }
+        following = line.contains("following;");
+    }
+    let bootstrap = bootstrap.expect("the broker's address");
+    let mut out = Out::new(0, "my-job", "[rank3]: BOOM 77");
+    out.headers.push(("job".to_string(), "my-job".to_string()));
+    produce(&bootstrap, faultline::demo::LOGS_TOPIC, &[out]).await;
+    let printed = loop {
+        let line = stdout
+            .recv_timeout(DEADLINE)
+            .expect("the incident is printed while the demo runs");
+        if line.contains("incident open") {
+            break line;
+        }
+    };
+    assert!(printed.contains("TEST_BOOM"), "{printed}");
+    assert!(printed.contains("job my-job"), "{printed}");
+    signal(&child, "INT");
+    wait_exit(&mut child);
+}
