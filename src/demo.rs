@@ -746,8 +746,6 @@ pub fn write_event_text(out: &mut impl Write, e: &Value) -> std::io::Result<()> 
     writeln!(out)
 }
 
-/// An incident (as read back from the incidents topic) for people: the headline, where, the
-/// summary, the root line, the cascade, the first verified workarounds, and why this headline.
 /// One line per incident change, for `demo --follow`: when it happened, what changed (opened,
 /// a new root, resolved), the headline, where, and the fingerprint.
 pub fn write_incident_change(out: &mut impl Write, i: &Value) -> std::io::Result<()> {
@@ -778,6 +776,8 @@ pub fn write_incident_change(out: &mut impl Write, i: &Value) -> std::io::Result
     )
 }
 
+/// An incident (as read back from the incidents topic) for people: the headline, where, the
+/// summary, the root line, the cascade, the first verified workarounds, and why this headline.
 pub fn write_incident_text(out: &mut impl Write, i: &Value) -> std::io::Result<()> {
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let root = &i["root"];
