@@ -54,14 +54,14 @@ TEMPLATES = {
     # torch/distributed/elastic/multiprocessing/errors/__init__.py ChildFailedError.format_msg
     # template: '  exitcode  : ${exitcode} (pid: ${pid})'.
     "torchelastic_field": {
-        "pattern": r"exitcode\s{1,4}: (?P<exit_code>-{N}) \(pid: (?P<pid>\d+)\)",
+        "pattern": r"exitcode +: (?P<exit_code>-{N}) \(pid: (?P<pid>\d+)\)",
         "examples": ["  exitcode  : -{N} (pid: 1234)"],
         "supersedes": ["pytorch/torchelastic-root-cause-exitcode"],
     },
     # errors/__init__.py ProcessFailure.__post_init__: f'Signal {-exitcode} ({signal_name()}) received
     # by PID {pid}' (the 'traceback :' field); folly's SignalHandler adds '(0x...)' before 'received'.
     "torchelastic_signal": {
-        "pattern": r"Signal {N} \({NAME}\) (?:\(0x[0-9a-fA-F]{1,16}\) )?received by PID (?P<pid>\d+)",
+        "pattern": r"Signal {N} \({NAME}\) (?:\(0x[0-9a-fA-F]+\) )?received by PID (?P<pid>\d+)",
         "examples": ["  traceback : Signal {N} ({NAME}) received by PID 1234"],
         "supersedes": ["pytorch/torchelastic-root-cause-exitcode"],
     },
@@ -98,14 +98,14 @@ TEMPLATES = {
     # SchedMD/slurm src/srun/launch.c (plugins/launch/slurm/launch_slurm.c before 23.02)
     # _task_finish: error('%s: %s %s: %s%s', hosts, task_str, tasks, strsignal(WTERMSIG), core_str).
     "srun_signal": {
-        "pattern": r"srun: error: (?P<node>[^ :\n]{1,64}): tasks? (?P<rank>[0-9][0-9,\-\[\]]{0,200}): {WORD}\b",
+        "pattern": r"srun: error: (?P<node>[^ :\n]+): tasks? (?P<rank>[0-9][0-9,\-\[\]]*): {WORD}\b",
         "examples": ["srun: error: gpu-a-12: task 5: {WORD}{CORE}", "srun: error: nid001234: tasks 0-3,7: {WORD}{CORE}"],
         "supersedes": ["slurm/srun-task-exit"],
     },
     # same function: error('%s: %s %s: Exited with exit code %d') for a task that exited 128+N
     # (a shell or wrapper inside the task reporting its child's signal).
     "srun_exit": {
-        "pattern": r"srun: error: (?P<node>[^ :\n]{1,64}): tasks? (?P<rank>[0-9][0-9,\-\[\]]{0,200}): Exited with exit code (?P<exit_code>{EXIT})\b",
+        "pattern": r"srun: error: (?P<node>[^ :\n]+): tasks? (?P<rank>[0-9][0-9,\-\[\]]*): Exited with exit code (?P<exit_code>{EXIT})\b",
         "examples": ["srun: error: gpu-a-12: task 5: Exited with exit code {EXIT}"],
         "supersedes": ["slurm/srun-task-exit"],
     },
@@ -139,7 +139,7 @@ TEMPLATES = {
     # turns the tab into spaces), and the pod status field ContainerStateTerminated.exitCode
     # (k8s.io/api core/v1 json:"exitCode") in YAML or JSON.
     "k8s_status": {
-        "pattern": r'(?:Exit Code:\s{1,12}|\bexitCode"?:\s{0,4})(?P<exit_code>{EXIT})\b',
+        "pattern": r'(?:Exit Code: +|\bexitCode"?: *)(?P<exit_code>{EXIT})\b',
         "examples": ["      Exit Code:    {EXIT}", "    Exit Code:\t{EXIT}", "        exitCode: {EXIT}",
                      "\"lastState\": {\"terminated\": {\"containerID\": \"containerd://4f2a\", \"exitCode\": {EXIT}, \"reason\": \"Error\"}}"],
         "supersedes": [],
@@ -147,7 +147,7 @@ TEMPLATES = {
     # google/glog src/signalhandler.cc DumpSignalInfo: '*** SIGxxx (@0x<addr>) received by PID <pid>
     # (TID 0x<tid>) from PID <pid>; stack trace: ***' (also printed by Ray's raylet and Paddle).
     "glog": {
-        "pattern": r"\*\*\* {NAME} \(@0x[0-9a-fA-F]{1,16}\) received by PID (?P<pid>\d+)",
+        "pattern": r"\*\*\* {NAME} \(@0x[0-9a-fA-F]+\) received by PID (?P<pid>\d+)",
         "examples": ["*** {NAME} (@0x3e8000099c1) received by PID 39361 (TID 0x7f837aeab800) from PID 39361; stack trace: ***"],
         "supersedes": [],
     },
@@ -162,7 +162,7 @@ TEMPLATES = {
     # status code %d.'), Docker/containerd ('exited with code'), CPython ('returned non-zero exit
     # status %d.'), IDEs ('exit code 137 (interrupted by signal 9: SIGKILL)').
     "exit_status": {
-        "pattern": r"(?i)(?:exit|return)(?:ed)?(?: with)?(?: status(?: code)?| ?code)\s{0,8}[:=]?\s{0,8}(?P<exit_code>{EXIT}|-{N})\b",
+        "pattern": r"(?i)(?:exit|return)(?:ed)?(?: with)?(?: status(?: code)?| ?code)[ \t]*[:=]?[ \t]*(?P<exit_code>{EXIT}|-{N})\b",
         "examples": ["Process 0 exit with status code {EXIT}.", "container exited with code {EXIT}",
                      "subprocess.CalledProcessError: Command '['torchrun', 'train.py']' returned non-zero exit status {EXIT}."],
         "supersedes": [],
