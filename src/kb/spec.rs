@@ -95,6 +95,11 @@ pub struct ReviewSpec {
     pub by: String,
     /// The source it was checked against.
     pub against: String,
+    /// The release tags the source was read at (`v2.21.5-1`, `slurm-23-11-10-1`, `535.104.12`):
+    /// for a `patterns` row of an entry with version rows, every wording a supported release
+    /// prints was checked at these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// The seed knowledge base's fields of an entry, as the seed wrote them: AI-written, never

@@ -242,6 +242,7 @@ fn entry(
                 t.count(),
                 inputs_text(&opts.inputs)
             ),
+            tags: Vec::new(),
         }],
         seed: None,
     }
