@@ -5,6 +5,8 @@ Usage (from the repository root):
 
     python3 tools/xid-catalogue/gen.py            # writes kb/nvidia/xid-<n>-<slug>.toml
     python3 tools/xid-catalogue/gen.py --check    # exits 1 if a generated file is stale
+    python3 tools/xid-catalogue/gen.py --verify-xid-format DIR  # exits 1 if kernel_rc.c's Xid format
+                                                  # strings differ from XID_FORMAT_TAGS (DIR: a clone)
 
 The data and where it comes from are described in README.md next to this script. Xids that
 already have a hand-written entry (EXISTING below) are skipped: those entries keep their ids
@@ -43,6 +45,43 @@ FORMAT_REF = (
     "NVIDIA/open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c krcReportXid_IMPL "
     "(XID_PRINT_WITH_ATTR: 'NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, "
     "[pid=%s, name=%s, ]%s'; examples without a public log are built from this format)"
+)
+KERNEL_RC_PATH = "src/nvidia/src/kernel/gpu/rc/kernel_rc.c"
+# Driver tags at which the Xid format string of kernel_rc.c krcReportXid_IMPL was read (issue 31): the
+# first and last tag of every release branch 515..595 and 570.123.01, where the wording changed; each
+# tag maps to the format strings it prints (`--verify-xid-format DIR` re-reads them). Three wordings:
+# three portDbgPrintf calls up to 565.77; XID_PRINT_WITH_ATTR from 570.86.15, which drops
+# 'pid=%s, name=%s, ' when there is no process; ' caused by previous Xid %d' (rootCauseXidStr) appended
+# from 570.123.01. The generated patterns accept all three.
+XID_FORMAT_OLD = (
+    '"NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u): %d, pid=%s, name=%s, %s\\n"',
+    '"NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u): %d, pid=%s, name=%s, %s\\n"',
+    '"NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s\\n"',
+)
+XID_FORMAT_ATTR = (
+    '"NVRM: Xid (" attr "): %d, pid=%s, name=%s, %s\\n"',
+    '"NVRM: Xid (" attr "): %d, %s\\n"',
+)
+XID_FORMAT_ROOT = (
+    '"NVRM: Xid (" attr "): %d, pid=%s, name=%s, %s%s\\n"',
+    '"NVRM: Xid (" attr "): %d, %s%s\\n"',
+)
+XID_FORMAT_TAGS = (
+    [(t, XID_FORMAT_OLD) for t in (
+        "515.43.04", "515.105.01", "520.56.06", "520.61.07", "525.47.04", "525.147.05", "530.30.02", "530.41.03",
+        "535.43.02", "535.288.01", "545.23.06", "545.29.06", "550.40.07", "550.163.01", "555.42.02", "555.58.02",
+        "560.28.03", "560.35.03", "565.57.01", "565.77")]
+    + [("570.86.15", XID_FORMAT_ATTR)]
+    + [(t, XID_FORMAT_ROOT) for t in (
+        "570.123.01", "570.211.01", "575.51.02", "575.64.05", "580.65.06", "580.142", "590.44.01", "590.48.01",
+        "595.44.02", "595.45.04")]
+)
+FORMAT_TAGS_AGAINST = (
+    "; the format string read at the driver tags listed here (first and last tag of every branch 515 to 595, "
+    "and 570.123.01): 'NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]): %d, pid=%s, name=%s, %s' "
+    "(three portDbgPrintf calls) to 565.77; XID_PRINT_WITH_ATTR from 570.86.15, without 'pid=%s, name=%s, ' "
+    "when no process is known; ' caused by previous Xid %d' appended from 570.123.01; the patterns accept "
+    "every one"
 )
 REFS_COMMON = [
     "NVIDIA Xid catalog: " + CATALOG_URL,
@@ -232,6 +271,27 @@ def versions_against(n, table):
     return ("%s %s at every release tag %s to %s (tools/xid-catalogue/nverror-by-tag.tsv keeps the first and "
             "last tag of each branch and every tag where the definitions change); Xid %d defined in: %s"
             % (NVERROR_REPO, NVERROR_PATH, tags[0], tags[-1], n, "; ".join(parts)))
+
+
+def format_tags(n, table):
+    """The XID_FORMAT_TAGS read inside the stretches where Xid n is defined (all of them below 136)."""
+    spans = [(vkey(first), vkey(last)) for _, first, last, _, _ in stretches(n, table)] if n >= 136 else []
+    return [t for t, _ in XID_FORMAT_TAGS if not spans or any(a <= vkey(t) <= b for a, b in spans)]
+
+
+def verify_xid_format(gitdir):
+    """Exit 1 when the Xid format strings of kernel_rc.c differ from XID_FORMAT_TAGS at a tag it lists."""
+    bad = 0
+    for t, want in XID_FORMAT_TAGS:
+        text = subprocess.run(["git", "-C", gitdir, "show", "%s:%s" % (t, KERNEL_RC_PATH)],
+                              check=True, capture_output=True, text=True).stdout
+        got = tuple(re.findall(r'"NVRM: Xid \((?:"[^"\n]*"|[^"\n])*"', text))
+        if got != want:
+            print("differs from kernel_rc.c:", t, got)
+            bad += 1
+    print("%d tags checked, %d differ" % (len(XID_FORMAT_TAGS), bad))
+    if bad:
+        sys.exit(1)
 
 
 def bucket_words(b):
@@ -478,7 +538,9 @@ def render(r, reals):
         out.append("\n[[workarounds]]\ntext = %s" % q(text) + ("\ncommand = %s" % q(cmd) if cmd else ""))
     for action, why in dead_ends(r):
         out.append("\n[[dead_ends]]\naction = %s\nwhy = %s" % (q(action), q(why)))
-    out.append('\n[[review]]\npart = "patterns"\nlevel = "%s"\nby = "%s"\nagainst = %s' % (pat_level, BY, q(pat_against)))
+    ftags = format_tags(n, NVERROR)
+    out.append('\n[[review]]\npart = "patterns"\nlevel = "%s"\nby = "%s"\nagainst = %s\ntags = [%s]' % (
+        pat_level, BY_R2, q(pat_against + FORMAT_TAGS_AGAINST), ", ".join('"%s"' % t for t in ftags)))
     out.append('\n[[review]]\npart = "root_cause"\nlevel = "source_verified"\nby = "%s"\nagainst = %s' % (BY, q(CATALOG_AGAINST)))
     if workarounds(r):
         resets = any(cmd == GPU_RESET_CMD for _, cmd in workarounds(r))
@@ -568,6 +630,9 @@ def main():
     global NVERROR
     if "--extract-nverror" in sys.argv:
         extract_nverror(sys.argv[sys.argv.index("--extract-nverror") + 1])
+        return
+    if "--verify-xid-format" in sys.argv:
+        verify_xid_format(sys.argv[sys.argv.index("--verify-xid-format") + 1])
         return
     if "--verify-nverror" in sys.argv:
         verify_nverror(sys.argv[sys.argv.index("--verify-nverror") + 1])
