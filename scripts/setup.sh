@@ -14,7 +14,7 @@ case "$(uname -m)" in
   x86_64|amd64) hs=libhyperscan-dev ;;
   *) hs=libvectorscan-dev ;;
 esac
-for pkg in "$hs" pkg-config gcc g++ make ripgrep prometheus libssl-dev libzstd-dev zlib1g-dev kcat; do
+for pkg in "$hs" pkg-config gcc g++ make ripgrep prometheus libssl-dev libzstd-dev zlib1g-dev kcat openssl python3; do
   have_pkg "$pkg" || need+=("$pkg")
 done
 for pkg in ${FAULTLINE_EXTRA_PACKAGES:-}; do

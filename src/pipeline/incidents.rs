@@ -73,10 +73,9 @@ use crate::metrics::{
 use crate::offsets::{RecordId, Release, Tracker};
 use crate::server::store::IncidentStore;
 use crate::sink::alertmanager::{self, AlertJob, Alerter, AlertmanagerConfig, AlertmanagerSink};
+use crate::sink::http::Pause;
 use crate::sink::kafka::{KafkaSink, Undeliverable, UndeliveredRecord};
-use crate::sink::webhook::{
-    DeadLetter, Delivery, Pause, RunWebhookConfig, WebhookError, WebhookSink,
-};
+use crate::sink::webhook::{DeadLetter, Delivery, RunWebhookConfig, WebhookError, WebhookSink};
 use crate::source::kafka::SourceRecord;
 use crate::telemetry::IncidentTracer;
 use crate::time::Millis;

@@ -20,8 +20,9 @@
 //!   resend intervals; every open alert is posted again each `resend_interval_ms`, so it stays
 //!   firing while the incident is open and ends by itself if faultline is gone for longer.
 //! - **Resolved**: the incident's resolution posts the alert with `endsAt` = now.
-//! - **Delivery**: transport errors, 408, 429 and 5xx are retried with exponential backoff up to
-//!   `max_attempts`; other 4xx are not. An alert that could not be posted is counted (`failed`)
+//! - **Delivery** ([`crate::sink::http`], shared with the webhook, TLS included): transport
+//!   errors, 408, 429 and 5xx are retried with exponential backoff up to `max_attempts`; other
+//!   4xx are not. An alert that could not be posted is counted (`failed`)
 //!   and posted again at the next resend (a resolution too, kept in a bounded list). The alert
 //!   of a change that could not be posted is also handed to the caller as an
 //!   [`UndeliveredAlert`] (`faultline run` produces it to the dead-letter topic, reason
@@ -41,8 +42,8 @@ use crate::metrics::{AlertResult, IncidentFamilies};
 use crate::offsets::Release;
 use crate::runtime::Shutdown;
 use crate::secret::redact_url;
+use crate::sink::http::{HttpClient, HttpError, Pause, RetryPolicy, Sleep};
 use crate::sink::incident_url;
-use crate::sink::webhook::{Pause, Sleep};
 use crate::time::{format_ms, Millis};
 
 /// The `alertname` of every faultline incident.
@@ -74,6 +75,9 @@ const OWN_LABELS: [&str; 8] = [
 pub struct RawAlertmanagerConfig {
     /// Alertmanager's base URL (`http://alertmanager:9093`); alerts go to `/api/v2/alerts`.
     pub url: Option<String>,
+    /// PEM certificates of a private CA to trust for an `https://` URL (default: the public
+    /// roots).
+    pub ca_file: Option<std::path::PathBuf>,
     /// How often every open alert is posted again.
     pub resend_interval_ms: Option<u64>,
     /// For one request, connection to response.
@@ -105,6 +109,8 @@ pub struct AlertmanagerConfig {
     pub url: String,
     /// Where alerts are posted: `<url>/api/v2/alerts`.
     pub endpoint: String,
+    /// PEM certificates of a private CA to trust instead of the public roots.
+    pub ca_file: Option<std::path::PathBuf>,
     /// How often every open alert is posted again.
     pub resend_interval: Duration,
     /// For one request, connection to response.
@@ -143,6 +149,7 @@ impl AlertmanagerConfig {
         AlertmanagerConfig {
             url: url.to_string(),
             endpoint,
+            ca_file: None,
             resend_interval: Duration::from_secs(60),
             timeout: Duration::from_secs(10),
             max_attempts: 5,
@@ -162,16 +169,8 @@ impl AlertmanagerConfig {
         let url = raw.url.as_ref()?;
         let before = errors.count();
         let mut c = AlertmanagerConfig::new(url);
-        let https_ok = cfg!(feature = "webhook-tls") && url.starts_with("https://");
-        if !url.starts_with("http://") && !https_ok {
-            errors.push(
-                "url",
-                format!(
-                    "{:?}: expected http://... (https:// needs the webhook-tls feature)",
-                    redact_url(url)
-                ),
-            );
-        }
+        c.ca_file = raw.ca_file.clone();
+        crate::sink::http::check_settings(url, c.ca_file.as_deref(), errors);
         let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
         c.resend_interval = ms(raw.resend_interval_ms, c.resend_interval);
         c.timeout = ms(raw.timeout_ms, c.timeout);
@@ -228,6 +227,9 @@ impl AlertmanagerConfig {
     pub fn print(&self, p: &mut Printer) {
         p.table("alertmanager");
         p.value("url", redact_url(&self.url));
+        if let Some(path) = &self.ca_file {
+            p.value("ca_file", path.display().to_string());
+        }
         p.number("resend_interval_ms", self.resend_interval.as_millis());
         p.number("timeout_ms", self.timeout.as_millis());
         p.number("max_attempts", self.max_attempts);
@@ -273,9 +275,15 @@ fn ms_of(t: SystemTime) -> Millis {
         .map_or(0, |d| d.as_millis() as Millis)
 }
 
-/// The alert labels of incident `i` (see the module doc).
+/// The alert labels of incident `i` (see the module doc), with the configured extra labels.
 pub fn labels(i: &IncidentEvent, cfg: &AlertmanagerConfig) -> BTreeMap<String, String> {
-    let mut l = cfg.labels.clone();
+    label_set(i, &cfg.labels)
+}
+
+/// The one label set of incident `i` as an Alertmanager alert, whichever way it is sent (this
+/// sink, or the webhook's Alertmanager format): `extra` and then faultline's own labels.
+pub fn label_set(i: &IncidentEvent, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut l = extra.clone();
     let domain = i.root.kb_id.split('/').next().unwrap_or("");
     for (k, v) in [
         ("alertname", ALERT_NAME),
@@ -359,15 +367,10 @@ pub fn alert(i: &IncidentEvent, cfg: &AlertmanagerConfig, now: SystemTime) -> Al
     }
 }
 
-/// Why the sink could not be built.
+/// Why the sink could not be built: the URL or the CA file is unusable.
 #[derive(Debug, thiserror::Error)]
-pub enum AlertmanagerError {
-    /// The URL is neither `http://` nor (with `webhook-tls`) `https://`.
-    #[error(
-        "alertmanager URL {0:?} must start with http:// (https:// needs the webhook-tls feature)"
-    )]
-    UnsupportedUrl(String),
-}
+#[error("alertmanager: {0}")]
+pub struct AlertmanagerError(#[from] HttpError);
 
 /// A request that was not accepted: attempts made and the last error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -417,7 +420,7 @@ pub struct AlertStats {
 /// Posts alerts to one Alertmanager, with retries.
 pub struct AlertmanagerSink {
     cfg: AlertmanagerConfig,
-    agent: ureq::Agent,
+    client: HttpClient,
     pause: Box<dyn Pause>,
     stats: AlertStats,
 }
@@ -432,22 +435,12 @@ impl std::fmt::Debug for AlertmanagerSink {
 }
 
 impl AlertmanagerSink {
-    /// A sink for `cfg`; fails on a URL this build cannot reach.
+    /// A sink for `cfg`; fails on a URL that is not HTTP(S) or an unusable CA file.
     pub fn new(cfg: AlertmanagerConfig) -> Result<Self, AlertmanagerError> {
-        let https_ok = cfg!(feature = "webhook-tls") && cfg.endpoint.starts_with("https://");
-        if !cfg.endpoint.starts_with("http://") && !https_ok {
-            return Err(AlertmanagerError::UnsupportedUrl(
-                redact_url(&cfg.url).into_owned(),
-            ));
-        }
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(cfg.timeout))
-            .build()
-            .into();
+        let client = HttpClient::new(&cfg.endpoint, cfg.timeout, cfg.ca_file.as_deref())?;
         Ok(AlertmanagerSink {
             cfg,
-            agent,
+            client,
             pause: Box::new(Sleep),
             stats: AlertStats::default(),
         })
@@ -498,46 +491,28 @@ impl AlertmanagerSink {
             error: e.to_string(),
             alerts: Vec::new(),
         })?;
-        let mut attempts = 0;
-        let mut backoff = self.cfg.initial_backoff;
-        loop {
-            attempts += 1;
-            let mut request = self
-                .agent
-                .post(&self.cfg.endpoint)
-                .header("Content-Type", "application/json");
-            for (name, value) in &self.cfg.headers {
-                request = request.header(name, value);
-            }
-            let (error, retry, after) = match request.send(&body[..]) {
-                Ok(r) => {
-                    let code = r.status().as_u16();
-                    if (200..300).contains(&code) {
-                        return Ok(());
-                    }
-                    let after = r
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        .map(Duration::from_secs);
-                    let retry = code == 408 || code == 429 || code >= 500;
-                    (format!("HTTP {code}"), retry, after)
-                }
-                Err(e) => (e.to_string(), true, None),
-            };
-            if !retry || attempts >= self.cfg.max_attempts {
-                return Err(PostFailed {
-                    attempts,
-                    error,
-                    alerts: Vec::new(),
-                });
-            }
-            self.stats.retries += 1;
-            self.pause
-                .pause(after.unwrap_or(backoff).min(self.cfg.max_backoff));
-            backoff = (backoff * 2).min(self.cfg.max_backoff);
-        }
+        let headers: Vec<(&str, &str)> = self
+            .cfg
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let policy = RetryPolicy {
+            max_attempts: self.cfg.max_attempts,
+            initial_backoff: self.cfg.initial_backoff,
+            max_backoff: self.cfg.max_backoff,
+        };
+        let retries = &mut self.stats.retries;
+        self.client
+            .post(&headers, &body, policy, self.pause.as_mut(), &mut || {
+                *retries += 1
+            })
+            .map(|_| ())
+            .map_err(|f| PostFailed {
+                attempts: f.attempts,
+                error: f.error,
+                alerts: Vec::new(),
+            })
     }
 }
 
@@ -1044,7 +1019,7 @@ mod tests {
 
         // The next resend carries it to a receiver that accepts.
         let server = TicketServer::accepting();
-        a.sink.cfg.endpoint.clone_from(&server.url);
+        a.sink.client = HttpClient::new(&server.url, Duration::from_secs(5), None).expect("url");
         a.resend(now + Duration::from_secs(60)).expect("posted");
         assert!(
             a.take_undelivered().is_empty(),

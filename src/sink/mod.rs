@@ -1,8 +1,10 @@
 //! Where events go. [`stdout`] prints them for `faultline scan` (JSON lines or text for
 //! people); [`webhook`] turns incidents into tickets (generic JSON or Alertmanager's webhook
-//! payload); [`alertmanager`] posts them to Alertmanager's API as alerts.
+//! payload); [`alertmanager`] posts them to Alertmanager's API as alerts; both POST through
+//! [`http`] (TLS, retries, `Retry-After`).
 
 pub mod alertmanager;
+pub mod http;
 pub mod kafka;
 pub mod stdout;
 pub mod webhook;

@@ -12,15 +12,13 @@
 //! revision), the same on every retry and on a replay of the same logs, so a receiver that
 //! already applied a change can drop its redelivery.
 //!
-//! Retries: transport errors, 408, 429 and 5xx are retried with exponential backoff (doubling
-//! from `initial_backoff`, capped by `max_backoff`; a `Retry-After` in seconds is honoured up to
-//! the cap) until `max_attempts`; other 4xx are not retried. A change that cannot be delivered
-//! goes to the dead letter: a JSONL file or a callback. Waiting goes through [`Pause`], so tests
-//! record the backoff instead of sleeping.
+//! Delivery, retries and TLS are [`crate::sink::http`]'s: transport errors, 408, 429 and 5xx
+//! are retried with backoff; a change that still cannot be delivered goes to the dead letter: a
+//! JSONL file or a callback. The Alertmanager format's labels are the Alertmanager sink's
+//! ([`crate::sink::alertmanager::label_set`]), so one incident is one alert identity whichever
+//! way it reaches Alertmanager.
 //!
-//! Blocking (ureq): the service calls it from a blocking task; `scan` calls it inline. HTTPS
-//! needs the `webhook-tls` cargo feature (rustls); without it only `http://` URLs are accepted,
-//! which suits in-cluster receivers and keeps the default build free of a TLS stack.
+//! Blocking (ureq): the service calls it from a blocking task; `scan` calls it inline.
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -34,6 +32,8 @@ use serde_json::{json, Value};
 use crate::config::section::{Errors, Printer};
 use crate::enrich::SCHEMA_VERSION;
 use crate::incident::{CulpritMethod, IncidentEvent, Status};
+use crate::sink::alertmanager::label_set;
+use crate::sink::http::{HttpClient, HttpError, Pause, RetryPolicy, Sleep};
 use crate::sink::incident_url;
 
 /// The body shape.
@@ -48,8 +48,10 @@ pub enum PayloadFormat {
 /// Where and how to deliver.
 #[derive(Debug, Clone)]
 pub struct WebhookConfig {
-    /// Where changes are POSTed: `http://`, or `https://` with the `webhook-tls` feature.
+    /// Where changes are POSTed: `http://` or `https://`.
     pub url: String,
+    /// PEM certificates of a private CA to trust instead of the public roots.
+    pub ca_file: Option<PathBuf>,
     /// The body shape.
     pub format: PayloadFormat,
     /// Attempts per change, the first included.
@@ -77,6 +79,7 @@ impl WebhookConfig {
     pub fn new(url: impl Into<String>, format: PayloadFormat) -> Self {
         WebhookConfig {
             url: url.into(),
+            ca_file: None,
             format,
             max_attempts: 5,
             initial_backoff: Duration::from_millis(500),
@@ -132,22 +135,6 @@ pub struct DeadLetterRecord {
     pub payload: Value,
 }
 
-/// How the sink waits between attempts.
-pub trait Pause: Send {
-    /// Waits `duration` (or records it, in tests).
-    fn pause(&mut self, duration: Duration);
-}
-
-/// Really waits: `std::thread::sleep`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Sleep;
-
-impl Pause for Sleep {
-    fn pause(&mut self, duration: Duration) {
-        std::thread::sleep(duration);
-    }
-}
-
 /// The outcome of one [`WebhookSink::send`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
@@ -185,9 +172,9 @@ pub struct WebhookStats {
 /// Why the sink could not be built or a dead letter not written.
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
-    /// The URL is neither `http://` nor (with `webhook-tls`) `https://`.
-    #[error("webhook URL {0:?} must start with http:// (https:// needs the webhook-tls feature)")]
-    UnsupportedUrl(String),
+    /// The URL or the CA file is unusable.
+    #[error("webhook: {0}")]
+    Http(#[from] HttpError),
     /// The dead letter file could not be written.
     #[error("writing the dead letter file {path}: {source}")]
     DeadLetter {
@@ -204,7 +191,7 @@ pub enum WebhookError {
 /// Sends incident changes to one webhook.
 pub struct WebhookSink {
     cfg: WebhookConfig,
-    agent: ureq::Agent,
+    client: HttpClient,
     dead_letter: DeadLetter,
     pause: Box<dyn Pause>,
     stats: WebhookStats,
@@ -222,33 +209,13 @@ impl std::fmt::Debug for WebhookSink {
     }
 }
 
-/// The outcome of one attempt.
-enum Attempt {
-    Done,
-    Retry {
-        error: String,
-        after: Option<Duration>,
-    },
-    Fail(String),
-}
-
 impl WebhookSink {
-    /// A sink for `cfg`; fails on a URL this build cannot reach.
+    /// A sink for `cfg`; fails on a URL that is not HTTP(S) or an unusable CA file.
     pub fn new(cfg: WebhookConfig, dead_letter: DeadLetter) -> Result<Self, WebhookError> {
-        let https_ok = cfg!(feature = "webhook-tls") && cfg.url.starts_with("https://");
-        if !cfg.url.starts_with("http://") && !https_ok {
-            return Err(WebhookError::UnsupportedUrl(
-                crate::secret::redact_url(&cfg.url).into_owned(),
-            ));
-        }
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(cfg.timeout))
-            .build()
-            .into();
+        let client = HttpClient::new(&cfg.url, cfg.timeout, cfg.ca_file.as_deref())?;
         Ok(WebhookSink {
             cfg,
-            agent,
+            client,
             dead_letter,
             pause: Box::new(Sleep),
             stats: WebhookStats::default(),
@@ -295,27 +262,41 @@ impl WebhookSink {
             PayloadFormat::Alertmanager => alertmanager_payload(incident, &self.cfg),
         };
         let body = serde_json::to_vec(&payload)?;
-        let mut attempts = 0;
-        let mut backoff = self.cfg.initial_backoff;
-        let error = loop {
-            attempts += 1;
-            self.stats.attempts += 1;
-            match self.attempt(incident, &key, &body) {
-                Attempt::Done => {
-                    self.stats.delivered += 1;
-                    return Ok(Delivery::Delivered { attempts });
-                }
-                Attempt::Fail(error) => break error,
-                Attempt::Retry { error, after } => {
-                    if attempts >= self.cfg.max_attempts {
-                        break error;
-                    }
-                    self.stats.retries += 1;
-                    let wait = after.unwrap_or(backoff).min(self.cfg.max_backoff);
-                    self.pause.pause(wait);
-                    backoff = (backoff * 2).min(self.cfg.max_backoff);
-                }
+        let status = match incident.status {
+            Status::Open => "open",
+            Status::Updated => "updated",
+            Status::Resolved => "resolved",
+        };
+        let mut headers = vec![
+            ("Idempotency-Key", key.as_str()),
+            ("X-Faultline-Fingerprint", incident.fingerprint.as_str()),
+            ("X-Faultline-Status", status),
+        ];
+        headers.extend(
+            self.cfg
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        );
+        let policy = RetryPolicy {
+            max_attempts: self.cfg.max_attempts,
+            initial_backoff: self.cfg.initial_backoff,
+            max_backoff: self.cfg.max_backoff,
+        };
+        let retries = &mut self.stats.retries;
+        let result = self
+            .client
+            .post(&headers, &body, policy, self.pause.as_mut(), &mut || {
+                *retries += 1
+            });
+        let attempts = result.as_ref().map_or_else(|f| f.attempts, |a| *a);
+        self.stats.attempts += u64::from(attempts);
+        let error = match result {
+            Ok(_) => {
+                self.stats.delivered += 1;
+                return Ok(Delivery::Delivered { attempts });
             }
+            Err(failed) => failed.error,
         };
         self.stats.dead_lettered += 1;
         let record = DeadLetterRecord {
@@ -348,49 +329,6 @@ impl WebhookSink {
         }
         Ok(Delivery::DeadLettered { attempts, error })
     }
-
-    fn attempt(&self, incident: &IncidentEvent, key: &str, body: &[u8]) -> Attempt {
-        let status = match incident.status {
-            Status::Open => "open",
-            Status::Updated => "updated",
-            Status::Resolved => "resolved",
-        };
-        let mut request = self
-            .agent
-            .post(&self.cfg.url)
-            .header("Content-Type", "application/json")
-            .header("Idempotency-Key", key)
-            .header("X-Faultline-Fingerprint", &incident.fingerprint)
-            .header("X-Faultline-Status", status);
-        for (name, value) in &self.cfg.headers {
-            request = request.header(name, value);
-        }
-        match request.send(body) {
-            Ok(response) => {
-                let code = response.status().as_u16();
-                if (200..300).contains(&code) {
-                    return Attempt::Done;
-                }
-                let error = format!("HTTP {code}");
-                if code == 408 || code == 429 || code >= 500 {
-                    let after = response
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        .map(Duration::from_secs);
-                    Attempt::Retry { error, after }
-                } else {
-                    Attempt::Fail(error)
-                }
-            }
-            Err(e) => Attempt::Retry {
-                // ureq's errors may quote the URL, credentials and all.
-                error: crate::secret::redact_urls_in(&e.to_string()).into_owned(),
-                after: None,
-            },
-        }
-    }
 }
 
 /// The key of one change: the same on every retry and on a replay of the same logs.
@@ -421,18 +359,15 @@ const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 /// The most context bytes put into an annotation.
 const ANNOTATION_CONTEXT_BYTES: usize = 4096;
 
-/// Alertmanager webhook payload, version 4, with one alert per incident. Labels are stable for
-/// a fingerprint (alertname, fingerprint, job, error code, severity) so that every change of an
-/// incident updates the same alert; everything that may change is an annotation.
+/// Alertmanager webhook payload, version 4, with one alert per incident. Its labels are the
+/// Alertmanager sink's ([`label_set`]: alertname, fingerprint, job, error code, domain,
+/// category, severity, cluster), so that every change of an incident updates the same alert
+/// and both ways to Alertmanager give it one identity; everything that may change is an
+/// annotation.
 pub fn alertmanager_payload(incident: &IncidentEvent, cfg: &WebhookConfig) -> Value {
     let resolved = incident.status == Status::Resolved;
     let status = if resolved { "resolved" } else { "firing" };
-    let mut labels = BTreeMap::new();
-    labels.insert("alertname", "FaultlineIncident".to_string());
-    labels.insert("fingerprint", incident.fingerprint.clone());
-    labels.insert("job_id", incident.job_id.clone());
-    labels.insert("error_code", incident.root.error_code.clone());
-    labels.insert("severity", incident.root.severity.as_str().to_string());
+    let labels = label_set(incident, &BTreeMap::new());
 
     let c = &incident.culprit;
     let culprit = if c.method == CulpritMethod::Unknown {
@@ -695,6 +630,9 @@ pub const DEFAULT_WEBHOOK_QUEUE: usize = 1_024;
 pub struct RawWebhookConfig {
     /// Where tickets go.
     pub url: Option<String>,
+    /// PEM certificates of a private CA to trust for an `https://` URL (default: the public
+    /// roots).
+    pub ca_file: Option<PathBuf>,
     /// `generic` or `alertmanager`.
     pub format: Option<String>,
     /// Attempts per change, the first included.
@@ -746,6 +684,7 @@ impl RunWebhookConfig {
             }
         };
         let mut sink = WebhookConfig::new(url.clone(), format);
+        sink.ca_file = wh.ca_file.clone();
         if let Some(n) = wh.max_attempts {
             sink.max_attempts = n;
         }
@@ -784,15 +723,8 @@ impl RunWebhookConfig {
                 "must be at least webhook.initial_backoff_ms",
             );
         }
-        // The URL scheme is checked here, not when the thread starts.
-        if let Err(WebhookError::UnsupportedUrl(u)) =
-            WebhookSink::new(sink.clone(), DeadLetter::Drop)
-        {
-            errors.push(
-                "url",
-                format!("{u:?}: expected http://... (https:// needs the webhook-tls feature)"),
-            );
-        }
+        // The URL and CA file are checked here, not when the thread starts.
+        crate::sink::http::check_settings(url, sink.ca_file.as_deref(), errors);
         (errors.count() == before).then_some(RunWebhookConfig {
             sink,
             dead_letter: wh.dead_letter.clone(),
@@ -805,6 +737,9 @@ impl RunWebhookConfig {
         let s = &self.sink;
         p.table("webhook");
         p.value("url", crate::secret::redact_url(&s.url));
+        if let Some(path) = &s.ca_file {
+            p.value("ca_file", path.display().to_string());
+        }
         let format = match s.format {
             PayloadFormat::Generic => "generic",
             PayloadFormat::Alertmanager => "alertmanager",
@@ -842,8 +777,8 @@ mod tests {
         };
         assert!(parse("").0.is_none());
         let (c, errors) = parse(
-            "url = \"http://127.0.0.1:1/t\"\nformat = \"alertmanager\"\nqueue = 8\n\
-             headers = { Authorization = \"Bearer s3cret\" }\n",
+            "url = \"http://bot:hunter22@127.0.0.1:1/t\"\nformat = \"alertmanager\"\n\
+             queue = 8\nheaders = { Authorization = \"Bearer s3cret\" }\n",
         );
         assert!(errors.is_empty(), "{errors:?}");
         let c = c.expect("valid");
@@ -856,6 +791,14 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("s3cret"), "{text}");
+        assert!(!text.contains("hunter22"), "{text}");
+        assert!(text.contains("127.0.0.1:1/t"), "{text}");
+        let (c, errors) = parse("url = \"https://h/t\"\nca_file = \"/nonexistent/ca.pem\"\n");
+        assert!(c.is_none());
+        assert!(
+            errors[0].starts_with("webhook.ca_file: CA file"),
+            "{errors:?}"
+        );
         let (c, errors) = parse("url = \"ftp://x\"\nformat = \"jira\"\nqueue = 0\n");
         assert!(c.is_none());
         let fields: Vec<&str> = errors
@@ -1050,7 +993,36 @@ mod tests {
             WebhookConfig::new("ftp://x", PayloadFormat::Generic),
             DeadLetter::Drop,
         );
-        assert!(matches!(bad, Err(WebhookError::UnsupportedUrl(_))));
+        assert!(matches!(
+            bad,
+            Err(WebhookError::Http(HttpError::UnsupportedUrl(_)))
+        ));
+    }
+
+    #[test]
+    fn both_ways_to_alertmanager_give_an_incident_the_same_labels() {
+        let cfg = WebhookConfig::new("http://am", PayloadFormat::Alertmanager);
+        let sink_cfg = crate::sink::alertmanager::AlertmanagerConfig::new("http://am");
+        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_714_564_800);
+        for e in incidents() {
+            let webhook = &alertmanager_payload(&e, &cfg)["alerts"][0]["labels"];
+            let sink = crate::sink::alertmanager::alert(&e, &sink_cfg, now).labels;
+            assert_eq!(
+                *webhook,
+                serde_json::to_value(&sink).expect("json"),
+                "{e:?}"
+            );
+            for own in [
+                "alertname",
+                "fingerprint",
+                "job_id",
+                "error_code",
+                "domain",
+                "category",
+            ] {
+                assert!(sink.contains_key(own), "{own} in {sink:?}");
+            }
+        }
     }
 
     #[test]

@@ -26,4 +26,5 @@ mod scan;
 mod support;
 mod telemetry;
 mod templates;
+mod tls;
 mod unknown;
