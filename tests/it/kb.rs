@@ -2,7 +2,8 @@
 
 use std::fs;
 
-use faultline::kb::{self, check, import, KnowledgeBase};
+use faultline::kb::{self, KnowledgeBase};
+use faultline::kbtool::{check, import};
 
 use crate::support::{kb, repo, shared};
 
@@ -277,6 +278,34 @@ examples = ["CUDA error: demo 7"]
 negative_examples = ["CUDA error: demo"]
 references = ["here"]
 "#;
+
+#[test]
+fn version_rows_need_a_patterns_review_that_names_release_tags() {
+    let review = |tags: &str| {
+        format!(
+            "{GOOD}\n[[versions]]\ncomponent = \"cuda\"\nrange = \">=12.0\"\nstatus = \"active\"\n\n\
+             [[review]]\npart = \"patterns\"\nlevel = \"source_verified\"\nby = \"t\"\n\
+             against = \"demo.c\"\n{tags}\n"
+        )
+    };
+    let untagged_warnings = |text: String| -> Vec<String> {
+        let report = check::check(vec![("cuda/demo.toml".into(), text)], "t");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        report
+            .warnings
+            .iter()
+            .map(ToString::to_string)
+            .filter(|w| w.contains("release tags"))
+            .collect()
+    };
+    let missing = untagged_warnings(review(""));
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert!(missing[0].contains("cuda/demo") && missing[0].contains("field `review`"));
+    assert_eq!(
+        untagged_warnings(review("tags = [\"v12.0.0\", \"v12.4.1\"]")),
+        Vec::<String>::new()
+    );
+}
 
 #[test]
 fn costly_patterns_are_warnings_that_name_the_pattern() {
