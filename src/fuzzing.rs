@@ -13,6 +13,7 @@ use crate::envelope::{self, MAX_RECORDS_PER_LINE};
 use crate::incident::multiline::{self, ContextBuf, Streams, MAX_CONTEXT_LINE_BYTES};
 use crate::incident::{ContextInfo, Correlator, IncidentConfig};
 use crate::kb::{self, KnowledgeBase};
+use crate::kbtool;
 use crate::matcher::{HyperscanMatcher, RegexMatcher};
 use crate::pipeline::config::{EnvelopeMode, InputConfig, JobIdFrom};
 use crate::record::Provenance;
@@ -67,7 +68,7 @@ pub fn kb_toml(data: &[u8]) {
     let (kb, problems) = KnowledgeBase::build(files.clone(), "fuzz");
     assert_eq!(parsed.is_ok(), kb.entries.len() == 1);
     if problems.is_empty() && !kb.patterns.is_empty() {
-        let report = kb::check::check(files, "fuzz");
+        let report = kbtool::check::check(files, "fuzz");
         assert_eq!(report.entries, 1);
     }
 }
@@ -78,10 +79,10 @@ pub fn seed_markdown(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(spec) = kb::import::from_markdown(text) {
+    if let Ok(spec) = kbtool::import::from_markdown(text) {
         imported(&spec);
         // The Markdown writer is the importer's inverse.
-        let again = kb::import::from_markdown(&kb::import::to_markdown(&spec));
+        let again = kbtool::import::from_markdown(&kbtool::import::to_markdown(&spec));
         assert!(again.is_ok(), "to_markdown output re-imports");
     }
 }
@@ -91,7 +92,7 @@ pub fn deadends_json(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(specs) = kb::import::from_json(text) {
+    if let Ok(specs) = kbtool::import::from_json(text) {
         for spec in &specs {
             imported(spec);
         }

@@ -3,7 +3,7 @@
 //! librdkafka's log to `tracing`, the borrowed view of a consumed record, and the partition-list
 //! and lag helpers.
 //!
-//! A leaf of the Kafka side: it depends on [`crate::offsets`], [`crate::config::section`] and
+//! A leaf of the Kafka side: it depends on [`crate::offsets`], [`crate::section`] and
 //! the metric labels only, so the source and the sinks share it instead of importing each other.
 //! [`links`] turns librdkafka's connection noise into one line per broker outage.
 
@@ -17,8 +17,8 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Deserialize;
 
-use crate::config::section::{redact, Errors, Printer};
 use crate::offsets::{RecordId, TopicPartition};
+use crate::section::{redact, Errors, Printer};
 
 /// `[kafka]` as written.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -8,8 +8,9 @@
 //!
 //! # Layout
 //!
-//! Modules in flow order, lowest first; imports point down this list, never up and never in a
-//! circle (`tests/it/architecture.rs` checks it):
+//! Modules in flow order, lowest first: each bullet below is a layer. Imports point down this
+//! list (or stay within a bullet), never up and never in a circle (`tests/it/architecture.rs`
+//! checks both, reading this list):
 //!
 //! ```text
 //!  source::file ─chunks─┐                          ┌─batches─ source::kafka
@@ -23,12 +24,13 @@
 //!   [`time`] (the one timestamp parser), [`offsets`] (the contiguous per-partition watermark),
 //!   [`runtime`] (shutdown, the bounded queue, health), [`secret`] (what a credential in
 //!   faultline's settings is, and the one redaction of URLs and secret values),
-//!   [`config::section`] (what every configuration table shares).
+//!   [`section`] (what every configuration table shares).
 //! - [`envelope`]: raw lines and shipper JSON envelopes -> [`record::LogRecord`].
 //! - [`kb`]: the knowledge base: format ([`kb::spec`] -> [`kb::entry`]), `kb check`, listing,
 //!   importers.
 //! - [`matcher`]: the multi-pattern engines behind one trait (Hyperscan, and the `regex` oracle).
 //! - [`engine`]: a chunk of lines -> confirmed hits with captures.
+//! - [`kbtool`]: what a KB author runs over the engines: `kb check` and the seed importer.
 //! - [`redact`]: secrets out of everything that quotes a log line.
 //! - [`templates`]: the online template miner: masking, templates with stable ids, bounded
 //!   memory, and the gate that says which lines look like errors.
@@ -40,10 +42,12 @@
 //! - [`metrics`]: every Prometheus family, one file per group; [`telemetry`]: OTLP spans.
 //! - [`kafka`]: librdkafka settings in one function, the log bridge, the record view, lag.
 //! - [`source`]: [`source::file`], [`source::kafka`]; [`sink`]: [`sink::stdout`],
-//!   [`sink::kafka`], [`sink::webhook`].
+//!   [`sink::kafka`], [`sink::webhook`], [`sink::alertmanager`], and [`sink::http`] under the
+//!   last two.
 //! - [`reload`]: KB hot reload; [`server`]: the admin HTTP server; [`isolation`]: panics caught,
 //!   redacted and retried, for every driver ([`panic_hook`] prints them the same way).
-//! - [`pipeline`]: `faultline run`'s stages ([`pipeline::config`], [`pipeline::decode`],
+//! - [`pipeline`]: `faultline run`'s settings ([`pipeline::settings`], which `config` builds) and
+//!   stages ([`pipeline::config`], [`pipeline::decode`],
 //!   [`pipeline::match_stage`], [`pipeline::incidents`], [`pipeline::signals`]; the roles of a
 //!   split deployment: [`pipeline::shard`], [`pipeline::correlate`]).
 //! - [`scan`]: the file and stdin driver.
@@ -54,7 +58,7 @@
 //! - [`eval`]: recognition measured on the real-log corpus.
 //! - [`demo`]: the whole pipeline on an embedded broker; [`bench`]: benchmark inputs and
 //!   [`bench::latency`], the split roles measured on an embedded broker;
-//!   [`cli`]: the command line.
+//!   [`cli`]: the command line; [`fuzzing`]: the fuzz targets' entry points.
 
 pub mod bench;
 pub mod cli;
@@ -71,6 +75,7 @@ pub mod incident;
 pub mod isolation;
 pub mod kafka;
 pub mod kb;
+pub mod kbtool;
 pub mod matcher;
 pub mod metrics;
 pub mod mine;
@@ -83,6 +88,7 @@ pub mod reload;
 pub mod runtime;
 pub mod scan;
 pub mod secret;
+pub mod section;
 pub mod server;
 pub mod sink;
 pub mod source;

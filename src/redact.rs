@@ -534,7 +534,7 @@ pub struct RedactConfig {
 
 impl RedactConfig {
     /// Validates `[redact]`: each extra rule compiles in both engines.
-    pub fn from_raw(raw: RawRedact, errors: &mut crate::config::section::Errors<'_>) -> Self {
+    pub fn from_raw(raw: RawRedact, errors: &mut crate::section::Errors<'_>) -> Self {
         for (i, rule) in raw.extra.iter().enumerate() {
             if let Err(e) = rule.check() {
                 errors.push(&format!("extra[{i}]"), e.to_string());
@@ -557,7 +557,7 @@ impl RedactConfig {
     }
 
     /// The effective `[redact]` table.
-    pub fn print(&self, p: &mut crate::config::section::Printer) {
+    pub fn print(&self, p: &mut crate::section::Printer) {
         p.table("redact");
         p.number("enabled", self.enabled);
         let extra: Vec<String> = self

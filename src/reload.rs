@@ -19,12 +19,13 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use crate::config::section::{Errors, Printer};
 use crate::engine::Engine;
 use crate::enrich::Enricher;
 use crate::kb::{self, KnowledgeBase};
+use crate::kbtool;
 use crate::matcher::MatchError;
 pub use crate::runtime::health::ReloadStatus;
+use crate::section::{Errors, Printer};
 
 /// A compiled KB and its enricher, swapped as a whole.
 #[derive(Debug)]
@@ -99,7 +100,7 @@ fn checked_marker(files: &[kb::KbFile]) -> Option<PathBuf> {
 
 /// Changes whenever `kb check` gains or changes a rule, so that a KB checked by older rules is
 /// checked again.
-const CHECK_RULES: &str = "2026-12-01 commands";
+const CHECK_RULES: &str = "2026-12-01 commands, tags";
 
 impl KbSource {
     /// The directory if one is given, else the embedded KB.
@@ -122,7 +123,7 @@ impl KbSource {
                 // a start or a reload before, is not checked again.
                 let marker = checked_marker(&files);
                 if !marker.as_ref().is_some_and(|m| m.is_file()) {
-                    let report = kb::check::check(files.clone(), &origin);
+                    let report = kbtool::check::check(files.clone(), &origin);
                     if !report.ok() {
                         return Err(ReloadError::Check {
                             origin,

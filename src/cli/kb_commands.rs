@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 
 use crate::kb::{self, KnowledgeBase};
+use crate::kbtool;
 
 /// Checks `dir` (default `kb/` when present, else the embedded KB); exit 1 on any error.
 pub(super) fn check(dir: Option<PathBuf>, show_warnings: bool) -> Result<ExitCode> {
@@ -17,7 +18,7 @@ pub(super) fn check(dir: Option<PathBuf>, show_warnings: bool) -> Result<ExitCod
     if files.is_empty() {
         bail!("{origin} holds no *.toml entries");
     }
-    let report = kb::check::check(files, &origin);
+    let report = kbtool::check::check(files, &origin);
     for p in &report.errors {
         eprintln!("error: {origin}/{p}");
     }
@@ -48,9 +49,9 @@ pub(super) fn import(files: &[PathBuf], out_dir: &Path, force: bool) -> Result<E
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let specs = if path.extension().is_some_and(|e| e == "json") {
-            kb::import::from_json(&text)
+            kbtool::import::from_json(&text)
         } else {
-            kb::import::from_markdown(&text).map(|s| vec![s])
+            kbtool::import::from_markdown(&text).map(|s| vec![s])
         };
         let specs = match specs {
             Ok(s) => s,

@@ -1,6 +1,6 @@
 //! `faultline run` settings: `faultline.toml` as written ([`RawConfig`]) -> validated [`Config`].
 //!
-//! Each component owns its table ([`section`] says how): `[kafka]` in [`crate::kafka`],
+//! Each component owns its table ([`crate::section`] says how): `[kafka]` in [`crate::kafka`],
 //! `[input]` and `[dead_letter]` in [`crate::pipeline::decode`], `[pipeline]` in
 //! [`crate::pipeline`], `[output]` in [`crate::sink::kafka`], `[kb]` in [`crate::reload`],
 //! `[admin]` in [`crate::server`], `[redact]` in [`crate::redact`], `[metrics]` in
@@ -14,8 +14,6 @@
 //! problem and names its field (`kafka.brokers`, `dead_letter.max_invalid_ratio`...). Loading
 //! has no side effects: nothing connects, binds or spawns here.
 
-pub mod section;
-
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -26,16 +24,17 @@ use crate::metrics::{MetricsConfig, RawMetricsConfig};
 use crate::pipeline::config::{
     DeadLetterConfig, InputConfig, PipelineConfig, RawDeadLetter, RawInput, RawPipeline,
 };
+pub use crate::pipeline::settings::Config;
 use crate::redact::{RawRedact, RedactConfig};
 use crate::reload::{KbConfig, RawKb};
+pub use crate::section::FieldError;
+use crate::section::{redact, Errors, Printer};
 use crate::server::{AdminConfig, RawAdmin};
 use crate::sink::alertmanager::{AlertmanagerConfig, RawAlertmanagerConfig};
 use crate::sink::kafka::{OutputConfig, RawOutput};
 use crate::sink::webhook::{RawWebhookConfig, RunWebhookConfig};
 use crate::telemetry::{RawTelemetryConfig, TelemetryConfig};
 use crate::unknown::{RawUnknownConfig, UnknownConfig};
-pub use section::FieldError;
-use section::{redact, Errors, Printer};
 
 /// The file as written. Every field is optional; defaults are applied by [`Config::from_raw`].
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -288,39 +287,6 @@ fn render(errors: &[FieldError]) -> String {
         .map(|e| format!("  {e}"))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// A validated configuration: every section, validated by its component.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// `[kafka]`.
-    pub kafka: KafkaConfig,
-    /// `[input]`.
-    pub input: InputConfig,
-    /// `[output]`.
-    pub output: OutputConfig,
-    /// `[dead_letter]`.
-    pub dead_letter: DeadLetterConfig,
-    /// `[pipeline]`.
-    pub pipeline: PipelineConfig,
-    /// `[kb]`.
-    pub kb: KbConfig,
-    /// `[admin]`.
-    pub admin: AdminConfig,
-    /// `[metrics]`.
-    pub metrics: MetricsConfig,
-    /// `[telemetry]`.
-    pub telemetry: TelemetryConfig,
-    /// `[redact]`.
-    pub redact: RedactConfig,
-    /// `[incidents]`; `None`: incidents off.
-    pub incidents: Option<IncidentsConfig>,
-    /// `[webhook]`; `None`: no tickets.
-    pub webhook: Option<RunWebhookConfig>,
-    /// `[unknown]`.
-    pub unknown: UnknownConfig,
-    /// `[alertmanager]`; `None`: no alerts.
-    pub alertmanager: Option<AlertmanagerConfig>,
 }
 
 impl RawConfig {

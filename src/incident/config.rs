@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::IncidentConfig;
-use crate::config::section::{Errors, Printer};
+use crate::section::{Errors, Printer};
 
 /// The default incidents topic.
 pub const DEFAULT_INCIDENTS_TOPIC: &str = "faultline.incidents";

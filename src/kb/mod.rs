@@ -2,12 +2,10 @@
 //!
 //! Flow: TOML files ([`spec`], as written) -> [`Entry`] (validated, [`entry`]) ->
 //! [`KnowledgeBase`] (all entries, plus a dense table of patterns whose index is the Hyperscan
-//! pattern id). [`check`] proves a KB sound in both engines; [`import`] converts other formats.
+//! pattern id). [`crate::kbtool`] proves a KB sound in both engines and converts other formats.
 
-pub mod check;
 pub mod commands;
 pub mod entry;
-pub mod import;
 pub mod lint;
 pub mod list;
 pub mod spec;

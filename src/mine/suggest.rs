@@ -5,7 +5,7 @@
 //! from the template ([`super::pattern`]), its examples from the template's real lines
 //! (redacted, and only those the pattern matches), a near miss as negative example, the
 //! places the lines came from as references, and `TODO` text where a person must write the
-//! diagnosis. Each draft is then proven the way the KB is: it must pass [`kb::check::check`]
+//! diagnosis. Each draft is then proven the way the KB is: it must pass [`kbtool::check::check`]
 //! on its own (compiles in both engines, matches its examples, not its negative example), and
 //! all drafts together are scanned over the healthy corpus, where they must match nothing. A
 //! draft that fails either is dropped, with a note saying why.
@@ -16,6 +16,7 @@ use std::sync::Arc;
 use crate::engine::Engine;
 use crate::kb::spec::{EntrySpec, ReviewSpec};
 use crate::kb::{self, KbFile, KnowledgeBase};
+use crate::kbtool;
 use crate::matcher::{HyperscanMatcher, MatchError};
 use crate::redact::Redactor;
 use crate::source::file::{self, ChunkReader};
@@ -183,7 +184,7 @@ fn draft(
         header(t, &spec.id),
         toml::to_string_pretty(&spec).map_err(|e| e.to_string())?
     );
-    let report = kb::check::check(vec![(path.clone(), toml.clone())], "<draft>");
+    let report = kbtool::check::check(vec![(path.clone(), toml.clone())], "<draft>");
     if let Some(problem) = report.errors.first() {
         return Err(format!("it fails kb check: {problem}"));
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::section::{Errors, Printer};
+use crate::section::{Errors, Printer};
 use crate::source::kafka::BatchLimits;
 
 /// `[pipeline]` as written.

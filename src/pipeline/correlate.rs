@@ -49,8 +49,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::sync::watch;
 
+use super::settings::Config;
 use super::{incidents, PipelineError, Stop};
-use crate::config::Config;
 use crate::enrich::{Diagnosis, MatchEvent, Scope, SCHEMA_VERSION};
 use crate::incident::lru::LruOrder;
 use crate::incident::unrecognised::{RecentUnknown, UnknownSeen};

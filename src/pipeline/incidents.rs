@@ -889,7 +889,7 @@ mod tests {
         let mut errors = Vec::new();
         let config = IncidentsConfig::from_raw(
             &raw,
-            &mut crate::config::section::Errors::new("incidents", &mut errors),
+            &mut crate::section::Errors::new("incidents", &mut errors),
         )
         .expect("valid");
         let (stage, threads) = IncidentStage::start(

@@ -38,7 +38,6 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::config::Config;
 use crate::incident::config::Role;
 use crate::kafka::{kafka_settings, KafkaConfig};
 use crate::matcher::MatchError;
@@ -47,6 +46,7 @@ use crate::runtime::{queue, Health, Shutdown, Stats};
 use crate::server;
 use crate::sink::kafka::{KafkaSink, SinkError};
 use crate::source::kafka::{Batch, KafkaSource, SourceError};
+use settings::Config;
 
 pub mod config;
 pub mod correlate;
@@ -54,6 +54,7 @@ pub mod decode;
 pub mod incidents;
 pub mod match_stage;
 pub mod quarantine;
+pub mod settings;
 pub mod shard;
 pub mod signals;
 mod unknown;

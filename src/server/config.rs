@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::section::{Errors, Printer};
+use crate::section::{Errors, Printer};
 
 /// The admin server's default address: loopback only.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9477";

@@ -36,12 +36,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use crate::config::section::{Errors, Printer};
 use crate::incident::{IncidentEvent, Status};
 use crate::metrics::{AlertResult, IncidentFamilies};
 use crate::offsets::Release;
 use crate::runtime::Shutdown;
 use crate::secret::redact_url;
+use crate::section::{Errors, Printer};
 use crate::sink::http::{HttpClient, HttpError, Pause, RetryPolicy, Sleep};
 use crate::sink::incident_url;
 use crate::time::{format_ms, Millis};

@@ -206,11 +206,7 @@ fn read_ca_file(path: &Path) -> Result<Vec<ureq::tls::Certificate<'static>>, Htt
 
 /// Checks an output's `url` and `ca_file` settings at config time, so that a bad one is a
 /// config error naming its field, not a failure when the output starts.
-pub fn check_settings(
-    url: &str,
-    ca_file: Option<&Path>,
-    errors: &mut crate::config::section::Errors<'_>,
-) {
+pub fn check_settings(url: &str, ca_file: Option<&Path>, errors: &mut crate::section::Errors<'_>) {
     match HttpClient::new(url, Duration::from_secs(1), ca_file) {
         Ok(_) => {}
         Err(e @ HttpError::UnsupportedUrl(_)) => errors.push("url", e.to_string()),

@@ -52,7 +52,7 @@ pub struct OutputConfig {
 
 impl OutputConfig {
     /// Validates `[output]`, applying defaults.
-    pub fn from_raw(raw: RawOutput, errors: &mut crate::config::section::Errors<'_>) -> Self {
+    pub fn from_raw(raw: RawOutput, errors: &mut crate::section::Errors<'_>) -> Self {
         let topic = raw.topic.unwrap_or_else(|| DEFAULT_OUTPUT_TOPIC.into());
         if topic.trim().is_empty() {
             errors.push("topic", "must not be empty");
@@ -61,7 +61,7 @@ impl OutputConfig {
     }
 
     /// The effective `[output]` table.
-    pub fn print(&self, p: &mut crate::config::section::Printer) {
+    pub fn print(&self, p: &mut crate::section::Printer) {
         p.table("output");
         p.value("topic", &self.topic);
     }

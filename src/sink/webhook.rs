@@ -29,9 +29,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::config::section::{Errors, Printer};
 use crate::enrich::SCHEMA_VERSION;
 use crate::incident::{CulpritMethod, IncidentEvent, Status};
+use crate::section::{Errors, Printer};
 use crate::sink::alertmanager::label_set;
 use crate::sink::http::{HttpClient, HttpError, Pause, RetryPolicy, Sleep};
 use crate::sink::incident_url;

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::config::section::{Errors, Printer};
+use crate::section::{Errors, Printer};
 use crate::time::Millis;
 
 /// Templates kept per job by default.

@@ -1,6 +1,7 @@
-//! The shape of the crate holds: no import cycle between files of `src/` (test modules and
-//! comments aside; a module declaring or re-exporting its children is not an import), no file
-//! longer than about 900 lines before its tests, and no `too_many_arguments` allowance.
+//! The shape of the crate holds: imports point down the layers that `src/lib.rs`'s Layout list
+//! names, no import cycle between files of `src/` (test modules and comments aside; a module
+//! declaring or re-exporting its children is not an import), no file longer than about 900
+//! lines before its tests, and no `too_many_arguments` allowance.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -105,8 +106,8 @@ fn paths(code: &str, module: &[String], is_mod_file: bool) -> Vec<Vec<String>> {
     out
 }
 
-#[test]
-fn no_import_cycle_between_files_of_src() {
+/// File -> the files it imports (test modules and comments aside).
+fn edges() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     let files = sources();
     let modules: BTreeSet<Vec<String>> = files.keys().cloned().collect();
     let resolve = |p: &[String]| -> Option<Vec<String>> {
@@ -128,10 +129,116 @@ fn no_import_cycle_between_files_of_src() {
             }
         }
     }
+    edges
+}
+
+/// The layers of the Layout list in `src/lib.rs`: each bullet is a layer, lowest first, and a
+/// top-level module belongs to the first bullet that links it (`[`name`]` or `[`name::x`]`).
+fn layers(lib: &str) -> BTreeMap<String, usize> {
+    let doc = lib
+        .split("# Layout")
+        .nth(1)
+        .expect("lib.rs has a Layout section");
+    let mut bullets: Vec<String> = Vec::new();
+    for line in doc.lines().skip(1) {
+        let Some(text) = line.strip_prefix("//!") else {
+            break;
+        };
+        let text = text.trim();
+        if let Some(b) = text.strip_prefix("- ") {
+            bullets.push(b.to_string());
+        } else if let Some(last) = bullets.last_mut().filter(|_| !text.is_empty()) {
+            last.push(' ');
+            last.push_str(text);
+        }
+    }
+    let mut layer = BTreeMap::new();
+    for (i, bullet) in bullets.iter().enumerate() {
+        for link in bullet.split("[`").skip(1) {
+            let Some((path, _)) = link.split_once("`]") else {
+                continue;
+            };
+            let top = path.split("::").next().unwrap_or(path);
+            if !top.is_empty() && top.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                layer.entry(top.to_string()).or_insert(i);
+            }
+        }
+    }
+    layer
+}
+
+/// Upward imports: (importing file, imported file) where the import's layer is above the
+/// importer's; modules missing from the list are reported as `(module, "not in the Layout")`.
+fn upward(
+    edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+    layer: &BTreeMap<String, usize>,
+) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    let rank = |m: &[String]| m.first().and_then(|top| layer.get(top).copied());
+    for (from, deps) in edges {
+        // The crate root and the test-only fixtures sit outside the layers.
+        if from.is_empty() || from[0] == "testutil" {
+            continue;
+        }
+        let Some(own) = rank(from) else {
+            out.insert(format!("{} is not in the Layout list", from[0]));
+            continue;
+        };
+        for to in deps {
+            if to.first().is_some_and(|t| t == "testutil") {
+                continue;
+            }
+            match rank(to) {
+                Some(theirs) if theirs > own => {
+                    out.insert(format!("{} -> {}", from.join("::"), to.join("::")));
+                }
+                None => {
+                    out.insert(format!("{} is not in the Layout list", to[0]));
+                }
+                _ => {}
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+#[test]
+fn imports_point_down_the_layers_of_lib_rs() {
+    let lib = std::fs::read_to_string(repo().join("src/lib.rs")).expect("lib.rs");
+    let layer = layers(&lib);
+    assert!(layer["record"] < layer["engine"] && layer["pipeline"] < layer["config"]);
+    let found = upward(&edges(), &layer);
+    assert!(
+        found.is_empty(),
+        "imports up the layers:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_layer_check_sees_an_upward_import() {
+    let lib = "//! # Layout\n//!\n//! - [`low`]: one\n//! - [`high`], [`low::x`]: two\n";
+    let layer = layers(lib);
+    assert_eq!((layer["low"], layer["high"]), (0, 1));
+    let v = |s: &str| s.split("::").map(String::from).collect::<Vec<_>>();
+    let mut edges = BTreeMap::new();
+    edges.insert(v("low::a"), BTreeSet::from([v("high")]));
+    edges.insert(v("high"), BTreeSet::from([v("low::a")]));
+    edges.insert(v("other"), BTreeSet::new());
+    assert_eq!(
+        upward(&edges, &layer),
+        ["low::a -> high", "other is not in the Layout list"]
+    );
+}
+
+#[test]
+fn no_import_cycle_between_files_of_src() {
+    let edges = edges();
     assert!(edges.len() > 40, "found {} modules", edges.len());
     assert!(
-        edges[&vec!["pipeline".to_string()]].contains(&vec!["config".to_string()]),
-        "the parser sees pipeline -> config"
+        edges[&vec!["config".to_string()]]
+            .contains(&vec!["pipeline".to_string(), "settings".to_string()]),
+        "the parser sees config -> pipeline::settings"
     );
     // Depth-first search for a back edge.
     fn visit(

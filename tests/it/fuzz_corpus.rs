@@ -111,7 +111,7 @@ fn regression_imported_title_with_two_spaces_before_a_unit_matches_its_pattern()
         std::fs::read(repo().join("fuzz/regressions/deadends_json/title-unit-after-a-tab.json"))
             .expect("regression input");
     fuzzing::deadends_json(&json);
-    let pattern = faultline::kb::import::pattern_from_title("fired after 5  s and 7\tms");
+    let pattern = faultline::kbtool::import::pattern_from_title("fired after 5  s and 7\tms");
     let re = faultline::kb::compile_pattern(&pattern).expect("compiles");
     assert!(re.is_match(b"fired after 5  s and 7\tms"));
 }
@@ -128,7 +128,7 @@ fn regression_imported_title_with_a_multibyte_character_does_not_panic() {
             .expect("regression input");
         fuzzing::seed_markdown(&md);
     }
-    let pattern = faultline::kb::import::pattern_from_title("ab—cd: AllReduce — ok");
+    let pattern = faultline::kbtool::import::pattern_from_title("ab—cd: AllReduce — ok");
     let re = faultline::kb::compile_pattern(&pattern).expect("compiles");
     assert!(re.is_match("ab—cd: Broadcast — ok".as_bytes()));
 }

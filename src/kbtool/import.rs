@@ -6,7 +6,7 @@
 //! named groups. An example (the title) and a near-miss negative example are derived too; the
 //! importer's output is a draft for a person to sharpen, and it passes `kb check` as it is.
 
-use super::spec::{DeadEndSpec, EntrySpec, SeedSpec, VersionSpec, WorkaroundSpec};
+use crate::kb::spec::{DeadEndSpec, EntrySpec, SeedSpec, VersionSpec, WorkaroundSpec};
 
 /// Errors of the importers; `field` names what was missing or malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -274,15 +274,14 @@ fn from_deadends(e: DeadendsEntry) -> EntrySpec {
     }
     // Keep the entry's own regex when both engines accept it and it matches the signature.
     if let Some(regex) = e.error.regex {
-        let usable = super::compile_pattern(&regex)
+        let usable = crate::kb::compile_pattern(&regex)
             .ok()
             .filter(|re| re.is_match(spec.examples[0].as_bytes()))
             .is_some()
             && crate::matcher::HyperscanMatcher::check_one(&regex).is_ok()
-            && !spec
-                .negative_examples
-                .iter()
-                .any(|n| super::compile_pattern(&regex).is_ok_and(|re| re.is_match(n.as_bytes())));
+            && !spec.negative_examples.iter().any(|n| {
+                crate::kb::compile_pattern(&regex).is_ok_and(|re| re.is_match(n.as_bytes()))
+            });
         if usable {
             spec.patterns.insert(0, regex);
         }
@@ -564,7 +563,7 @@ pub(crate) fn draft(p: DraftParts) -> EntrySpec {
     let cascade = ["timed out", "timeout", "aborted", "remote", "watchdog"]
         .iter()
         .any(|w| lower.contains(w));
-    let verification = if super::entry::VERIFICATIONS.contains(&p.verification.as_str()) {
+    let verification = if crate::kb::entry::VERIFICATIONS.contains(&p.verification.as_str()) {
         p.verification.clone()
     } else {
         "ai_generated".to_string()

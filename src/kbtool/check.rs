@@ -11,8 +11,8 @@
 
 use std::sync::Arc;
 
-use super::{KbFile, KnowledgeBase, Problem};
 use crate::engine::{ChunkInfo, Engine};
+use crate::kb::{KbFile, KnowledgeBase, Problem};
 use crate::matcher::{HyperscanMatcher, MatchError, Matcher, RegexMatcher};
 
 /// The outcome of a check.
@@ -224,7 +224,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
         }
     }
     for p in kb.patterns.iter() {
-        for f in super::lint::findings(&p.source) {
+        for f in crate::kb::lint::findings(&p.source) {
             warnings.push(problem(
                 &kb,
                 p.entry,
@@ -242,7 +242,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
 /// as a measurement), and commands that look runnable but do not do what the text says, or do
 /// harm: (field, why). Loading tolerates them (output never shows such a rate); `kb check`
 /// fails on them.
-pub fn advice_problems(entry: &super::Entry) -> Vec<(String, String)> {
+pub fn advice_problems(entry: &crate::kb::Entry) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if entry.fix_rate.is_some() && entry.verification != "measured" {
         out.push((
@@ -303,7 +303,7 @@ pub fn advice_problems(entry: &super::Entry) -> Vec<(String, String)> {
         let Some(command) = w.command.as_deref() else {
             continue;
         };
-        for why in super::commands::command_problems(command) {
+        for why in crate::kb::commands::command_problems(command) {
             out.push((format!("workarounds[{i}].command"), why.to_string()));
         }
     }
@@ -375,7 +375,7 @@ pub fn runnable_trap(text: &str) -> Option<&'static str> {
 }
 
 /// Parts of an entry that no review row speaks for: (field, what is missing).
-pub fn review_gaps(entry: &super::Entry) -> Vec<(String, String)> {
+pub fn review_gaps(entry: &crate::kb::Entry) -> Vec<(String, String)> {
     let mut needed = vec!["patterns", "root_cause"];
     if !entry.workarounds.is_empty() || !entry.dead_ends.is_empty() {
         needed.push("advice");
@@ -392,7 +392,27 @@ pub fn review_gaps(entry: &super::Entry) -> Vec<(String, String)> {
                 format!("no [[review]] row for `{part}`: say who checked it against what"),
             )
         })
+        .chain(untagged_versions(entry))
         .collect()
+}
+
+/// An entry that claims releases (version rows) must say at which release tags its patterns
+/// were read against the emitting program's source: a `patterns` review row with `tags`.
+/// Wordings change between releases, so a range read at one release only is a guess.
+fn untagged_versions(entry: &crate::kb::Entry) -> Option<(String, String)> {
+    let has_patterns_row = entry.review.iter().any(|r| r.part == "patterns");
+    let tagged = entry
+        .review
+        .iter()
+        .any(|r| r.part == "patterns" && !r.tags.is_empty());
+    (!entry.versions.is_empty() && has_patterns_row && !tagged).then(|| {
+        (
+            "review".to_string(),
+            "version rows but no `patterns` review row names the release tags its wording was \
+             read at: add `tags = [...]`"
+                .to_string(),
+        )
+    })
 }
 
 /// (entry, dense pattern id) for every entry `line` hits.
