@@ -221,21 +221,32 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     };
     let kb_version = loaded.version().to_string();
     let loaded = Arc::new(loaded);
+    // One registry for the whole demo, as for one process: the match members count lines,
+    // matches per error code and unknown templates into it, the correlator its incidents, and
+    // the one admin endpoint (the correlator's) serves them all.
+    let correlator_config = config(&bootstrap, &args, Role::Correlate, anchor)?;
+    let metrics = Arc::new(
+        crate::metrics::Metrics::new(correlator_config.metrics.clone())
+            .map_err(PipelineError::from)?,
+    );
     let correlator = pipeline::start_shared(
-        config(&bootstrap, &args, Role::Correlate, anchor)?,
+        correlator_config,
         Arc::clone(&loaded),
+        Some(Arc::clone(&metrics)),
     )
     .await?;
     if let Some(addr) = correlator.admin_addr() {
         eprintln!(
-            "faultline demo: the correlator's admin endpoints at http://{addr}/healthz, /readyz and \
-             /metrics; incidents at http://{addr}/incidents"
+            "faultline demo: admin endpoints at http://{addr}/healthz, /readyz and /metrics (the \
+             match members' counts and the correlator's); incidents at http://{addr}/incidents"
         );
     }
     let mut matchers = Vec::new();
     for _ in 0..args.matchers {
         let c = config(&bootstrap, &args, Role::Match, anchor)?;
-        matchers.push(pipeline::start_shared(c, Arc::clone(&loaded)).await?);
+        matchers.push(
+            pipeline::start_shared(c, Arc::clone(&loaded), Some(Arc::clone(&metrics))).await?,
+        );
     }
     eprintln!(
         "faultline demo: {} match member(s) in group faultline-demo, one correlator in group \
@@ -397,7 +408,8 @@ fn config(
     raw.incidents.role = Some(role.as_str().into());
     raw.incidents.quiet_ms = Some(DEMO_QUIET_MS);
     raw.kb.dir = args.kb.clone();
-    // The correlator has the incident metrics; the members run without an admin server.
+    // The correlator serves the demo's admin endpoint; the members run without one (they count
+    // into the same registry).
     raw.admin.listen = Some(match role {
         Role::Correlate => args.admin_listen.clone(),
         _ => "off".into(),

@@ -347,6 +347,10 @@ pub fn kafka_settings(k: &KafkaConfig) -> KafkaSettings {
         s("acks", "all"),
         s("enable.idempotence", "true"),
         s("linger.ms", "5"),
+        // Events repeat their diagnosis and incidents their context: zstd shrinks them several
+        // times over on the wire and on the brokers' disks. `producer_options` may say
+        // otherwise (a broker before Kafka 2.1 needs `lz4`, `gzip` or `none`).
+        s("compression.type", "zstd"),
         // Bounded producer queue: a slow output blocks the matcher, which fills the bounded
         // queue, which pauses consumption.
         s("queue.buffering.max.kbytes", "65536"),

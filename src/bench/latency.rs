@@ -201,6 +201,7 @@ pub async fn run(opts: &LatencyOptions) -> Result<LatencyReport, LatencyError> {
             INCIDENTS,
         )?,
         Arc::clone(&loaded),
+        None,
     )
     .await?;
     let mut matchers = Vec::new();
@@ -213,7 +214,7 @@ pub async fn run(opts: &LatencyOptions) -> Result<LatencyReport, LatencyError> {
             EVENTS,
             INCIDENTS,
         )?;
-        matchers.push(pipeline::start_shared(c, Arc::clone(&loaded)).await?);
+        matchers.push(pipeline::start_shared(c, Arc::clone(&loaded), None).await?);
     }
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
@@ -567,7 +568,7 @@ async fn correlator_capacity(
     )?;
     let started = Instant::now();
     let before = thread_cpu_s("faultline-corr");
-    let correlator = pipeline::start_shared(config, loaded).await?;
+    let correlator = pipeline::start_shared(config, loaded, None).await?;
     wait("the correlator backlog", || {
         correlator.stats().records >= events
     })

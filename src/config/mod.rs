@@ -905,6 +905,12 @@ topics = ["t"]
         assert_eq!(get(&s.producer, "fetch.max.bytes"), None);
         assert_eq!(get(&s.producer, "linger.ms").as_deref(), Some("50"));
         assert_eq!(
+            get(&s.producer, "compression.type").as_deref(),
+            Some("zstd"),
+            "compressed by default"
+        );
+        assert_eq!(get(&s.consumer, "compression.type"), None);
+        assert_eq!(
             get(&s.producer, "security.protocol").as_deref(),
             Some("sasl_ssl")
         );
@@ -912,5 +918,18 @@ topics = ["t"]
             s.consumer.iter().filter(|(k, _)| k == "linger.ms").count(),
             1
         );
+        let c = parse(
+            "[kafka]\nbrokers = \"b:1\"\ntopics = [\"t\"]\n\
+             [kafka.producer_options]\n\"compression.type\" = \"lz4\"\n",
+        )
+        .expect("valid");
+        let s = kafka_settings(&c.kafka);
+        let codecs: Vec<&str> = s
+            .producer
+            .iter()
+            .filter(|(k, _)| k == "compression.type")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(codecs, ["lz4"], "an explicit codec replaces the default");
     }
 }

@@ -227,20 +227,27 @@ pub async fn start_with_faults(
     loaded: Loaded,
     faults: Option<FaultInjection>,
 ) -> Result<Running, PipelineError> {
-    start_inner(config, Arc::new(loaded), faults).await
+    start_inner(config, Arc::new(loaded), faults, None).await
 }
 
 /// [`start`] with a KB already shared with other pipelines of this process (`faultline demo
 /// --matchers N`, `faultline bench latency`): the compiled database is read-only, each stage
-/// has its own scratch.
-pub async fn start_shared(config: Config, loaded: Arc<Loaded>) -> Result<Running, PipelineError> {
-    start_inner(config, loaded, None).await
+/// has its own scratch. With `metrics`, the pipeline counts into that registry too, so one
+/// admin endpoint serves the whole process (the demo's match members and its correlator);
+/// `None`: a registry of its own.
+pub async fn start_shared(
+    config: Config,
+    loaded: Arc<Loaded>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+) -> Result<Running, PipelineError> {
+    start_inner(config, loaded, None, metrics).await
 }
 
 async fn start_inner(
     config: Config,
     loaded: Arc<Loaded>,
     faults: Option<FaultInjection>,
+    shared_metrics: Option<Arc<crate::metrics::Metrics>>,
 ) -> Result<Running, PipelineError> {
     let config = Arc::new(config);
     let health = Health::new(config.admin.stall_timeout);
@@ -250,7 +257,10 @@ async fn start_inner(
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
     let mut tasks = Vec::new();
 
-    let metrics = Arc::new(crate::metrics::Metrics::new(config.metrics.clone())?);
+    let metrics = match shared_metrics {
+        Some(m) => m,
+        None => Arc::new(crate::metrics::Metrics::new(config.metrics.clone())?),
+    };
     metrics.set_kb(&loaded.engine.kb);
     let telemetry = crate::telemetry::Telemetry::start(
         &config.telemetry,

@@ -741,7 +741,7 @@ mod tests {
     use crate::incident::testutil::event;
     use crate::incident::{Correlator, IncidentConfig};
     use crate::kb::Role;
-    use crate::sink::webhook::testing::TicketServer;
+    use crate::sink::ticket_server::TicketServer;
 
     /// Records the waits instead of sleeping.
     #[derive(Clone, Default)]

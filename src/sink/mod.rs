@@ -7,6 +7,8 @@ pub mod alertmanager;
 pub mod http;
 pub mod kafka;
 pub mod stdout;
+#[cfg(test)]
+pub(crate) mod ticket_server;
 pub mod webhook;
 
 /// The incident page of `fingerprint` on the admin server at `base`: what tickets and alerts

@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::ticket_server::TicketServer;
 use faultline::pipeline;
-use faultline::sink::webhook::testing::TicketServer;
 use serde_json::Value;
 
 use crate::kafka::{config, consume_until, produce, test_config, unique, Cluster, Out};

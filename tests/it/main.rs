@@ -26,5 +26,8 @@ mod scan;
 mod support;
 mod telemetry;
 mod templates;
+/// The ticket system of the unit tests: the same file, compiled into this binary too.
+#[path = "../../src/sink/ticket_server.rs"]
+mod ticket_server;
 mod tls;
 mod unknown;

@@ -453,7 +453,7 @@ async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_incident_and_restart_keep_one_ticket() {
     use super::incidents::{distinct, incidents, records};
-    use faultline::sink::webhook::testing::TicketServer;
+    use crate::ticket_server::TicketServer;
 
     let (mut broker, bootstrap) = broker();
     let t = Topics::unique();
@@ -558,7 +558,7 @@ async fn sigkill_mid_incident_and_restart_keep_one_ticket() {
 /// `demo --follow` prints each incident change as it arrives: a line produced while it runs
 /// has its incident on standard output within seconds, not at exit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn demo_follow_prints_an_incident_as_it_opens() {
+async fn demo_follow_prints_an_incident_as_it_opens_and_metrics_count_its_match() {
     use std::sync::mpsc;
     let kb = test_kb();
     let logs = tempfile::tempdir().expect("tempdir");
@@ -569,7 +569,7 @@ async fn demo_follow_prints_an_incident_as_it_opens() {
         .arg(kb.path())
         .arg("--logs")
         .arg(logs.path())
-        .args(["--admin-listen", "off", "--follow"])
+        .args(["--admin-listen", "127.0.0.1:0", "--follow"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -588,6 +588,7 @@ async fn demo_follow_prints_an_incident_as_it_opens() {
     let stderr = lines(Box::new(child.stderr.take().expect("stderr")));
     let stdout = lines(Box::new(child.stdout.take().expect("stdout")));
     let mut bootstrap = None;
+    let mut admin: Option<std::net::SocketAddr> = None;
     let mut following = false;
     while !following {
         let line = stderr
@@ -596,9 +597,13 @@ async fn demo_follow_prints_an_incident_as_it_opens() {
         if let Some(rest) = line.split("embedded Kafka broker at ").nth(1) {
             bootstrap = rest.split(';').next().map(str::to_string);
         }
+        if let Some(rest) = line.split("admin endpoints at http://").nth(1) {
+            admin = rest.split('/').next().and_then(|a| a.parse().ok());
+        }
         following = line.contains("following;");
     }
     let bootstrap = bootstrap.expect("the broker's address");
+    let admin = admin.expect("the admin endpoint's address");
     let mut out = Out::new(0, "my-job", "[rank3]: BOOM 77");
     out.headers.push(("job".to_string(), "my-job".to_string()));
     produce(&bootstrap, faultline::demo::LOGS_TOPIC, &[out]).await;
@@ -612,6 +617,23 @@ async fn demo_follow_prints_an_incident_as_it_opens() {
     };
     assert!(printed.contains("TEST_BOOM"), "{printed}");
     assert!(printed.contains("job my-job"), "{printed}");
+    // The demo's one /metrics serves the match members' counts beside the correlator's.
+    let matched = |body: &str| {
+        body.lines()
+            .find(|l| l.starts_with("faultline_matches_total{") && l.contains("TEST_BOOM"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let (count, body) = crate::observability::wait_for(30, "the match counted on /metrics", || {
+        let (status, body) = crate::observability::http_get(admin, "/metrics")?;
+        assert_eq!(status, 200);
+        matched(&body).filter(|n| *n >= 1.0).map(|n| (n, body))
+    });
+    assert_eq!(count, 1.0, "one line, one match");
+    assert!(
+        body.contains("faultline_incidents_opened_total"),
+        "the correlator's families are there too"
+    );
     signal(&child, "INT");
     wait_exit(&mut child);
 }

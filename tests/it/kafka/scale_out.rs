@@ -14,7 +14,7 @@ use super::incidents::{distinct, incidents};
 use super::out_of_process::{broker, make_topic, run_command_serving, signal, wait_exit, Topics};
 use super::*;
 use crate::incidents::{host_of, incidents_of, noise, vector, watchdog_timeout, OOM, XID_79};
-use faultline::sink::webhook::testing::TicketServer;
+use crate::ticket_server::TicketServer;
 
 const LOG_PARTITIONS: i32 = 12;
 

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::ticket_server::TicketServer;
 use faultline::pipeline;
-use faultline::sink::webhook::testing::TicketServer;
 
 use super::incidents::{incidents, records};
 use super::*;

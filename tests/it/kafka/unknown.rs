@@ -35,7 +35,7 @@ fn builtin_kb() -> Arc<Loaded> {
 
 async fn start(mut raw: RawConfig, kb: &Arc<Loaded>) -> Running {
     raw.kb.dir = None;
-    pipeline::start_shared(config(raw), Arc::clone(kb))
+    pipeline::start_shared(config(raw), Arc::clone(kb), None)
         .await
         .expect("starts")
 }
