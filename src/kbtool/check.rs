@@ -77,34 +77,18 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
     let sources: Vec<String> = kb.patterns.iter().map(|p| p.source.clone()).collect();
     let kb = Arc::new(kb);
     let oracle = match RegexMatcher::compile(&sources) {
-        Ok(m) => Engine {
-            one_event_per_line: false,
-            ..Engine::with_matcher(Arc::clone(&kb), m)
-        },
+        Ok(m) => every_event(&kb, m),
         Err(e) => {
-            errors.push(Problem {
-                file: kb.origin.clone().into(),
-                entry: String::new(),
-                field: "patterns".into(),
-                message: format!("all patterns together do not compile in regex: {e}"),
-            });
+            errors.push(whole_kb_problem(&kb, "regex", &e));
             report.errors = errors;
             return report;
         }
     };
     let hyperscan = if hs_ok {
         match HyperscanMatcher::compile(&sources) {
-            Ok(m) => Some(Engine {
-                one_event_per_line: false,
-                ..Engine::with_matcher(Arc::clone(&kb), m)
-            }),
+            Ok(m) => Some(every_event(&kb, m)),
             Err(e) => {
-                errors.push(Problem {
-                    file: kb.origin.clone().into(),
-                    entry: String::new(),
-                    field: "patterns".into(),
-                    message: format!("all patterns together do not compile in Hyperscan: {e}"),
-                });
+                errors.push(whole_kb_problem(&kb, "Hyperscan", &e));
                 None
             }
         }
@@ -413,6 +397,24 @@ fn untagged_versions(entry: &crate::kb::Entry) -> Option<(String, String)> {
                 .to_string(),
         )
     })
+}
+
+/// An engine over `kb` that reports every entry a line hits, not only the winner.
+fn every_event<M: Matcher>(kb: &Arc<KnowledgeBase>, m: M) -> Engine<M> {
+    Engine {
+        one_event_per_line: false,
+        ..Engine::with_matcher(Arc::clone(kb), m)
+    }
+}
+
+/// The KB's patterns do not compile together in `engine`.
+fn whole_kb_problem(kb: &KnowledgeBase, engine: &str, e: &MatchError) -> Problem {
+    Problem {
+        file: kb.origin.clone().into(),
+        entry: String::new(),
+        field: "patterns".into(),
+        message: format!("all patterns together do not compile in {engine}: {e}"),
+    }
 }
 
 /// (entry, dense pattern id) for every entry `line` hits.

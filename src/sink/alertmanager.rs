@@ -275,11 +275,6 @@ fn ms_of(t: SystemTime) -> Millis {
         .map_or(0, |d| d.as_millis() as Millis)
 }
 
-/// The alert labels of incident `i` (see the module doc), with the configured extra labels.
-pub fn labels(i: &IncidentEvent, cfg: &AlertmanagerConfig) -> BTreeMap<String, String> {
-    label_set(i, &cfg.labels)
-}
-
 /// The one label set of incident `i` as an Alertmanager alert, whichever way it is sent (this
 /// sink, or the webhook's Alertmanager format): `extra` and then faultline's own labels.
 pub fn label_set(i: &IncidentEvent, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
@@ -359,7 +354,7 @@ pub fn alert(i: &IncidentEvent, cfg: &AlertmanagerConfig, now: SystemTime) -> Al
         now_ms + (cfg.resend_interval * ENDS_AFTER_RESENDS).as_millis() as Millis
     };
     Alert {
-        labels: labels(i, cfg),
+        labels: label_set(i, &cfg.labels),
         annotations: a,
         starts_at: format_ms(first),
         ends_at: format_ms(ends),
