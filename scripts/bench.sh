@@ -34,16 +34,23 @@ measure() {
   local name=$1; shift
   local best_cpu="" best_wall=""
   for _ in $(seq "$runs"); do
-    local out
+    local out code=0
     # CPU time of that one process from wait4 (microseconds; /usr/bin/time rounds to 10 ms, 2.5%
     # of a scan, and RUSAGE_CHILDREN would also count what the interpreter itself spawned).
     python3 -c '
 import os, subprocess, sys, time
 t0 = time.monotonic()
 p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-_, _, r = os.wait4(p.pid, 0)
+_, status, r = os.wait4(p.pid, 0)
 wall = time.monotonic() - t0
-print(f"{r.ru_utime:.4f} {r.ru_stime:.4f} {wall:.4f}")' "$@" > "$work/time.txt" || true
+print(f"{r.ru_utime:.4f} {r.ru_stime:.4f} {wall:.4f}")
+sys.exit(os.waitstatus_to_exitcode(status))' "$@" > "$work/time.txt" || code=$?
+    # 0, or 1 (ripgrep found nothing): a run; anything else (ripgrep rejecting a pattern, a
+    # crash) is not a measurement, and a table built on it would lie.
+    if (( code > 1 || code < 0 )); then
+      echo "bench: $name failed (exit ${code}): $*" >&2
+      exit 1
+    fi
     out=$(tail -n 1 "$work/time.txt")
     local cpu wall
     cpu=$(echo "$out" | awk '{print $1 + $2}')
