@@ -24,7 +24,7 @@ use crate::metrics::{MetricsConfig, RawMetricsConfig};
 use crate::pipeline::config::{
     DeadLetterConfig, InputConfig, PipelineConfig, RawDeadLetter, RawInput, RawPipeline,
 };
-pub use crate::pipeline::settings::Config;
+pub use crate::pipeline::settings::{Config, IncidentOutputConfig};
 use crate::redact::{RawRedact, RedactConfig};
 use crate::reload::{KbConfig, RawKb};
 pub use crate::section::FieldError;
@@ -436,21 +436,30 @@ impl Config {
         };
         let incidents =
             IncidentsConfig::from_raw(&raw.incidents, &mut Errors::new("incidents", &mut errors));
-        let webhook =
-            RunWebhookConfig::from_raw(&raw.webhook, &mut Errors::new("webhook", &mut errors));
         let unknown =
             UnknownConfig::from_raw(&raw.unknown, &mut Errors::new("unknown", &mut errors));
-        let alertmanager = AlertmanagerConfig::from_raw(
-            &raw.alertmanager,
-            &mut Errors::new("alertmanager", &mut errors),
-        );
+        // The incident outputs, one line each (`crate::sink::output` says how to add one).
+        let incident_outputs: Vec<IncidentOutputConfig> = [
+            RunWebhookConfig::from_raw(&raw.webhook, &mut Errors::new("webhook", &mut errors))
+                .map(IncidentOutputConfig::Webhook),
+            AlertmanagerConfig::from_raw(
+                &raw.alertmanager,
+                &mut Errors::new("alertmanager", &mut errors),
+            )
+            .map(IncidentOutputConfig::Alertmanager),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         // Rules that span tables.
         let mut rules = Errors::new("", &mut errors);
-        if raw.webhook.url.is_some() && raw.incidents.topic.is_none() {
-            rules.push_field(
-                "webhook.url",
-                "needs incidents.topic: tickets follow the incidents the service produces",
-            );
+        if raw.incidents.topic.is_none() {
+            for o in &incident_outputs {
+                rules.push_field(
+                    &format!("{}.url", o.section().name()),
+                    "needs incidents.topic: outputs follow the incidents the service produces",
+                );
+            }
         }
         if raw.incidents.topic.is_none()
             && raw.incidents.role.as_deref().is_some_and(|r| r != "all")
@@ -483,12 +492,6 @@ impl Config {
                     );
                 }
             }
-        }
-        if raw.alertmanager.url.is_some() && raw.incidents.topic.is_none() {
-            rules.push_field(
-                "alertmanager.url",
-                "needs incidents.topic: alerts follow the incidents the service produces",
-            );
         }
         let outputs = [
             ("output.topic", Some(&output.topic)),
@@ -523,8 +526,11 @@ impl Config {
             metrics,
             telemetry,
             redact,
-            webhook: webhook.filter(|_| incidents.is_some()),
-            alertmanager: alertmanager.filter(|_| incidents.is_some()),
+            outputs: if incidents.is_some() {
+                incident_outputs
+            } else {
+                Vec::new()
+            },
             incidents,
             unknown,
         })
@@ -545,12 +551,9 @@ impl Config {
         if let Some(inc) = &self.incidents {
             inc.print(&mut p);
         }
-        if let Some(w) = &self.webhook {
-            w.print(&mut p);
-        }
         self.unknown.print(&mut p);
-        if let Some(a) = &self.alertmanager {
-            a.print(&mut p);
+        for o in &self.outputs {
+            o.section().print(&mut p);
         }
         p.finish()
     }

@@ -1,6 +1,7 @@
 //! The incident and ticket families of `faultline run`: failures counted once each (not once per
 //! matched line), by the root's error code, domain and category; how many ranks each touched;
-//! the nodes blamed for node-class roots; and the ticket and webhook flow.
+//! the nodes blamed for node-class roots; tickets raised and commit holds (the outputs' own
+//! families are in [`super::outputs`]).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,7 @@ use crate::kb::{CauseClass, KnowledgeBase};
 /// Hosts `faultline_node_incidents_total` names before counting the rest as `other`.
 pub const MAX_BLAMED_HOSTS: usize = 1_000;
 
-use super::labels::{AlertResult, CorrelatorResult, Eviction, ResolutionLabel, WebhookResult};
+use super::labels::{CorrelatorResult, Eviction, ResolutionLabel};
 use super::{counter_vec, register, MetricsError};
 
 /// The incident and ticket families of `faultline run` (labels are closed sets: resolutions,
@@ -32,9 +33,6 @@ pub struct IncidentFamilies {
     pub restart_loops: IntCounter,
     /// `faultline_tickets_raised_total`.
     pub tickets_raised: IntCounter,
-    webhook: IntCounterVec,
-    /// `faultline_webhook_retries_total`.
-    pub webhook_retries: IntCounter,
     /// `faultline_bad_node_score_max`.
     pub bad_node_score_max: prometheus::Gauge,
     /// `faultline_incident_commit_holds`.
@@ -42,11 +40,6 @@ pub struct IncidentFamilies {
     /// `faultline_incident_commit_holds_expired_total`.
     pub holds_expired: IntCounter,
     correlator: IntCounterVec,
-    alerts: IntCounterVec,
-    /// `faultline_alertmanager_retries_total`.
-    pub alertmanager_retries: IntCounter,
-    /// `faultline_alertmanager_alerts_firing`.
-    pub alerts_open: IntGauge,
 }
 
 impl IncidentFamilies {
@@ -116,21 +109,6 @@ impl IncidentFamilies {
                      threshold).",
                 )?,
             )?,
-            webhook: counter_vec(
-                r,
-                "faultline_webhook_changes_total",
-                "Ticketed incident changes handed to the webhook, by result: delivered, \
-                 dead_lettered (retries exhausted or refused), dropped (the webhook queue was \
-                 full), abandoned (still queued at shutdown; replayed after the restart).",
-                &["result"],
-            )?,
-            webhook_retries: register(
-                r,
-                IntCounter::new(
-                    "faultline_webhook_retries_total",
-                    "Webhook attempts retried after a transport error, 408, 429 or 5xx.",
-                )?,
-            )?,
             bad_node_score_max: register(
                 r,
                 prometheus::Gauge::new(
@@ -164,45 +142,16 @@ impl IncidentFamilies {
                  member's replay, skipped), skipped (another type), invalid (dead-lettered).",
                 &["result"],
             )?,
-            alerts: counter_vec(
-                r,
-                "faultline_alertmanager_alerts_total",
-                "Incident alerts for Alertmanager, by result: posted (accepted; every resend \
-                 counts), failed (not accepted after the retries; posted again at the next \
-                 resend), dropped (the Alertmanager queue was full), abandoned (still queued at \
-                 shutdown; posted again after the restart).",
-                &["result"],
-            )?,
-            alertmanager_retries: register(
-                r,
-                IntCounter::new(
-                    "faultline_alertmanager_retries_total",
-                    "Alertmanager requests retried after a transport error, 408, 429 or 5xx.",
-                )?,
-            )?,
-            alerts_open: register(
-                r,
-                IntGauge::new(
-                    "faultline_alertmanager_alerts_firing",
-                    "Open incidents whose alert faultline keeps firing in Alertmanager.",
-                )?,
-            )?,
         };
         for res in CorrelatorResult::ALL {
             f.correlator.with_label_values(&[res.as_str()]);
         }
         f.blamed.with_label_values(&[super::OTHER]);
-        for res in AlertResult::ALL {
-            f.alerts.with_label_values(&[res.as_str()]);
-        }
         for res in ResolutionLabel::ALL {
             f.resolved.with_label_values(&[res.as_str()]);
         }
         for state in Eviction::ALL {
             f.evictions.with_label_values(&[state.as_str()]);
-        }
-        for res in WebhookResult::ALL {
-            f.webhook.with_label_values(&[res.as_str()]);
         }
         Ok(f)
     }
@@ -266,15 +215,5 @@ impl IncidentFamilies {
     /// Counts `n` events-topic records of role `correlate` by result.
     pub fn correlator(&self, r: CorrelatorResult, n: u64) {
         self.correlator.with_label_values(&[r.as_str()]).inc_by(n);
-    }
-
-    /// Counts a webhook change's outcome.
-    pub fn webhook(&self, r: WebhookResult) {
-        self.webhook.with_label_values(&[r.as_str()]).inc();
-    }
-
-    /// Counts `n` alerts for Alertmanager with result `r`.
-    pub fn alerts(&self, r: AlertResult, n: u64) {
-        self.alerts.with_label_values(&[r.as_str()]).inc_by(n);
     }
 }

@@ -153,29 +153,18 @@ label_set!(
 );
 
 label_set!(
-    /// What became of a ticketed incident change handed to the webhook.
-    WebhookResult {
+    /// What became of an incident change handed to an output
+    /// (`faultline_output_changes_total{output, result}`).
+    OutputResult {
         /// Accepted by the receiver.
         Delivered => "delivered",
-        /// Retries exhausted or refused: written to the dead letter.
-        DeadLettered => "dead_lettered",
-        /// The webhook queue was full.
-        Dropped => "dropped",
-        /// Still queued at shutdown (replayed after the restart).
-        Abandoned => "abandoned",
-    }
-);
-
-label_set!(
-    /// What became of alerts for Alertmanager (`faultline_alertmanager_alerts_total{result}`).
-    AlertResult {
-        /// Accepted by Alertmanager (every resend counts).
-        Posted => "posted",
-        /// Not accepted after the retries; posted again at the next resend.
+        /// Not accepted after the retries; the output sends the state again later.
         Failed => "failed",
-        /// The change did not fit in the Alertmanager queue.
+        /// Given up (retries exhausted or refused): produced to the dead-letter topic.
+        DeadLettered => "dead_lettered",
+        /// The output's queue was full.
         Dropped => "dropped",
-        /// Still queued at shutdown (posted again after the restart).
+        /// Still queued at shutdown (handled again after the restart).
         Abandoned => "abandoned",
     }
 );

@@ -17,7 +17,8 @@
 //! - [`kafka`]: consumer lag, committed offsets, produce errors, broker disconnects.
 //! - [`kb`]: the KB in use, reloads, build info.
 //! - [`health`]: panics and dropped spans.
-//! - [`incidents`]: incidents, tickets, the webhook, commit holds.
+//! - [`incidents`]: incidents, tickets, commit holds.
+//! - [`outputs`]: each incident output's results, retries, queue and open items.
 //! - [`unknown`]: error lines no KB entry knows, their templates and events.
 
 use prometheus::core::Collector;
@@ -33,6 +34,7 @@ pub mod kafka;
 pub mod kb;
 pub mod labels;
 pub mod matches;
+pub mod outputs;
 pub mod throughput;
 pub mod unknown;
 
@@ -40,9 +42,10 @@ pub use batch::{BatchCounts, MAX_VALUE_BYTES};
 pub use config::{DimensionConfig, MetricsConfig, RawMetricsConfig, DEFAULT_MAX_VALUES};
 pub use incidents::IncidentFamilies;
 pub use labels::{
-    AlertResult, CorrelatorResult, DeadLetterReason, Dimension, Eviction, KafkaClient, Output,
-    PanicStage, ReloadResult, ResolutionLabel, SpanDrop, WebhookResult,
+    CorrelatorResult, DeadLetterReason, Dimension, Eviction, KafkaClient, Output, OutputResult,
+    PanicStage, ReloadResult, ResolutionLabel, SpanDrop,
 };
+pub use outputs::{OutputCounters, OutputFamilies};
 pub use unknown::UnknownFamilies;
 
 /// `Content-Type` of [`Metrics::render`]'s output: the Prometheus text exposition format.
@@ -101,6 +104,7 @@ pub struct Metrics {
     kb: kb::KbFamilies,
     health: health::HealthFamilies,
     incidents: IncidentFamilies,
+    outputs: OutputFamilies,
     unknown: UnknownFamilies,
 }
 
@@ -115,6 +119,7 @@ impl Metrics {
             kb: kb::KbFamilies::register(&r)?,
             health: health::HealthFamilies::register(&r)?,
             incidents: IncidentFamilies::register(&r)?,
+            outputs: OutputFamilies::register(&r)?,
             unknown: UnknownFamilies::register(&r)?,
             registry: r,
         })
@@ -192,6 +197,11 @@ impl Metrics {
     /// The incident and ticket families.
     pub fn incidents(&self) -> &IncidentFamilies {
         &self.incidents
+    }
+
+    /// The incident outputs' families.
+    pub fn outputs(&self) -> &OutputFamilies {
+        &self.outputs
     }
 
     /// The unknown-failure families.

@@ -1,6 +1,7 @@
 //! Incidents from `faultline run`: the matcher's events through the [`Correlator`], incident
-//! changes to the incidents topic, to the admin server's incident store, to Alertmanager and,
-//! for ticketed incidents, to a webhook.
+//! changes to the incidents topic, to the admin server's incident store, and to every incident
+//! output that wants them (Alertmanager, the ticket webhook: [`crate::sink::output`], each on
+//! its worker of [`super::outputs`]).
 //!
 //! ```text
 //!  MatchStage::process ── events ──▶ IncidentStage::observe ──▶ Correlator
@@ -8,8 +9,8 @@
 //!        ▼                                     ▼
 //!  tick (idle, per batch) ──▶ expire ──▶ changes ──▶ incidents topic (key: fingerprint)
 //!                                               ├──▶ incident store (admin pages, API)
-//!                                               ├──▶ Alertmanager thread (bounded queue) ──▶ HTTP
-//!                                               └──▶ webhook thread (bounded queue) ──▶ HTTP
+//!                                               └──▶ each output that wants it: its worker
+//!                                                    (bounded queue) ──▶ HTTP
 //! ```
 //!
 //! # What is guaranteed
@@ -17,9 +18,8 @@
 //! The correlator's state lives in memory and is lost on a restart; the log is its durable
 //! copy. While an incident is open, the offset committed for each partition it read from stays
 //! at the first record it read there ([`Tracker::hold`]); the holds are lifted once the
-//! incident's `resolved` change is acknowledged by the broker and, when a webhook is
-//! configured and the incident is ticketed, handled by the webhook (delivered or
-//! dead-lettered). So after a crash, a SIGKILL or a graceful stop, the restarted service reads
+//! incident's `resolved` change is acknowledged by the broker and handled by every output that
+//! wants it (delivered, or dead-lettered and that dead letter acknowledged). So after a crash, a SIGKILL or a graceful stop, the restarted service reads
 //! every open incident again from its first record and correlates it into the same incident:
 //! same root, same fingerprint, same ticket. Every change is produced at least once (a replay
 //! produces the changes again: consumers key on `fingerprint`, webhooks receive the same
@@ -41,41 +41,29 @@
 //! clock run on at wall-clock speed from the last log time seen, so incidents resolve after
 //! their quiet period even when the logs are replayed from the past.
 //!
-//! Webhook: its own thread and a bounded queue (`webhook.queue`). The matcher never waits for
-//! HTTP: when the queue is full, the change is dropped, counted
-//! (`faultline_webhook_changes_total{result="dropped"}`) and logged (ERROR for a resolution:
-//! the ticket stays open until the incident's next occurrence; WARN otherwise: the incident's
-//! next change carries its full state). Alertmanager ([`crate::sink::alertmanager`]) likewise:
-//! its own thread, a bounded queue (`alertmanager.queue`), drops counted in
-//! `faultline_alertmanager_alerts_total{result="dropped"}` and logged; a dropped resolution
-//! still ends the alert within four resend intervals (its `endsAt`).
-//!
-//! Undeliverable: a ticket change the webhook never accepted (retries exhausted or refused)
-//! and the alert of a change Alertmanager never accepted are produced to the dead-letter topic
-//! (`dead_letter.undeliverable_topic`, by default `dead_letter.topic`) with the reason
-//! `ticket_undeliverable` or `alert_undeliverable` and the attempts made, so they outlive the
-//! node ([`KafkaSink::send_undeliverable`]). A ticketed resolution's holds wait for that dead
-//! letter's acknowledgement, as they wait for a delivery.
+//! Outputs: each on its own thread behind a bounded queue (`webhook.queue`,
+//! `alertmanager.queue`); the matcher never waits for HTTP. A full queue drops the change,
+//! counted in `faultline_output_changes_total{output, result="dropped"}` and logged; what an
+//! output gives up on goes to the dead-letter topic (`dead_letter.undeliverable_topic`, by
+//! default `dead_letter.topic`) with its reason (`ticket_undeliverable`,
+//! `alert_undeliverable`), the output as stage and the attempts made, so it outlives the node
+//! ([`super::outputs`] has the rules).
 
 use std::collections::HashMap;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::outputs::{DeadLetters, OutputQueue};
 use super::Stop;
 use crate::enrich::MatchEvent;
 use crate::incident::config::IncidentsConfig;
 use crate::incident::unrecognised::{RecentUnknown, UnknownSeen};
 use crate::incident::{Correlator, CorrelatorStats, IncidentEvent, Status};
-use crate::metrics::{
-    AlertResult, Eviction, IncidentFamilies, Metrics, ResolutionLabel, WebhookResult,
-};
+use crate::metrics::{Eviction, IncidentFamilies, Metrics, ResolutionLabel};
 use crate::offsets::{RecordId, Release, Tracker};
 use crate::server::store::IncidentStore;
-use crate::sink::alertmanager::{self, AlertJob, Alerter, AlertmanagerConfig, AlertmanagerSink};
-use crate::sink::http::Pause;
-use crate::sink::kafka::{KafkaSink, Undeliverable, UndeliveredRecord};
-use crate::sink::webhook::{DeadLetter, Delivery, RunWebhookConfig, WebhookError, WebhookSink};
+use crate::sink::kafka::KafkaSink;
+use crate::sink::output::{IncidentOutput, OutputError};
 use crate::source::kafka::SourceRecord;
 use crate::telemetry::IncidentTracer;
 use crate::time::Millis;
@@ -164,67 +152,21 @@ struct NodeHold {
 /// Node events held at once; past it the oldest hold is lifted (counted as expired).
 pub const MAX_NODE_HOLDS: usize = 10_000;
 
-/// A change for the webhook thread, with the release its handling helps.
-type Job = (IncidentEvent, Option<Arc<Release>>);
-
 /// Where incident changes go besides the incidents topic.
-#[derive(Debug, Clone, Default)]
-pub struct Outputs<'a> {
-    /// `[webhook]`: tickets.
-    pub webhook: Option<&'a RunWebhookConfig>,
-    /// `[alertmanager]`: alerts.
-    pub alertmanager: Option<&'a AlertmanagerConfig>,
+#[derive(Default)]
+pub struct Outputs {
+    /// The incident outputs, built, each with its queue size.
+    pub list: Vec<(Box<dyn IncidentOutput>, usize)>,
     /// The admin server's incident store.
     pub store: Option<Arc<IncidentStore>>,
-    /// The base of incident page links in tickets and alerts.
-    pub page_base: Option<String>,
     /// Where undeliverable ticket changes and alerts go; `None`: the sink's dead-letter topic.
     pub undeliverable_topic: Option<String>,
 }
 
-/// Produces ticket changes and alerts that were not delivered to the dead-letter topic.
-#[derive(Clone)]
-struct DeadLetters {
-    sink: Arc<KafkaSink>,
-    topic: String,
-    stop: Arc<Stop>,
-}
-
-impl DeadLetters {
-    /// Produces one; `release` is done when the broker acknowledged it. A produce error stops
-    /// the pipeline (the holds stay: the restarted service handles the change again).
-    fn send(
-        &self,
-        kind: Undeliverable,
-        fingerprint: &str,
-        payload: &impl serde::Serialize,
-        attempts: u32,
-        error: &str,
-        release: Option<Arc<Release>>,
-    ) {
-        let payload = match serde_json::to_vec(payload) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::error!(fingerprint, error = %e, "serialising an undeliverable change");
-                if let Some(r) = release {
-                    r.done();
-                }
-                return;
-            }
-        };
-        let record = UndeliveredRecord {
-            kind,
-            fingerprint,
-            payload: &payload,
-            error,
-            attempts,
-        };
-        if let Err(e) = self
-            .sink
-            .send_undeliverable(&self.topic, record, release, &self.stop)
-        {
-            self.stop.fail(e.into());
-        }
+impl std::fmt::Debug for Outputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.list.iter().map(|(o, _)| o.name()).collect();
+        f.debug_struct("Outputs").field("list", &names).finish()
     }
 }
 
@@ -237,8 +179,7 @@ pub struct IncidentStage {
     stop: Arc<Stop>,
     families: IncidentFamilies,
     tracer: Option<IncidentTracer>,
-    webhook: Option<SyncSender<Job>>,
-    alerts: Option<SyncSender<AlertJob>>,
+    outputs: Vec<OutputQueue>,
     store: Option<Arc<IncidentStore>>,
     holds: HashMap<u64, Held>,
     /// Node events' records, oldest first.
@@ -252,11 +193,9 @@ pub struct IncidentStage {
     max_hold: Duration,
     published: CorrelatorStats,
     last_publish: Option<Instant>,
-    last_drop_log: Option<Instant>,
     /// Unknown templates per job, listed in incidents without a known root; `None`: unknown
     /// events are off.
     recent: Option<RecentUnknown>,
-    last_alert_drop_log: Option<Instant>,
 }
 
 impl std::fmt::Debug for IncidentStage {
@@ -269,29 +208,11 @@ impl std::fmt::Debug for IncidentStage {
     }
 }
 
-/// Waits between webhook attempts, but not past a stop request.
-struct StopPause(Arc<Stop>);
-
-impl Pause for StopPause {
-    fn pause(&mut self, duration: Duration) {
-        let deadline = Instant::now() + duration;
-        while !self.0.requested() {
-            let now = Instant::now();
-            if now >= deadline {
-                return;
-            }
-            // A short slice: a stop request ends the wait within it.
-            std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
-        }
-    }
-}
-
 impl IncidentStage {
-    /// The stage and the threads of its webhook and Alertmanager, when configured (join them
-    /// after the matcher).
+    /// The stage and the delivery threads of its outputs (join them after the matcher).
     pub fn start(
         config: &IncidentsConfig,
-        outputs: Outputs<'_>,
+        outputs: Outputs,
         sink: Arc<KafkaSink>,
         tracker: Arc<Tracker>,
         stop: Arc<Stop>,
@@ -299,8 +220,6 @@ impl IncidentStage {
         tracer: Option<IncidentTracer>,
     ) -> Result<(Self, Vec<std::thread::JoinHandle<()>>), StartError> {
         let correlator = Correlator::new(config.correlator.clone())?;
-        let families = metrics.incidents().clone();
-        let mut threads = Vec::new();
         let dead = DeadLetters {
             topic: outputs
                 .undeliverable_topic
@@ -309,56 +228,14 @@ impl IncidentStage {
             sink: Arc::clone(&sink),
             stop: Arc::clone(&stop),
         };
-        let webhook = match outputs.webhook {
-            None => None,
-            Some(w) => {
-                let dead_letter = match &w.dead_letter {
-                    Some(p) => DeadLetter::File(p.clone()),
-                    None => DeadLetter::Drop,
-                };
-                let mut cfg = w.sink.clone();
-                cfg.page_base.clone_from(&outputs.page_base);
-                let hook = WebhookSink::new(cfg, dead_letter)?
-                    .with_pause(Box::new(StopPause(Arc::clone(&stop))));
-                let (tx, rx) = sync_channel::<Job>(w.queue);
-                let (f, s, d) = (families.clone(), Arc::clone(&stop), dead.clone());
-                let thread = std::thread::Builder::new()
-                    .name("faultline-webhook".into())
-                    .spawn(move || deliver(rx, hook, &f, &s, &d))
-                    .map_err(StartError::Thread)?;
-                threads.push(thread);
-                Some(tx)
-            }
-        };
-        let alerts = match outputs.alertmanager {
-            None => None,
-            Some(a) => {
-                let mut cfg = a.clone();
-                cfg.page_base.clone_from(&outputs.page_base);
-                let queue = cfg.queue;
-                let alerter = Alerter::new(
-                    AlertmanagerSink::new(cfg)?.with_pause(Box::new(StopPause(Arc::clone(&stop)))),
-                );
-                let (tx, rx) = sync_channel::<AlertJob>(queue);
-                let (f, s, d) = (families.clone(), Arc::clone(&stop), dead.clone());
-                let mut undelivered = move |u: alertmanager::UndeliveredAlert| {
-                    d.send(
-                        Undeliverable::Alert,
-                        &u.fingerprint,
-                        &u,
-                        u.attempts,
-                        &u.error,
-                        None,
-                    );
-                };
-                let thread = std::thread::Builder::new()
-                    .name("faultline-alertmanager".into())
-                    .spawn(move || alertmanager::run(rx, alerter, &f, &s, &mut undelivered))
-                    .map_err(StartError::Thread)?;
-                threads.push(thread);
-                Some(tx)
-            }
-        };
+        let mut queues = Vec::new();
+        let mut threads = Vec::new();
+        for (output, queue) in outputs.list {
+            let (q, thread) = OutputQueue::spawn(output, queue, metrics.outputs(), dead.clone())
+                .map_err(StartError::Thread)?;
+            queues.push(q);
+            threads.push(thread);
+        }
         Ok((
             IncidentStage {
                 topic: config.topic.clone(),
@@ -366,10 +243,9 @@ impl IncidentStage {
                 sink,
                 tracker,
                 stop,
-                families,
+                families: metrics.incidents().clone(),
                 tracer,
-                webhook,
-                alerts,
+                outputs: queues,
                 store: outputs.store,
                 holds: HashMap::new(),
                 node_holds: std::collections::VecDeque::new(),
@@ -380,9 +256,7 @@ impl IncidentStage {
                 max_hold: config.max_hold,
                 published: CorrelatorStats::default(),
                 last_publish: None,
-                last_drop_log: None,
                 recent: None,
-                last_alert_drop_log: None,
             },
             threads,
         ))
@@ -601,18 +475,21 @@ impl IncidentStage {
             if let Some(t) = &self.tracer {
                 t.record(change);
             }
-            let to_webhook = self.webhook.is_some() && change.ticket.raised;
-            let to_alerts = self.alerts.is_some();
+            let wanted: Vec<usize> = (0..self.outputs.len())
+                .filter(|&i| self.outputs[i].wants(change))
+                .collect();
             let release = (change.status == Status::Resolved).then(|| {
                 let ids = self
                     .holds
                     .remove(&change.serial)
                     .map(|h| h.ids)
                     .unwrap_or_default();
-                let parties = 1 + u32::from(to_webhook) + u32::from(to_alerts);
+                // The incidents topic, and every output that takes the change.
+                let parties = 1 + wanted.len() as u32;
                 Release::new(Arc::clone(&self.tracker), ids, parties)
             });
-            let shared = (self.store.is_some() || to_alerts).then(|| Arc::new(change.clone()));
+            let shared =
+                (self.store.is_some() || !wanted.is_empty()).then(|| Arc::new(change.clone()));
             if let (Some(store), Some(shared)) = (&self.store, &shared) {
                 store.record_shared(Arc::clone(shared));
             }
@@ -631,76 +508,14 @@ impl IncidentStage {
                 self.stop.fail(e.into());
                 break;
             }
-            if let Some(shared) = shared.filter(|_| to_alerts) {
-                self.enqueue_alert(shared, release.clone());
-            }
-            if to_webhook {
-                self.enqueue_webhook(change, release);
+            if let Some(shared) = shared {
+                for &i in &wanted {
+                    self.outputs[i].offer(Arc::clone(&shared), release.clone());
+                }
             }
         }
         self.changes = changes;
         self.changes.clear();
-    }
-
-    fn enqueue_webhook(&mut self, change: &IncidentEvent, release: Option<Arc<Release>>) {
-        let Some(tx) = &self.webhook else {
-            return;
-        };
-        match tx.try_send((change.clone(), release)) {
-            Ok(()) => {}
-            Err(
-                TrySendError::Full((change, release))
-                | TrySendError::Disconnected((change, release)),
-            ) => {
-                self.families.webhook(WebhookResult::Dropped);
-                let now = Instant::now();
-                let resolved = change.status == Status::Resolved;
-                // At most one line a second (a stuck receiver and an incident storm).
-                if resolved
-                    || self
-                        .last_drop_log
-                        .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
-                {
-                    self.last_drop_log = Some(now);
-                    if resolved {
-                        tracing::error!(fingerprint = %change.fingerprint,
-                            "webhook queue full: resolution not sent; the ticket stays open");
-                    } else {
-                        tracing::warn!(fingerprint = %change.fingerprint,
-                            "webhook queue full: change not sent; the next one carries its state");
-                    }
-                }
-                if let Some(r) = release {
-                    r.done();
-                }
-            }
-        }
-    }
-
-    fn enqueue_alert(&mut self, change: Arc<IncidentEvent>, release: Option<Arc<Release>>) {
-        let Some(tx) = &self.alerts else {
-            return;
-        };
-        let Err(
-            TrySendError::Full((change, release)) | TrySendError::Disconnected((change, release)),
-        ) = tx.try_send((change, release))
-        else {
-            return;
-        };
-        self.families.alerts(AlertResult::Dropped, 1);
-        let now = Instant::now();
-        if self
-            .last_alert_drop_log
-            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
-        {
-            self.last_alert_drop_log = Some(now);
-            tracing::warn!(fingerprint = %change.fingerprint, status = ?change.status,
-                "alertmanager queue full: change not posted; the alert is posted again at the \
-                 next change or resend, or ends by itself at its endsAt");
-        }
-        if let Some(r) = release {
-            r.done();
-        }
     }
 
     fn publish(&mut self) {
@@ -725,70 +540,16 @@ impl IncidentStage {
     }
 }
 
-/// The webhook thread: one change at a time, retried per the sink's settings. After a stop
-/// request the queued changes are abandoned (counted): their incidents are still held, so the
-/// restarted service sends them again.
-fn deliver(
-    rx: Receiver<Job>,
-    mut hook: WebhookSink,
-    f: &IncidentFamilies,
-    stop: &Stop,
-    dead: &DeadLetters,
-) {
-    while let Ok((change, release)) = rx.recv() {
-        if stop.requested() {
-            f.webhook(WebhookResult::Abandoned);
-            continue;
-        }
-        let retries = hook.stats().retries;
-        match hook.send(&change) {
-            Ok(Delivery::Delivered { .. }) => {
-                f.webhook(WebhookResult::Delivered);
-            }
-            Ok(Delivery::DeadLettered { attempts, error }) => {
-                f.webhook(WebhookResult::DeadLettered);
-                tracing::error!(fingerprint = %change.fingerprint, attempts, error = %error,
-                    "webhook change dead-lettered");
-            }
-            Ok(Delivery::Skipped) => {}
-            Err(e) => {
-                f.webhook(WebhookResult::DeadLettered);
-                tracing::error!(fingerprint = %change.fingerprint, error = %e,
-                    "webhook change not written to the dead-letter file (it goes to the topic)");
-            }
-        }
-        f.webhook_retries.inc_by(hook.stats().retries - retries);
-        match hook.take_dead_letter() {
-            Some(record) => dead.send(
-                Undeliverable::Ticket,
-                &record.ticket_key,
-                &record,
-                record.attempts,
-                &record.error,
-                release,
-            ),
-            None => {
-                if let Some(r) = release {
-                    r.done();
-                }
-            }
-        }
-    }
-}
-
 /// Why the incident stage could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The incident settings are inconsistent.
     #[error(transparent)]
     Config(#[from] crate::incident::ConfigError),
-    /// The webhook sink could not be built.
+    /// An output could not be built.
     #[error(transparent)]
-    Webhook(#[from] WebhookError),
-    /// The Alertmanager sink could not be built.
-    #[error(transparent)]
-    Alertmanager(#[from] alertmanager::AlertmanagerError),
-    /// The OS refused to spawn the webhook or Alertmanager thread.
+    Output(#[from] OutputError),
+    /// The OS refused to spawn an output's delivery thread.
     #[error("starting an incident delivery thread: {0}")]
     Thread(std::io::Error),
 }

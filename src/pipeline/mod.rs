@@ -53,6 +53,7 @@ pub mod correlate;
 pub mod decode;
 pub mod incidents;
 pub mod match_stage;
+pub mod outputs;
 pub mod quarantine;
 pub mod settings;
 pub mod shard;
@@ -227,7 +228,11 @@ pub async fn start_with_faults(
     loaded: Loaded,
     faults: Option<FaultInjection>,
 ) -> Result<Running, PipelineError> {
-    start_inner(config, Arc::new(loaded), faults, None).await
+    let extras = Extras {
+        faults,
+        ..Extras::default()
+    };
+    start_with(config, Arc::new(loaded), extras).await
 }
 
 /// [`start`] with a KB already shared with other pipelines of this process (`faultline demo
@@ -240,15 +245,37 @@ pub async fn start_shared(
     loaded: Arc<Loaded>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
 ) -> Result<Running, PipelineError> {
-    start_inner(config, loaded, None, metrics).await
+    let extras = Extras {
+        metrics,
+        ..Extras::default()
+    };
+    start_with(config, loaded, extras).await
 }
 
-async fn start_inner(
+/// What a caller embedding the pipeline adds to its configuration.
+#[derive(Default)]
+pub struct Extras {
+    /// Panics injected into the matcher (failure isolation tests only).
+    #[doc(hidden)]
+    pub faults: Option<FaultInjection>,
+    /// A registry shared with other pipelines of the process ([`start_shared`]).
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Incident outputs besides the configured ones, each with its queue size: any
+    /// [`crate::sink::output::IncidentOutput`], delivered by the same worker.
+    pub outputs: Vec<(Box<dyn crate::sink::output::IncidentOutput>, usize)>,
+}
+
+/// [`start`] with [`Extras`]: starts every stage (see [`start`]).
+pub async fn start_with(
     config: Config,
     loaded: Arc<Loaded>,
-    faults: Option<FaultInjection>,
-    shared_metrics: Option<Arc<crate::metrics::Metrics>>,
+    extras: Extras,
 ) -> Result<Running, PipelineError> {
+    let Extras {
+        faults,
+        metrics: shared_metrics,
+        outputs: extra_outputs,
+    } = extras;
     let config = Arc::new(config);
     let health = Health::new(config.admin.stall_timeout);
     let stop = Stop::new();
@@ -365,11 +392,22 @@ async fn start_inner(
     )?;
     let (incidents, delivery) = match &config.incidents {
         Some(c) if role != Role::Match => {
-            let outputs = incidents::Outputs {
-                webhook: config.webhook.as_ref(),
-                alertmanager: config.alertmanager.as_ref(),
-                store: store.clone(),
+            let ctx = crate::sink::output::OutputContext {
                 page_base: config.admin.page_base(admin),
+                shutdown: Arc::clone(stop.shutdown()),
+            };
+            let mut list = Vec::new();
+            for o in &config.outputs {
+                let section = o.section();
+                list.push((
+                    section.build(&ctx).map_err(incidents::StartError::from)?,
+                    section.queue(),
+                ));
+            }
+            list.extend(extra_outputs);
+            let outputs = incidents::Outputs {
+                list,
+                store: store.clone(),
                 undeliverable_topic: config.dead_letter.undeliverable_topic.clone(),
             };
             let (stage, threads) = incidents::IncidentStage::start(

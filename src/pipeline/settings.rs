@@ -12,6 +12,7 @@ use crate::reload::KbConfig;
 use crate::server::AdminConfig;
 use crate::sink::alertmanager::AlertmanagerConfig;
 use crate::sink::kafka::OutputConfig;
+use crate::sink::output::OutputSection;
 use crate::sink::webhook::RunWebhookConfig;
 use crate::telemetry::TelemetryConfig;
 use crate::unknown::UnknownConfig;
@@ -41,10 +42,39 @@ pub struct Config {
     pub redact: RedactConfig,
     /// `[incidents]`; `None`: incidents off.
     pub incidents: Option<IncidentsConfig>,
-    /// `[webhook]`; `None`: no tickets.
-    pub webhook: Option<RunWebhookConfig>,
     /// `[unknown]`.
     pub unknown: UnknownConfig,
-    /// `[alertmanager]`; `None`: no alerts.
-    pub alertmanager: Option<AlertmanagerConfig>,
+    /// The incident outputs (`[webhook]`, `[alertmanager]`), in table order; empty when
+    /// incidents are off.
+    pub outputs: Vec<IncidentOutputConfig>,
+}
+
+/// A configured incident output: one arm per kind ([`crate::sink::output`] says how to add
+/// one).
+#[derive(Debug, Clone)]
+pub enum IncidentOutputConfig {
+    /// `[webhook]`: tickets.
+    Webhook(RunWebhookConfig),
+    /// `[alertmanager]`: alerts.
+    Alertmanager(AlertmanagerConfig),
+}
+
+impl IncidentOutputConfig {
+    /// The arm's table.
+    pub fn section(&self) -> &dyn OutputSection {
+        match self {
+            IncidentOutputConfig::Webhook(c) => c,
+            IncidentOutputConfig::Alertmanager(c) => c,
+        }
+    }
+}
+
+impl Config {
+    /// The `[webhook]` table, when tickets are on.
+    pub fn webhook(&self) -> Option<&RunWebhookConfig> {
+        self.outputs.iter().find_map(|o| match o {
+            IncidentOutputConfig::Webhook(w) => Some(w),
+            _ => None,
+        })
+    }
 }

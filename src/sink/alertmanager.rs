@@ -2,9 +2,9 @@
 //! (`POST /api/v2/alerts`), so incidents get Alertmanager's grouping, inhibition, silences and
 //! routing (PagerDuty, Slack, Jira) like any other alert.
 //!
-//! Flow: the incident stage of `faultline run` (the driver above) hands each change to [`run`]
-//! on its own thread through a bounded queue; the [`Alerter`] keeps the alert of every open
-//! incident and posts it with [`AlertmanagerSink`].
+//! Flow: the [`Alerter`] is an incident output ([`crate::sink::output`]): `faultline run`'s
+//! delivery worker hands it the changes through its bounded queue on its own thread; it keeps
+//! the alert of every open incident and posts it with [`AlertmanagerSink`].
 //!
 //! - **Labels** identify the failure and stay put while it lasts: `alertname="FaultlineIncident"`,
 //!   `fingerprint`, `job_id`, the root's `error_code`, `domain`, `category` and `severity`,
@@ -22,28 +22,26 @@
 //! - **Resolved**: the incident's resolution posts the alert with `endsAt` = now.
 //! - **Delivery** ([`crate::sink::http`], shared with the webhook, TLS included): transport
 //!   errors, 408, 429 and 5xx are retried with exponential backoff up to `max_attempts`; other
-//!   4xx are not. An alert that could not be posted is counted (`failed`)
-//!   and posted again at the next resend (a resolution too, kept in a bounded list). The alert
-//!   of a change that could not be posted is also handed to the caller as an
-//!   [`UndeliveredAlert`] (`faultline run` produces it to the dead-letter topic, reason
-//!   `alert_undeliverable`); resends that fail are not (they repeat a state already there). The
-//!   matcher never waits: a full queue drops the change, counted and logged.
+//!   4xx are not. A change whose alert could not be posted is counted (`failed`) and posted
+//!   again at the next resend (a resolution too, kept in a bounded list). That alert is also
+//!   reported as an [`UndeliveredAlert`] (`faultline run` produces it to the dead-letter topic,
+//!   reason `alert_undeliverable`); resends that fail are not (they repeat a state already
+//!   there). The matcher never waits: a full queue drops the change, counted and logged.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
 use crate::incident::{IncidentEvent, Status};
-use crate::metrics::{AlertResult, IncidentFamilies};
-use crate::offsets::Release;
-use crate::runtime::Shutdown;
 use crate::secret::redact_url;
 use crate::section::{Errors, Printer};
 use crate::sink::http::{HttpClient, HttpError, Pause, RetryPolicy, Sleep};
 use crate::sink::incident_url;
+use crate::sink::output::{
+    IncidentOutput, OutputContext, OutputError, OutputSection, Report, Undelivered,
+};
 use crate::time::{format_ms, Millis};
 
 /// The `alertname` of every faultline incident.
@@ -57,6 +55,9 @@ pub const DEFAULT_QUEUE: usize = 1_024;
 pub const ENDS_AFTER_RESENDS: u32 = 4;
 /// Alerts per request.
 const MAX_ALERTS_PER_POST: usize = 500;
+
+/// The output's name: its metrics' `output` label and its dead letters' stage.
+const NAME: &str = "alertmanager";
 /// Labels faultline sets itself; extra labels may not use them.
 const OWN_LABELS: [&str; 8] = [
     "alertname",
@@ -511,9 +512,6 @@ impl AlertmanagerSink {
     }
 }
 
-/// A change for the Alertmanager thread, with the release its handling helps.
-pub type AlertJob = (Arc<IncidentEvent>, Option<Arc<Release>>);
-
 /// The alert of one open incident.
 #[derive(Debug, Clone)]
 struct Tracked {
@@ -661,68 +659,85 @@ impl Alerter {
     }
 }
 
-/// The Alertmanager thread: takes changes off `rx` in batches, posts them, and posts every open
-/// alert again each resend interval; the alerts of changes that could not be posted go to
-/// `undelivered` (before their releases are done). After a stop request the queued changes are
-/// abandoned (counted): their incidents are still held, so the restarted service posts them
-/// again.
-pub fn run(
-    rx: Receiver<AlertJob>,
-    mut alerter: Alerter,
-    f: &IncidentFamilies,
-    stop: &Shutdown,
-    undelivered: &mut dyn FnMut(UndeliveredAlert),
-) {
-    let interval = alerter.sink.cfg.resend_interval;
-    let mut next = Instant::now() + interval;
-    loop {
-        let wait = next.saturating_duration_since(Instant::now());
-        let before = alerter.sink.stats();
-        let outcome = match rx.recv_timeout(wait) {
-            Ok(first) => {
-                let mut jobs = vec![first];
-                while jobs.len() < MAX_ALERTS_PER_POST {
-                    match rx.try_recv() {
-                        Ok(j) => jobs.push(j),
-                        Err(_) => break,
-                    }
-                }
-                if stop.requested() {
-                    f.alerts(AlertResult::Abandoned, jobs.len() as u64);
-                    continue;
-                }
-                let changes: Vec<Arc<IncidentEvent>> =
-                    jobs.iter().map(|(c, _)| Arc::clone(c)).collect();
-                let outcome = alerter.changes(&changes, SystemTime::now());
-                for u in alerter.take_undelivered() {
-                    undelivered(u);
-                }
-                for (_, release) in jobs {
-                    if let Some(r) = release {
-                        r.done();
-                    }
-                }
-                outcome
+impl OutputSection for AlertmanagerConfig {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn queue(&self) -> usize {
+        self.queue
+    }
+
+    fn build(&self, ctx: &OutputContext) -> Result<Box<dyn IncidentOutput>, OutputError> {
+        let mut cfg = self.clone();
+        cfg.page_base.clone_from(&ctx.page_base);
+        let sink = AlertmanagerSink::new(cfg).map_err(|e| OutputError::new(NAME, e))?;
+        Ok(Box::new(Alerter::new(sink.with_pause(ctx.pause()))))
+    }
+
+    fn print(&self, p: &mut Printer) {
+        AlertmanagerConfig::print(self, p);
+    }
+}
+
+/// Alertmanager as an incident output: every change, in batches of up to 500 alerts, and every
+/// open alert again each `resend_interval`. A change whose request failed counts as `failed`
+/// (its alert is posted again at the next resend, a resolution kept until then) and its alert
+/// goes to the dead-letter topic as `alert_undeliverable`; no commit hold waits for that.
+impl IncidentOutput for Alerter {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn max_batch(&self) -> usize {
+        MAX_ALERTS_PER_POST
+    }
+
+    fn deliver(&mut self, changes: &[Arc<IncidentEvent>], report: &mut Report) {
+        let before = self.sink.stats();
+        let outcome = self.changes(changes, SystemTime::now());
+        for u in self.take_undelivered() {
+            match serde_json::to_vec(&u) {
+                Ok(payload) => report.undelivered.push(Undelivered {
+                    reason: "alert_undeliverable",
+                    key: u.fingerprint.clone(),
+                    payload,
+                    attempts: u.attempts,
+                    error: u.error,
+                    change: None,
+                }),
+                Err(e) => tracing::error!(error = %e, "serialising an undelivered alert"),
             }
-            Err(RecvTimeoutError::Timeout) => {
-                next = Instant::now() + interval;
-                if stop.requested() {
-                    continue;
-                }
-                alerter.resend(SystemTime::now())
+        }
+        match outcome {
+            Ok(()) => report.delivered += changes.len() as u64,
+            Err(e) => {
+                report.failed += changes.len() as u64;
+                tracing::warn!(attempts = e.attempts, error = %e.error,
+                    "alerts not accepted by Alertmanager; posted again at the next resend");
             }
-            Err(RecvTimeoutError::Disconnected) => return,
-        };
-        let after = alerter.sink.stats();
-        f.alerts(AlertResult::Posted, after.posted - before.posted);
-        f.alerts(AlertResult::Failed, after.failed - before.failed);
-        f.alertmanager_retries
-            .inc_by(after.retries - before.retries);
-        f.alerts_open.set(alerter.open() as i64);
-        if let Err(e) = outcome {
+        }
+        self.report_stats(before, report);
+    }
+
+    fn tick_every(&self) -> Option<Duration> {
+        Some(self.sink.cfg.resend_interval)
+    }
+
+    fn tick(&mut self, report: &mut Report) {
+        let before = self.sink.stats();
+        if let Err(e) = self.resend(SystemTime::now()) {
             tracing::warn!(attempts = e.attempts, error = %e.error,
                 "alerts not accepted by Alertmanager; posted again at the next resend");
         }
+        self.report_stats(before, report);
+    }
+}
+
+impl Alerter {
+    fn report_stats(&self, before: AlertStats, report: &mut Report) {
+        report.retries += self.sink.stats().retries - before.retries;
+        report.open = Some(self.open());
     }
 }
 

@@ -71,11 +71,12 @@ impl OutputConfig {
 pub mod headers {
     /// Why the record was dead-lettered: a closed set (`too_large`, `invalid_utf8`,
     /// `not_an_envelope`, `panic`, `invalid_event`: [`crate::metrics::DeadLetterReason`]; for
-    /// ticket changes and alerts, [`super::Undeliverable`]).
+    /// what an incident output gave up on, its own reason, [`super::UndeliveredRecord`]).
     pub const REASON: &str = "faultline.reason";
     /// The detail of the reason, for people (a panic's message, secrets redacted).
     pub const ERROR: &str = "faultline.error";
-    /// The pipeline stage that rejected it: `decode`, or `match` for a panic.
+    /// The pipeline stage that rejected it: `decode`, or `match` for a panic, or the incident
+    /// output that gave up (`webhook`, `alertmanager`).
     pub const STAGE: &str = "faultline.stage";
     /// The KB version running when it was rejected.
     pub const KB_VERSION: &str = "faultline.kb_version";
@@ -118,44 +119,15 @@ const _: () = assert!(
     DEAD_LETTER_MAX_PAYLOAD + DEAD_LETTER_HEADER_ROOM <= crate::kafka::MIN_MESSAGE_MAX_BYTES
 );
 
-/// Why a ticket change or an alert went to the dead-letter topic: its `faultline.reason`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Undeliverable {
-    /// The webhook refused a ticket change until its retries ran out (`ticket_undeliverable`,
-    /// stage `webhook`).
-    Ticket,
-    /// Alertmanager refused the alert of an incident change until its retries ran out
-    /// (`alert_undeliverable`, stage `alertmanager`).
-    Alert,
-}
-
-impl Undeliverable {
-    /// Every reason, in declaration order.
-    pub const ALL: [Undeliverable; 2] = [Undeliverable::Ticket, Undeliverable::Alert];
-
-    /// The `faultline.reason` header.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Undeliverable::Ticket => "ticket_undeliverable",
-            Undeliverable::Alert => "alert_undeliverable",
-        }
-    }
-
-    /// The `faultline.stage` header: the thread that gave up.
-    pub fn stage(self) -> &'static str {
-        match self {
-            Undeliverable::Ticket => "webhook",
-            Undeliverable::Alert => "alertmanager",
-        }
-    }
-}
-
-/// A ticket change or an alert that was not delivered, as it goes to the dead-letter topic.
+/// What an incident output gave up on (a ticket change, an alert), as it goes to the
+/// dead-letter topic.
 #[derive(Debug, Clone, Copy)]
 pub struct UndeliveredRecord<'a> {
-    /// Which kind, and so the reason and stage headers.
-    pub kind: Undeliverable,
-    /// The record key: the incident's fingerprint.
+    /// The `faultline.reason` header (`ticket_undeliverable`, `alert_undeliverable`).
+    pub reason: &'a str,
+    /// The `faultline.stage` header: the output that gave up (`webhook`, `alertmanager`).
+    pub stage: &'a str,
+    /// The record key: the incident's fingerprint (or the output's own key for it).
     pub fingerprint: &'a str,
     /// The JSON record (what the receiver was sent, with its URL and the error).
     pub payload: &'a [u8],
@@ -543,9 +515,9 @@ impl KafkaSink {
         let h = add_headers(
             OwnedHeaders::new_with_capacity(5),
             &[
-                (headers::REASON, record.kind.reason()),
+                (headers::REASON, record.reason),
                 (headers::ERROR, error.as_ref()),
-                (headers::STAGE, record.kind.stage()),
+                (headers::STAGE, record.stage),
                 (headers::ATTEMPTS, attempts.as_str()),
             ],
             redactor.is_some(),

@@ -1,11 +1,13 @@
 //! Where events go. [`stdout`] prints them for `faultline scan` (JSON lines or text for
 //! people); [`webhook`] turns incidents into tickets (generic JSON or Alertmanager's webhook
 //! payload); [`alertmanager`] posts them to Alertmanager's API as alerts; both POST through
-//! [`http`] (TLS, retries, `Retry-After`).
+//! [`http`] (TLS, retries, `Retry-After`) and are incident outputs behind [`output`]'s one
+//! interface.
 
 pub mod alertmanager;
 pub mod http;
 pub mod kafka;
+pub mod output;
 pub mod stdout;
 #[cfg(test)]
 pub(crate) mod ticket_server;

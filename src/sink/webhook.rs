@@ -18,7 +18,8 @@
 //! ([`crate::sink::alertmanager::label_set`]), so one incident is one alert identity whichever
 //! way it reaches Alertmanager.
 //!
-//! Blocking (ureq): the service calls it from a blocking task; `scan` calls it inline.
+//! Blocking (ureq): the sink is an incident output ([`crate::sink::output`]); `faultline run`'s
+//! delivery worker calls it on its own thread.
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -35,6 +36,9 @@ use crate::section::{Errors, Printer};
 use crate::sink::alertmanager::label_set;
 use crate::sink::http::{HttpClient, HttpError, Pause, RetryPolicy, Sleep};
 use crate::sink::incident_url;
+use crate::sink::output::{
+    IncidentOutput, OutputContext, OutputError, OutputSection, Report, Undelivered,
+};
 
 /// The body shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -603,6 +607,87 @@ impl RunWebhookConfig {
         }
         for (name, _) in &s.headers {
             p.line(&format!("# header {name}: [REDACTED]"));
+        }
+    }
+}
+
+/// The output's name: its metrics' `output` label and its dead letters' stage.
+const NAME: &str = "webhook";
+
+impl OutputSection for RunWebhookConfig {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn queue(&self) -> usize {
+        self.queue
+    }
+
+    fn build(&self, ctx: &OutputContext) -> Result<Box<dyn IncidentOutput>, OutputError> {
+        let dead_letter = match &self.dead_letter {
+            Some(p) => DeadLetter::File(p.clone()),
+            None => DeadLetter::Drop,
+        };
+        let mut cfg = self.sink.clone();
+        cfg.page_base.clone_from(&ctx.page_base);
+        let hook = WebhookSink::new(cfg, dead_letter).map_err(|e| OutputError::new(NAME, e))?;
+        Ok(Box::new(hook.with_pause(ctx.pause())))
+    }
+
+    fn print(&self, p: &mut Printer) {
+        RunWebhookConfig::print(self, p);
+    }
+}
+
+/// Ticketed changes only.
+fn ticketed(change: &IncidentEvent) -> bool {
+    change.ticket.raised
+}
+
+/// The webhook as an incident output: the changes of ticketed incidents, one at a time; a
+/// change it gives up on goes to the dead-letter file (when set) and to the dead-letter topic
+/// as `ticket_undeliverable`, and a resolution's commit holds wait for that record.
+impl IncidentOutput for WebhookSink {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn wants(&self) -> fn(&IncidentEvent) -> bool {
+        ticketed
+    }
+
+    fn deliver(&mut self, changes: &[std::sync::Arc<IncidentEvent>], report: &mut Report) {
+        for (i, change) in changes.iter().enumerate() {
+            let retries = self.stats.retries;
+            match self.send(change) {
+                Ok(Delivery::Delivered { .. }) => report.delivered += 1,
+                Ok(Delivery::DeadLettered { attempts, error }) => {
+                    report.dead_lettered += 1;
+                    tracing::error!(fingerprint = %change.fingerprint, attempts, error = %error,
+                        "webhook change dead-lettered");
+                }
+                Ok(Delivery::Skipped) => {}
+                Err(e) => {
+                    report.dead_lettered += 1;
+                    tracing::error!(fingerprint = %change.fingerprint, error = %e,
+                        "webhook change not written to the dead-letter file (it goes to the topic)");
+                }
+            }
+            report.retries += self.stats.retries - retries;
+            let Some(record) = self.take_dead_letter() else {
+                continue;
+            };
+            match serde_json::to_vec(&record) {
+                Ok(payload) => report.undelivered.push(Undelivered {
+                    reason: "ticket_undeliverable",
+                    key: record.ticket_key,
+                    payload,
+                    attempts: record.attempts,
+                    error: record.error,
+                    change: Some(i),
+                }),
+                Err(e) => tracing::error!(error = %e, "serialising a dead-lettered ticket change"),
+            }
         }
     }
 }

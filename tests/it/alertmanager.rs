@@ -308,12 +308,18 @@ async fn incidents_fire_survive_a_restart_and_resolve_in_a_real_alertmanager() {
         .map(|(_, b)| b)
         .unwrap_or_default();
     assert!(
-        metrics.contains("faultline_alertmanager_alerts_total{result=\"failed\"} 0"),
+        metrics.contains(
+            "faultline_output_changes_total{output=\"alertmanager\",result=\"failed\"} 0"
+        ),
         "{metrics}"
     );
     let posted = metrics
         .lines()
-        .find_map(|l| l.strip_prefix("faultline_alertmanager_alerts_total{result=\"posted\"} "))
+        .find_map(|l| {
+            l.strip_prefix(
+                "faultline_output_changes_total{output=\"alertmanager\",result=\"delivered\"} ",
+            )
+        })
         .and_then(|v| v.trim().parse::<f64>().ok());
     assert!(
         posted.is_some_and(|n| n >= 2.0),

@@ -102,10 +102,10 @@ pub(crate) fn busy_metrics() -> Metrics {
     inc.evicted(faultline::metrics::Eviction::Incident, 1);
     inc.restart_loops.inc();
     inc.tickets_raised.inc_by(2);
-    for _ in 0..5 {
-        inc.webhook(faultline::metrics::WebhookResult::Delivered);
-    }
-    inc.webhook_retries.inc();
+    let webhook = m.outputs().output("webhook");
+    webhook.count(faultline::metrics::OutputResult::Delivered, 5);
+    webhook.retries.inc();
+    m.outputs().output("alertmanager").open.set(3);
     inc.bad_node_score_max.set(1.5);
     inc.holds.set(2);
     inc.holds_expired.inc();
@@ -161,16 +161,15 @@ fn rendered_metrics_pass_promtool_check_metrics() {
         "faultline_incident_evictions_total",
         "faultline_incident_restart_loops_total",
         "faultline_tickets_raised_total",
-        "faultline_webhook_changes_total",
-        "faultline_webhook_retries_total",
+        "faultline_output_changes_total",
+        "faultline_output_retries_total",
+        "faultline_output_queued_changes",
+        "faultline_output_open_items",
         "faultline_bad_node_score_max",
         "faultline_incident_commit_holds",
         "faultline_incident_commit_holds_expired_total",
         "faultline_incident_ranks",
         "faultline_node_incidents_total",
-        "faultline_alertmanager_alerts_total",
-        "faultline_alertmanager_retries_total",
-        "faultline_alertmanager_alerts_firing",
     ] {
         assert!(
             text.contains(&format!("# HELP {family} ")),

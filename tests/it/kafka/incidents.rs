@@ -207,9 +207,9 @@ fn the_example_configuration_enables_incidents_and_the_webhook() {
     let cfg = faultline::config::Config::load(Some(&path), &Default::default())
         .expect("deploy/faultline.toml is valid");
     assert!(cfg.redacted().contains("[webhook]"));
-    let inc = cfg.incidents.expect("incidents on");
+    let inc = cfg.incidents.as_ref().expect("incidents on");
     assert_eq!(inc.topic, "faultline.incidents");
-    let hook = cfg.webhook.expect("webhook on");
+    let hook = cfg.webhook().expect("webhook on");
     assert_eq!(
         hook.sink.format,
         faultline::sink::webhook::PayloadFormat::Alertmanager

@@ -12,6 +12,7 @@ mod in_process;
 mod incidents;
 mod out_of_process;
 mod outage;
+mod output;
 mod oversized;
 mod poison;
 mod scale_out;
