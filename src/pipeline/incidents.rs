@@ -63,7 +63,7 @@ use crate::metrics::{Eviction, IncidentFamilies, Metrics, ResolutionLabel};
 use crate::offsets::{RecordId, Release, Tracker};
 use crate::server::store::IncidentStore;
 use crate::sink::kafka::KafkaSink;
-use crate::sink::output::{IncidentOutput, OutputError};
+use crate::sink::output::{OutputError, QueuedOutput};
 use crate::source::kafka::SourceRecord;
 use crate::telemetry::IncidentTracer;
 use crate::time::Millis;
@@ -156,7 +156,7 @@ pub const MAX_NODE_HOLDS: usize = 10_000;
 #[derive(Default)]
 pub struct Outputs {
     /// The incident outputs, built, each with its queue size.
-    pub list: Vec<(Box<dyn IncidentOutput>, usize)>,
+    pub list: Vec<QueuedOutput>,
     /// The admin server's incident store.
     pub store: Option<Arc<IncidentStore>>,
     /// Where undeliverable ticket changes and alerts go; `None`: the sink's dead-letter topic.

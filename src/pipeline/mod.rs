@@ -262,92 +262,40 @@ pub struct Extras {
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// Incident outputs besides the configured ones, each with its queue size: any
     /// [`crate::sink::output::IncidentOutput`], delivered by the same worker.
-    pub outputs: Vec<(Box<dyn crate::sink::output::IncidentOutput>, usize)>,
+    pub outputs: Vec<crate::sink::output::QueuedOutput>,
 }
 
-/// [`start`] with [`Extras`]: starts every stage (see [`start`]).
+/// [`start`] with [`Extras`]: starts every stage (see [`start`]). The topology, in order: the
+/// admin server, the KB watcher, the producer, the incident stage and its outputs (unless this
+/// is a match member), the matcher or correlator thread, and the source thread feeding it.
 pub async fn start_with(
     config: Config,
     loaded: Arc<Loaded>,
     extras: Extras,
 ) -> Result<Running, PipelineError> {
-    let Extras {
-        faults,
-        metrics: shared_metrics,
-        outputs: extra_outputs,
-    } = extras;
-    let config = Arc::new(config);
-    let health = Health::new(config.admin.stall_timeout);
-    let stop = Stop::new();
-    health.set_kb_version(loaded.version());
+    let shared = Shared::new(config, &loaded, extras.metrics)?;
+    let Shared {
+        config,
+        health,
+        stop,
+        metrics,
+        ..
+    } = &shared;
+    let mut tasks = Vec::new();
+    let admin = serve_admin(&shared, &mut tasks).await?;
     let (kb_tx, kb_rx) = watch::channel(Arc::clone(&loaded));
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
-    let mut tasks = Vec::new();
-
-    let metrics = match shared_metrics {
-        Some(m) => m,
-        None => Arc::new(crate::metrics::Metrics::new(config.metrics.clone())?),
-    };
-    metrics.set_kb(&loaded.engine.kb);
-    let telemetry = crate::telemetry::Telemetry::start(
-        &config.telemetry,
-        crate::telemetry::SpanDropCounters::of(&metrics),
-    )?;
-    // The incident pages' store: the correlator's open incidents and the recently resolved.
-    let store = match (&config.incidents, config.admin.listen) {
-        (Some(c), Some(_)) => Some(server::store::IncidentStore::new(
-            c.correlator.max_open_incidents,
-            config.admin.resolved_incidents,
-        )),
-        _ => None,
-    };
-    let admin = match config.admin.listen {
-        Some(addr) => {
-            let token = config.admin.resolve_token()?;
-            let listener = server::bind(addr)
-                .await
-                .map_err(|error| PipelineError::Admin { addr, error })?;
-            let bound = listener.local_addr().unwrap_or(addr);
-            let h = Arc::clone(&health);
-            let m = Arc::clone(&metrics);
-            let mut routes = server::health_routes(move || h.readiness())
-                .route("/metrics", move || {
-                    server::Reply::new(200, crate::metrics::CONTENT_TYPE, m.render())
-                });
-            if let Some(store) = &store {
-                routes = server::incidents::routes(routes, Arc::clone(store));
-            }
-            tasks.push(tokio::spawn(server::serve(
-                listener,
-                routes.with_token(token),
-                stop.subscribe(),
-            )));
-            tracing::info!(addr = %bound, incidents = store.is_some(),
-                "admin server listening (/healthz, /readyz, /metrics, /incidents, /api/v1/incidents)");
-            Some(bound)
-        }
-        None => None,
-    };
     tasks.push(tokio::spawn(reload::watch(
         KbSource::from_dir(config.kb.dir.as_deref()),
         config.kb.dir.as_ref().and(config.kb.watch_interval),
         kb_tx,
         reload_rx,
         Arc::clone(&health.reload),
-        Arc::clone(&metrics),
+        Arc::clone(metrics),
         stop.subscribe(),
     )));
-
     let role = config.incidents.as_ref().map_or(Role::All, |i| i.role);
-    // A correlator reads the events topic in its own group.
-    let kafka = match (&config.incidents, role) {
-        (Some(inc), Role::Correlate) => KafkaConfig {
-            topics: vec![crate::kafka::TopicSpec::Name(config.output.topic.clone())],
-            group_id: inc.correlator_group(&config.kafka.group_id),
-            ..config.kafka.clone()
-        },
-        _ => config.kafka.clone(),
-    };
+    let kafka = input_of(config, role);
     let settings = kafka_settings(&kafka);
     let links = Arc::new(
         crate::kafka::links::BrokerLinks::new(
@@ -356,149 +304,43 @@ pub async fn start_with(
         )
         .with_offset_resets(metrics.offset_resets()),
     );
-    let rules = config.redact.rules()?;
-    let redactor = config.redact.enabled.then(|| Arc::clone(&rules));
-    let sink = Arc::new(
-        KafkaSink::new(
-            &settings,
-            &config.output.topic,
-            &config.dead_letter.topic,
-            Arc::clone(&health.tracker),
-            Arc::clone(&health.delivered),
-        )?
-        .with_dead_letter_redactor(config.dead_letter.redact.then_some(rules))
-        .with_links(Arc::clone(&links)),
-    );
-    let partitioner = match (&config.incidents, role) {
-        (Some(inc), Role::Match) => {
-            let (s, topic) = (Arc::clone(&sink), config.output.topic.clone());
-            let partitions =
-                tokio::task::spawn_blocking(move || s.partitions(&topic, METADATA_TIMEOUT))
-                    .await
-                    .map_err(|_| PipelineError::Panicked)??;
-            tracing::info!(topic = %config.output.topic, partitions, shard_by = ?inc.shard_by,
-                "role match: events placed by correlator shard");
-            Some(shard::EventPartitioner::new(partitions, inc.shard_by))
-        }
-        _ => None,
-    };
+    let sink = shared.producer(&settings, &links)?;
     let source = KafkaSource::new(
         &kafka,
         &settings,
         config.pipeline.batch,
-        Arc::clone(&health),
-        Arc::clone(&metrics),
+        Arc::clone(health),
+        Arc::clone(metrics),
         links,
     )?;
     let (incidents, delivery) = match &config.incidents {
         Some(c) if role != Role::Match => {
-            let ctx = crate::sink::output::OutputContext {
-                page_base: config.admin.page_base(admin),
-                shutdown: Arc::clone(stop.shutdown()),
-            };
-            let mut list = Vec::new();
-            for o in &config.outputs {
-                let section = o.section();
-                list.push((
-                    section.build(&ctx).map_err(incidents::StartError::from)?,
-                    section.queue(),
-                ));
-            }
-            list.extend(extra_outputs);
-            let outputs = incidents::Outputs {
-                list,
-                store: store.clone(),
-                undeliverable_topic: config.dead_letter.undeliverable_topic.clone(),
-            };
-            let (stage, threads) = incidents::IncidentStage::start(
-                c,
-                outputs,
-                Arc::clone(&sink),
-                Arc::clone(&health.tracker),
-                Arc::clone(&stop),
-                &metrics,
-                telemetry
-                    .as_ref()
-                    .map(crate::telemetry::Telemetry::incident_tracer),
-            )?;
+            let list = build_outputs(config, admin, stop, extras.outputs)?;
+            let (stage, threads) = shared.incident_stage(c, list, &sink)?;
             (Some(stage), threads)
         }
         _ => (None, Vec::new()),
     };
-    let quarantine = match &config.pipeline.state_dir {
-        Some(dir) => Some(quarantine::Quarantine::open(
-            dir,
-            &config.kafka.group_id,
-            config.kafka.instance_id.as_deref(),
-        )?),
-        None => None,
-    };
     let (tx, rx) = queue::bounded::<Batch>(config.pipeline.queue_batches);
-    let stage: Box<dyn FnOnce() + Send> = match (role, incidents) {
-        (Role::Correlate, Some(incidents)) => {
-            let stage = correlate::CorrelateStage::new(correlate::CorrelateParts {
-                config: Arc::clone(&config),
-                sink,
-                health: Arc::clone(&health),
-                stop: Arc::clone(&stop),
-                kb: kb_rx,
-                loaded,
-                metrics: Arc::clone(&metrics),
-                redactor,
-                incidents,
-            });
-            Box::new(move || stage.run(rx))
-        }
-        (_, incidents) => {
-            let stage = MatchStage::new(StageParts {
-                config: Arc::clone(&config),
-                sink,
-                health: Arc::clone(&health),
-                stop: Arc::clone(&stop),
-                kb: kb_rx,
-                loaded,
-                metrics: Arc::clone(&metrics),
-                tracer: telemetry.as_ref().map(crate::telemetry::Telemetry::tracer),
-                redactor,
-                faults,
-                incidents,
-                quarantine,
-                partitioner,
-            })?;
-            Box::new(move || stage.run(rx))
-        }
+    let parts = StageInputs {
+        role,
+        sink,
+        kb: kb_rx,
+        loaded,
+        incidents,
+        faults: extras.faults,
     };
-    let mut threads = Vec::new();
-    // A stage that ends on its own (an error, a panic that escaped it, a return nobody asked
-    // for) stops the whole pipeline loudly: `faultline run` exits non-zero, and `/readyz`
-    // fails with the reason, in the demo too, where other pipelines share the process.
-    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-        let (stop, health, stage) = (Arc::clone(&stop), Arc::clone(&health), name.to_string());
-        std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || {
-                let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-                if ended.is_err() {
-                    stop.fail(PipelineError::Panicked);
-                } else if !stop.requested() {
-                    stop.fail(PipelineError::StageEnded(stage.clone()));
-                }
-                if let Some(why) = stop.error_text() {
-                    health.set_stopped(&format!("{stage}: {why}"));
-                }
-            })
-            .map_err(PipelineError::Thread)
-    };
-    let name = match role {
-        Role::Correlate => "faultline-correlate",
-        _ => "faultline-match",
-    };
-    threads.push(spawn(name, stage)?);
+    let (name, stage) = shared.stage(parts, rx).await?;
     let s = Arc::clone(stop.shutdown());
-    threads.push(spawn(
-        "faultline-source",
-        Box::new(move || source.run(tx, s)),
-    )?);
+    let threads = vec![
+        spawn_stage(name, stop, health, stage)?,
+        spawn_stage(
+            "faultline-source",
+            stop,
+            health,
+            Box::new(move || source.run(tx, s)),
+        )?,
+    ];
     tracing::info!(
         role = role.as_str(),
         topics = ?kafka.topics.iter().map(|t| t.as_subscription()).collect::<Vec<_>>(),
@@ -506,6 +348,14 @@ pub async fn start_with(
         output = %config.output.topic,
         "consuming"
     );
+    let Shared {
+        config,
+        health,
+        stop,
+        telemetry,
+        store,
+        ..
+    } = shared;
     Ok(Running {
         health,
         stop,
@@ -518,6 +368,277 @@ pub async fn start_with(
         tasks,
         telemetry,
     })
+}
+
+/// What every stage of one pipeline shares.
+struct Shared {
+    config: Arc<Config>,
+    health: Arc<Health>,
+    stop: Arc<Stop>,
+    metrics: Arc<crate::metrics::Metrics>,
+    telemetry: Option<crate::telemetry::Telemetry>,
+    /// The incident pages' store: the correlator's open incidents and the recently resolved.
+    store: Option<Arc<server::store::IncidentStore>>,
+}
+
+/// What the matcher or correlator thread is built from, besides [`Shared`].
+struct StageInputs {
+    role: Role,
+    sink: Arc<KafkaSink>,
+    kb: watch::Receiver<Arc<Loaded>>,
+    loaded: Arc<Loaded>,
+    incidents: Option<incidents::IncidentStage>,
+    faults: Option<FaultInjection>,
+}
+
+impl Shared {
+    fn new(
+        config: Config,
+        loaded: &Loaded,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+    ) -> Result<Self, PipelineError> {
+        let config = Arc::new(config);
+        let health = Health::new(config.admin.stall_timeout);
+        health.set_kb_version(loaded.version());
+        let metrics = match metrics {
+            Some(m) => m,
+            None => Arc::new(crate::metrics::Metrics::new(config.metrics.clone())?),
+        };
+        metrics.set_kb(&loaded.engine.kb);
+        let telemetry = crate::telemetry::Telemetry::start(
+            &config.telemetry,
+            crate::telemetry::SpanDropCounters::of(&metrics),
+        )?;
+        let store = match (&config.incidents, config.admin.listen) {
+            (Some(c), Some(_)) => Some(server::store::IncidentStore::new(
+                c.correlator.max_open_incidents,
+                config.admin.resolved_incidents,
+            )),
+            _ => None,
+        };
+        Ok(Shared {
+            config,
+            health,
+            stop: Stop::new(),
+            metrics,
+            telemetry,
+            store,
+        })
+    }
+
+    /// The producer of every Kafka output (events, incidents, dead letters).
+    fn producer(
+        &self,
+        settings: &crate::kafka::KafkaSettings,
+        links: &Arc<crate::kafka::links::BrokerLinks>,
+    ) -> Result<Arc<KafkaSink>, PipelineError> {
+        let c = &self.config;
+        let rules = c.redact.rules()?;
+        let sink = KafkaSink::new(
+            settings,
+            &c.output.topic,
+            &c.dead_letter.topic,
+            Arc::clone(&self.health.tracker),
+            Arc::clone(&self.health.delivered),
+        )?
+        .with_dead_letter_redactor(c.dead_letter.redact.then_some(rules))
+        .with_links(Arc::clone(links));
+        Ok(Arc::new(sink))
+    }
+
+    /// The incident stage and its outputs' threads.
+    fn incident_stage(
+        &self,
+        c: &crate::incident::config::IncidentsConfig,
+        list: Vec<crate::sink::output::QueuedOutput>,
+        sink: &Arc<KafkaSink>,
+    ) -> Result<(incidents::IncidentStage, Vec<std::thread::JoinHandle<()>>), PipelineError> {
+        let outputs = incidents::Outputs {
+            list,
+            store: self.store.clone(),
+            undeliverable_topic: self.config.dead_letter.undeliverable_topic.clone(),
+        };
+        let tracer = self
+            .telemetry
+            .as_ref()
+            .map(crate::telemetry::Telemetry::incident_tracer);
+        Ok(incidents::IncidentStage::start(
+            c,
+            outputs,
+            Arc::clone(sink),
+            Arc::clone(&self.health.tracker),
+            Arc::clone(&self.stop),
+            &self.metrics,
+            tracer,
+        )?)
+    }
+
+    /// The correlator (role `correlate`) or the matcher (every other role), as the body of its
+    /// thread, with the thread's name.
+    async fn stage(
+        &self,
+        mut p: StageInputs,
+        rx: queue::Receiver<Batch>,
+    ) -> Result<(&'static str, Box<dyn FnOnce() + Send>), PipelineError> {
+        let config = &self.config;
+        let redactor = match config.redact.enabled {
+            true => Some(config.redact.rules()?),
+            false => None,
+        };
+        if let (Role::Correlate, Some(incidents)) = (p.role, p.incidents.take()) {
+            let stage = correlate::CorrelateStage::new(correlate::CorrelateParts {
+                config: Arc::clone(config),
+                sink: p.sink,
+                health: Arc::clone(&self.health),
+                stop: Arc::clone(&self.stop),
+                kb: p.kb,
+                loaded: p.loaded,
+                metrics: Arc::clone(&self.metrics),
+                redactor,
+                incidents,
+            });
+            return Ok(("faultline-correlate", Box::new(move || stage.run(rx))));
+        }
+        let quarantine = match &config.pipeline.state_dir {
+            Some(dir) => Some(quarantine::Quarantine::open(
+                dir,
+                &config.kafka.group_id,
+                config.kafka.instance_id.as_deref(),
+            )?),
+            None => None,
+        };
+        let partitioner = event_partitioner(config, p.role, &p.sink).await?;
+        let stage = MatchStage::new(StageParts {
+            config: Arc::clone(config),
+            sink: p.sink,
+            health: Arc::clone(&self.health),
+            stop: Arc::clone(&self.stop),
+            kb: p.kb,
+            loaded: p.loaded,
+            metrics: Arc::clone(&self.metrics),
+            tracer: self
+                .telemetry
+                .as_ref()
+                .map(crate::telemetry::Telemetry::tracer),
+            redactor,
+            faults: p.faults,
+            incidents: p.incidents,
+            quarantine,
+            partitioner,
+        })?;
+        Ok(("faultline-match", Box::new(move || stage.run(rx))))
+    }
+}
+
+/// Binds the admin server (before anything reads, so probes answer at once) and serves
+/// `/healthz`, `/readyz`, `/metrics` and, with a store, the incident pages.
+async fn serve_admin(
+    shared: &Shared,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Result<Option<std::net::SocketAddr>, PipelineError> {
+    let config = &shared.config;
+    let Some(addr) = config.admin.listen else {
+        return Ok(None);
+    };
+    let token = config.admin.resolve_token()?;
+    let listener = server::bind(addr)
+        .await
+        .map_err(|error| PipelineError::Admin { addr, error })?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let (h, m) = (Arc::clone(&shared.health), Arc::clone(&shared.metrics));
+    let mut routes = server::health_routes(move || h.readiness()).route("/metrics", move || {
+        server::Reply::new(200, crate::metrics::CONTENT_TYPE, m.render())
+    });
+    if let Some(store) = &shared.store {
+        routes = server::incidents::routes(routes, Arc::clone(store));
+    }
+    tasks.push(tokio::spawn(server::serve(
+        listener,
+        routes.with_token(token),
+        shared.stop.subscribe(),
+    )));
+    tracing::info!(addr = %bound, incidents = shared.store.is_some(),
+        "admin server listening (/healthz, /readyz, /metrics, /incidents, /api/v1/incidents)");
+    Ok(Some(bound))
+}
+
+/// What this process reads: the input topics, or, for a correlator, the events topic in its own
+/// group.
+fn input_of(config: &Config, role: Role) -> KafkaConfig {
+    match (&config.incidents, role) {
+        (Some(inc), Role::Correlate) => KafkaConfig {
+            topics: vec![crate::kafka::TopicSpec::Name(config.output.topic.clone())],
+            group_id: inc.correlator_group(&config.kafka.group_id),
+            ..config.kafka.clone()
+        },
+        _ => config.kafka.clone(),
+    }
+}
+
+/// A match member places its events by correlator shard; other roles produce them unkeyed.
+async fn event_partitioner(
+    config: &Config,
+    role: Role,
+    sink: &Arc<KafkaSink>,
+) -> Result<Option<shard::EventPartitioner>, PipelineError> {
+    let (Some(inc), Role::Match) = (&config.incidents, role) else {
+        return Ok(None);
+    };
+    let (s, topic) = (Arc::clone(sink), config.output.topic.clone());
+    let partitions = tokio::task::spawn_blocking(move || s.partitions(&topic, METADATA_TIMEOUT))
+        .await
+        .map_err(|_| PipelineError::Panicked)??;
+    tracing::info!(topic = %config.output.topic, partitions, shard_by = ?inc.shard_by,
+        "role match: events placed by correlator shard");
+    Ok(Some(shard::EventPartitioner::new(partitions, inc.shard_by)))
+}
+
+/// The configured incident outputs, built, then the caller's.
+fn build_outputs(
+    config: &Config,
+    admin: Option<std::net::SocketAddr>,
+    stop: &Stop,
+    extra: Vec<crate::sink::output::QueuedOutput>,
+) -> Result<Vec<crate::sink::output::QueuedOutput>, PipelineError> {
+    let ctx = crate::sink::output::OutputContext {
+        page_base: config.admin.page_base(admin),
+        shutdown: Arc::clone(stop.shutdown()),
+    };
+    let mut list = Vec::new();
+    for o in &config.outputs {
+        let section = o.section();
+        let output = section.build(&ctx).map_err(incidents::StartError::from)?;
+        list.push((output, section.queue()));
+    }
+    list.extend(extra);
+    Ok(list)
+}
+
+/// Spawns a stage's thread. A stage that ends on its own (an error, a panic that escaped it, a
+/// return nobody asked for) stops the whole pipeline loudly: `faultline run` exits non-zero,
+/// and `/readyz` fails with the reason, in the demo too, where other pipelines share the
+/// process.
+fn spawn_stage(
+    name: &str,
+    stop: &Arc<Stop>,
+    health: &Arc<Health>,
+    f: Box<dyn FnOnce() + Send>,
+) -> Result<std::thread::JoinHandle<()>, PipelineError> {
+    let (stop, health, stage) = (Arc::clone(stop), Arc::clone(health), name.to_string());
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            if ended.is_err() {
+                stop.fail(PipelineError::Panicked);
+            } else if !stop.requested() {
+                stop.fail(PipelineError::StageEnded(stage.clone()));
+            }
+            if let Some(why) = stop.error_text() {
+                health.set_stopped(&format!("{stage}: {why}"));
+            }
+        })
+        .map_err(PipelineError::Thread)
 }
 
 impl Running {

@@ -60,6 +60,9 @@ pub trait IncidentOutput: Send {
     fn tick(&mut self, _report: &mut Report) {}
 }
 
+/// An output with the size of its queue: what `faultline run` starts a worker for.
+pub type QueuedOutput = (Box<dyn IncidentOutput>, usize);
+
 /// Every change.
 fn every(_: &IncidentEvent) -> bool {
     true
