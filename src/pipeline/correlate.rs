@@ -410,6 +410,55 @@ impl CorrelateStage {
         }
     }
 
+    /// What the correlator does with record `i` (its `payload`): a match event is correlated
+    /// (once: a match member's replay is a duplicate), an unknown-line event noted, anything
+    /// else skipped; a record that cannot be read, or whose correlation panicked, comes back with
+    /// the reason and error to dead-letter it.
+    fn correlate_one(
+        &mut self,
+        records: &[crate::source::kafka::SourceRecord],
+        i: usize,
+        payload: &[u8],
+        redactor: &Redactor,
+    ) -> (CorrelatorResult, Option<(&'static str, String)>) {
+        let r = &records[i];
+        match decode_event(payload, &self.p.loaded.enricher) {
+            Ok(Decoded::Other) => (CorrelatorResult::Skipped, None),
+            Ok(Decoded::Unknown(_)) if !self.unknown => (CorrelatorResult::Skipped, None),
+            Ok(Decoded::Unknown(note)) => {
+                if self.unknown_dedupe.seen(r.id.tp.partition, &note.source) {
+                    (CorrelatorResult::Duplicate, None)
+                } else {
+                    let incidents = &mut self.p.incidents;
+                    let at = note.at(incidents.log_now());
+                    incidents.observe_unknown(&note.seen(at));
+                    (CorrelatorResult::Unknown, None)
+                }
+            }
+            Err(why) => (CorrelatorResult::Invalid, Some(("invalid_event", why))),
+            Ok(Decoded::Match { event, known }) => {
+                if self.dedupe.seen(r.id.tp.partition, &event.source) {
+                    (CorrelatorResult::Duplicate, None)
+                } else {
+                    let one = [(i, *event)];
+                    let incidents = &mut self.p.incidents;
+                    match crate::isolation::catch(redactor, || incidents.observe(records, &one)) {
+                        Ok(()) if known => (CorrelatorResult::Correlated, None),
+                        Ok(()) => (CorrelatorResult::UnknownEntry, None),
+                        Err(message) => {
+                            self.p.metrics.panicked(PanicStage::Correlate);
+                            tracing::error!(source = %r.id.tp, offset = r.id.offset,
+                                error = %message, "correlating an event panicked (a bug: \
+                                please report it); dead-lettering it");
+                            let why = format!("correlating the event panicked: {message}");
+                            (CorrelatorResult::Invalid, Some(("panic", why)))
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Decodes, dedupes and correlates each record of `batch`, one at a time (a panic in the
     /// correlator is confined to its event, which is dead-lettered), then resolves them all.
     fn process(&mut self, batch: &Batch) -> Result<(), PipelineError> {
@@ -423,43 +472,7 @@ impl CorrelateStage {
         for (i, r) in records.iter().enumerate() {
             let payload = batch.payload(r).unwrap_or_default();
             bytes += payload.len() as u64;
-            let (result, why) = match decode_event(payload, &self.p.loaded.enricher) {
-                Ok(Decoded::Other) => (CorrelatorResult::Skipped, None),
-                Ok(Decoded::Unknown(_)) if !self.unknown => (CorrelatorResult::Skipped, None),
-                Ok(Decoded::Unknown(note)) => {
-                    if self.unknown_dedupe.seen(r.id.tp.partition, &note.source) {
-                        (CorrelatorResult::Duplicate, None)
-                    } else {
-                        let incidents = &mut self.p.incidents;
-                        let at = note.at(incidents.log_now());
-                        incidents.observe_unknown(&note.seen(at));
-                        (CorrelatorResult::Unknown, None)
-                    }
-                }
-                Err(why) => (CorrelatorResult::Invalid, Some(("invalid_event", why))),
-                Ok(Decoded::Match { event, known }) => {
-                    if self.dedupe.seen(r.id.tp.partition, &event.source) {
-                        (CorrelatorResult::Duplicate, None)
-                    } else {
-                        let one = [(i, *event)];
-                        let incidents = &mut self.p.incidents;
-                        match crate::isolation::catch(&redactor, || {
-                            incidents.observe(records, &one)
-                        }) {
-                            Ok(()) if known => (CorrelatorResult::Correlated, None),
-                            Ok(()) => (CorrelatorResult::UnknownEntry, None),
-                            Err(message) => {
-                                self.p.metrics.panicked(PanicStage::Correlate);
-                                tracing::error!(source = %r.id.tp, offset = r.id.offset,
-                                    error = %message, "correlating an event panicked (a bug: \
-                                    please report it); dead-lettering it");
-                                let why = format!("correlating the event panicked: {message}");
-                                (CorrelatorResult::Invalid, Some(("panic", why)))
-                            }
-                        }
-                    }
-                }
-            };
+            let (result, why) = self.correlate_one(records, i, payload, &redactor);
             families.correlator(result, 1);
             let mut outputs = 0;
             if let Some((reason, error)) = why {

@@ -562,9 +562,58 @@ impl MatchStage {
         Ok(())
     }
 
-    /// Processes `records`, records of `batch` (all of them, or a part when isolating a panic).
+    /// Processes `records`, records of `batch` (all of them, or a part when isolating a panic):
+    /// decode, scan (with the unknown-line finder), correlate, emit, resolve.
     fn process(&mut self, batch: &Batch, records: &[SourceRecord]) -> Result<(), PipelineError> {
         let tracker = Arc::clone(&self.health.tracker);
+        let tripped = self.decode(batch, records)?;
+        if !self.buf.is_empty() {
+            let scan_started = std::time::Instant::now();
+            self.scan(batch, records)?;
+            self.counts.scan_time(scan_started.elapsed());
+        }
+        // Incidents before any record is resolved: their holds must precede the watermark.
+        if let Some(incidents) = self.incidents.as_mut() {
+            incidents.observe(records, &self.events);
+        }
+        // Outputs are sent first and the records resolved together after (acks arriving before
+        // their record is resolved are counted): one tracker lock per batch, not per record.
+        let kb_version = self.loaded.version().to_string();
+        self.outputs.clear();
+        self.progress.emitting = true;
+        let mut e = 0;
+        for i in 0..self.dispositions.len() {
+            let (outputs, sent) = self.emit(batch, records, i, &mut e, &kb_version)?;
+            if let Err(err) = sent {
+                let done = records.iter().map(|r| &r.id);
+                tracker.resolve_many(done.zip(self.outputs.iter().copied()));
+                forget(&tracker, &records[i..]);
+                return Err(err.into());
+            }
+            self.outputs.push(outputs);
+            self.progress.partial = 0;
+        }
+        let done = records.iter().map(|r| &r.id);
+        tracker.resolve_many(done.zip(self.outputs.iter().copied()));
+        self.progress.resolved = true;
+        self.metrics.flush(&mut self.counts);
+        if let Some(u) = self.unknown.as_mut() {
+            u.publish();
+        }
+        if let Some((i, limit)) = tripped {
+            forget(&tracker, &records[i..]);
+            return Err(limit.into());
+        }
+        Ok(())
+    }
+
+    /// Decodes `records` into the scan buffer (their spans of lines) and their dispositions,
+    /// counting them; returns where the invalid-record limit tripped, if it did.
+    fn decode(
+        &mut self,
+        batch: &Batch,
+        records: &[SourceRecord],
+    ) -> Result<Option<(usize, super::decode::LimitExceeded)>, PipelineError> {
         self.buf.clear();
         self.spans.clear();
         self.events.clear();
@@ -625,172 +674,150 @@ impl MatchStage {
                 f.strike(FaultPoint::Fail, batch.payload(r))?;
             }
         }
+        Ok(tripped)
+    }
 
-        if !self.buf.is_empty() {
-            let scan_started = std::time::Instant::now();
-            let Self {
-                loaded,
-                worker,
-                spans,
-                events,
-                buf,
-                config,
-                counts,
-                tracer,
-                enricher,
-                unknown,
-                ..
-            } = self;
-            let job_from = &config.input.job_id;
-            let default_job = &config.input.default_job_id;
-            loaded.engine.scan_chunk_hits(
-                worker,
-                buf,
-                ChunkInfo {
-                    first_line: 1,
-                    truncated: false,
-                },
-                &mut |hit| {
-                    if let Some(u) = unknown.as_mut() {
-                        u.known(&hit);
-                    }
-                    let k = spans.partition_point(|s| s.first_line <= hit.line);
-                    let Some(span) = k.checked_sub(1).map(|k| spans[k]) else {
-                        return;
-                    };
-                    let r = batch.view(&records[span.record]);
-                    let source = Provenance::Kafka {
-                        topic: r.id.tp.topic.to_string(),
-                        partition: r.id.tp.partition,
-                        offset: r.id.offset,
-                        line: hit.line - span.first_line + 1,
-                    };
-                    let job =
-                        record_job(r.key, header_pairs(r), job_from).map(String::from_utf8_lossy);
-                    let name = match job.as_deref() {
-                        Some(j) => JobName::Given(j),
-                        None => JobName::Guessed(default_job),
-                    };
-                    let mut event = enricher.event_for(&hit, name, source);
-                    if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
-                        // The key or header names the job: it wins over the envelope's.
-                        event.job_id = crate::record::cap_key(job).into_owned();
-                        event.scope = crate::enrich::Scope::Job;
-                    }
-                    counts.matched(&event);
-                    if let Some(tracer) = tracer {
-                        tracer.record(&event);
-                    }
-                    events.push((span.record, event));
-                },
-            )?;
-            if let Some(u) = self.unknown.as_mut() {
-                let view = BatchView {
-                    buf: &self.buf,
-                    spans: &self.spans,
-                    batch,
-                    records,
-                    input: &self.config.input,
+    /// One Hyperscan pass over the buffer: each hit enriched into an event of its record (the
+    /// job from the key or header when configured), then the unknown-line finder.
+    fn scan(&mut self, batch: &Batch, records: &[SourceRecord]) -> Result<(), PipelineError> {
+        let Self {
+            loaded,
+            worker,
+            spans,
+            events,
+            buf,
+            config,
+            counts,
+            tracer,
+            enricher,
+            unknown,
+            ..
+        } = self;
+        let job_from = &config.input.job_id;
+        let default_job = &config.input.default_job_id;
+        let info = ChunkInfo {
+            first_line: 1,
+            truncated: false,
+        };
+        loaded
+            .engine
+            .scan_chunk_hits(worker, buf, info, &mut |hit| {
+                if let Some(u) = unknown.as_mut() {
+                    u.known(&hit);
+                }
+                let k = spans.partition_point(|s| s.first_line <= hit.line);
+                let Some(span) = k.checked_sub(1).map(|k| spans[k]) else {
+                    return;
                 };
-                u.find(view, self.incidents.as_mut())?;
-            }
-            self.counts.scan_time(scan_started.elapsed());
-        }
-
-        // Incidents before any record is resolved: their holds must precede the watermark.
-        if let Some(incidents) = self.incidents.as_mut() {
-            incidents.observe(records, &self.events);
-        }
-
-        // Outputs are sent first and the records resolved together after (acks arriving before
-        // their record is resolved are counted): one tracker lock per batch, not per record.
-        let mut e = 0;
-        let kb_version = self.loaded.version().to_string();
-        self.outputs.clear();
-        self.progress.emitting = true;
-        for (i, d) in self.dispositions.iter().enumerate() {
-            let r = &records[i];
-            let (outputs, sent) = match d {
-                Disposition::Skip => (0, Ok(())),
-                Disposition::Invalid(why) => {
-                    self.health.invalid.fetch_add(1, Ordering::Relaxed);
-                    self.counts.dead_lettered(why.reason());
-                    tracing::warn!(source = %r.id.tp, offset = r.id.offset, reason = why.code(),
-                        error = %why, "dead-lettering an undecodable record");
-                    let sent = self.sink.send_dead_letter(
-                        batch.view(r),
-                        why.code(),
-                        "decode",
-                        &why.to_string(),
-                        &kb_version,
-                        &self.stop,
-                    );
-                    (1, sent)
+                let r = batch.view(&records[span.record]);
+                let source = Provenance::Kafka {
+                    topic: r.id.tp.topic.to_string(),
+                    partition: r.id.tp.partition,
+                    offset: r.id.offset,
+                    line: hit.line - span.first_line + 1,
+                };
+                let job = record_job(r.key, header_pairs(r), job_from).map(String::from_utf8_lossy);
+                let name = match job.as_deref() {
+                    Some(j) => JobName::Given(j),
+                    None => JobName::Guessed(default_job),
+                };
+                let mut event = enricher.event_for(&hit, name, source);
+                if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
+                    // The key or header names the job: it wins over the envelope's.
+                    event.job_id = crate::record::cap_key(job).into_owned();
+                    event.scope = crate::enrich::Scope::Job;
                 }
-                Disposition::Scan => {
-                    let start = e;
-                    while e < self.events.len() && self.events[e].0 == i {
-                        e += 1;
-                    }
-                    let mut result = Ok(());
-                    for (_, event) in &self.events[start..e] {
-                        self.json.clear();
-                        if let Err(err) = serde_json::to_writer(&mut self.json, event) {
-                            // Serialising plain data cannot fail; never drop an event silently.
-                            tracing::error!(error = %err, "serialising an event");
-                        }
-                        let partition = self.partitioner.as_ref().map(|p| p.partition(event));
-                        result = self.sink.send_event(
-                            &r.id,
-                            event.job_id.as_bytes(),
-                            &self.json,
-                            partition,
-                            &self.stop,
-                        );
-                        if result.is_err() {
-                            break;
-                        }
-                        self.health.events_sent.fetch_add(1, Ordering::Relaxed);
-                        self.progress.partial += 1;
-                        if let Some(f) = &self.faults {
-                            f.strike(FaultPoint::AfterSend, batch.payload(r))?;
-                        }
-                    }
-                    let mut sent = (e - start) as u32;
-                    if let (Ok(()), Some(u)) = (&result, self.unknown.as_mut()) {
-                        let to = SendTo {
-                            sink: &self.sink,
-                            stop: &self.stop,
-                            health: &self.health,
-                            partitioner: self.partitioner.as_ref(),
-                        };
-                        let (n, unknown_sent) = u.send(i, &r.id, &to, &mut self.progress.partial);
-                        sent += n;
-                        result = unknown_sent;
-                    }
-                    (sent, result)
+                counts.matched(&event);
+                if let Some(tracer) = tracer {
+                    tracer.record(&event);
                 }
-            };
-            if let Err(err) = sent {
-                let done = records.iter().map(|r| &r.id);
-                tracker.resolve_many(done.zip(self.outputs.iter().copied()));
-                forget(&tracker, &records[i..]);
-                return Err(err.into());
-            }
-            self.outputs.push(outputs);
-            self.progress.partial = 0;
-        }
-        let done = records.iter().map(|r| &r.id);
-        tracker.resolve_many(done.zip(self.outputs.iter().copied()));
-        self.progress.resolved = true;
-        self.metrics.flush(&mut self.counts);
+                events.push((span.record, event));
+            })?;
         if let Some(u) = self.unknown.as_mut() {
-            u.publish();
-        }
-        if let Some((i, limit)) = tripped {
-            forget(&tracker, &records[i..]);
-            return Err(limit.into());
+            let view = BatchView {
+                buf: &self.buf,
+                spans: &self.spans,
+                batch,
+                records,
+                input: &self.config.input,
+            };
+            u.find(view, self.incidents.as_mut())?;
         }
         Ok(())
+    }
+
+    /// Sends record `i`'s outputs per its disposition (a dead letter, or its events from
+    /// `events[*e..]` and its unknown-line events); returns how many were sent and the first
+    /// send error.
+    fn emit(
+        &mut self,
+        batch: &Batch,
+        records: &[SourceRecord],
+        i: usize,
+        e: &mut usize,
+        kb_version: &str,
+    ) -> Result<(u32, Result<(), crate::sink::kafka::SinkError>), PipelineError> {
+        let r = &records[i];
+        match &self.dispositions[i] {
+            Disposition::Skip => Ok((0, Ok(()))),
+            Disposition::Invalid(why) => {
+                self.health.invalid.fetch_add(1, Ordering::Relaxed);
+                self.counts.dead_lettered(why.reason());
+                tracing::warn!(source = %r.id.tp, offset = r.id.offset, reason = why.code(),
+                    error = %why, "dead-lettering an undecodable record");
+                let sent = self.sink.send_dead_letter(
+                    batch.view(r),
+                    why.code(),
+                    "decode",
+                    &why.to_string(),
+                    kb_version,
+                    &self.stop,
+                );
+                Ok((1, sent))
+            }
+            Disposition::Scan => {
+                let start = *e;
+                while *e < self.events.len() && self.events[*e].0 == i {
+                    *e += 1;
+                }
+                let mut result = Ok(());
+                for (_, event) in &self.events[start..*e] {
+                    self.json.clear();
+                    if let Err(err) = serde_json::to_writer(&mut self.json, event) {
+                        // Serialising plain data cannot fail; never drop an event silently.
+                        tracing::error!(error = %err, "serialising an event");
+                    }
+                    let partition = self.partitioner.as_ref().map(|p| p.partition(event));
+                    result = self.sink.send_event(
+                        &r.id,
+                        event.job_id.as_bytes(),
+                        &self.json,
+                        partition,
+                        &self.stop,
+                    );
+                    if result.is_err() {
+                        break;
+                    }
+                    self.health.events_sent.fetch_add(1, Ordering::Relaxed);
+                    self.progress.partial += 1;
+                    if let Some(f) = &self.faults {
+                        f.strike(FaultPoint::AfterSend, batch.payload(r))?;
+                    }
+                }
+                let mut sent = (*e - start) as u32;
+                if let (Ok(()), Some(u)) = (&result, self.unknown.as_mut()) {
+                    let to = SendTo {
+                        sink: &self.sink,
+                        stop: &self.stop,
+                        health: &self.health,
+                        partitioner: self.partitioner.as_ref(),
+                    };
+                    let (n, unknown_sent) = u.send(i, &r.id, &to, &mut self.progress.partial);
+                    sent += n;
+                    result = unknown_sent;
+                }
+                Ok((sent, result))
+            }
+        }
     }
 }
