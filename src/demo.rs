@@ -643,14 +643,10 @@ impl Printer {
                 let _ = written.and_then(|()| out.flush());
                 drop(out);
                 if let (Kind::Incidents | Kind::LiveIncidents, Some(v)) = (kind, value) {
-                    // An incident whose root changed carries its previous fingerprint.
-                    let fp = v["fingerprint"].as_str().unwrap_or_default().to_string();
-                    let prev = v["previous_fingerprint"].as_str().map(str::to_string);
+                    // One incident, one id, whatever its fingerprint did.
+                    let fp = v["id"].as_str().unwrap_or_default().to_string();
                     let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-                    match last
-                        .iter_mut()
-                        .find(|(f, _)| *f == fp || Some(f) == prev.as_ref())
-                    {
+                    match last.iter_mut().find(|(f, _)| *f == fp) {
                         Some(slot) => *slot = (fp, v),
                         None => last.push((fp, v)),
                     }
@@ -784,7 +780,7 @@ pub fn write_incident_change(out: &mut impl Write, i: &Value) -> std::io::Result
         i["last_seen"].as_str().unwrap_or("-"),
         s(root, "error_code"),
         s(&i["diagnosis"], "title"),
-        s(i, "fingerprint")
+        s(i, "id")
     )
 }
 
@@ -829,7 +825,7 @@ pub fn write_incident_text(out: &mut impl Write, i: &Value) -> std::io::Result<(
         where_.join(" · "),
         s(i, "status"),
         i["counts"]["matches"].as_u64().unwrap_or(0),
-        s(i, "fingerprint")
+        s(i, "id")
     )?;
     writeln!(out, "   {}", s(i, "summary"))?;
     writeln!(out, "     | {}", s(root, "line"))?;

@@ -44,7 +44,9 @@ pub struct Incident {
     pub job_id: Arc<str>,
     /// The initiator and runner-up so far.
     pub election: Election,
-    /// The current `fp1` key, of the current initiator.
+    /// [`IncidentEvent::id`]: set when it opens, never changed.
+    pub id: String,
+    /// The current `fp2` key, of the current anchor.
     pub fingerprint: String,
     /// Set by a re-election until the next event carries it.
     pub previous_fingerprint: Option<String>,
@@ -146,6 +148,7 @@ impl Incident {
             serial,
             job_id,
             election,
+            id: String::new(),
             fingerprint,
             previous_fingerprint: None,
             first_ms: t,
@@ -626,6 +629,7 @@ impl Incident {
             schema_version: SCHEMA_VERSION,
             status,
             resolution,
+            id: self.id.clone(),
             fingerprint: self.fingerprint.clone(),
             fingerprint_version: fingerprint::VERSION,
             previous_fingerprint: self.previous_fingerprint.clone(),

@@ -273,7 +273,15 @@ pub struct IncidentEvent {
     /// Set when `status` is `resolved`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolution: Option<Resolution>,
-    /// The ticket and alert key ([`fingerprint`]), of the current root.
+    /// The incident's identity: given when it opens and never changed for the life of the
+    /// failure, whatever order its lines arrive in and whichever correlator (restarted or
+    /// taking over, which adopts the open incidents of the incidents topic) reports it. It is
+    /// the fingerprint the incident opened with. Tickets, alert labels, incident pages and the
+    /// incidents topic's key use it.
+    pub id: String,
+    /// The content key ([`fingerprint`]): the job and its earliest line that could open an
+    /// incident, so it moves when an earlier line arrives late; for deduplication across
+    /// replays.
     pub fingerprint: String,
     /// The fingerprint algorithm, [`fingerprint::VERSION`].
     pub fingerprint_version: &'static str,

@@ -7,7 +7,7 @@
 //!  MatchStage::process ── events ──▶ IncidentStage::observe ──▶ Correlator
 //!        │ (before the records are resolved)   │ hold the incident's first record per partition
 //!        ▼                                     ▼
-//!  tick (idle, per batch) ──▶ expire ──▶ changes ──▶ incidents topic (key: fingerprint)
+//!  tick (idle, per batch) ──▶ expire ──▶ changes ──▶ incidents topic (key: id)
 //!                                               ├──▶ incident store (admin pages, API)
 //!                                               └──▶ each output that wants it: its worker
 //!                                                    (bounded queue) ──▶ HTTP
@@ -323,6 +323,15 @@ impl IncidentStage {
         self.emit();
     }
 
+    /// Adopts the ids of the incidents a previous correlator left open
+    /// ([`super::rebuild::open_incidents`]).
+    pub fn adopt(&mut self, open: &[super::rebuild::OpenIncident]) {
+        for o in open {
+            self.correlator
+                .adopt(&o.job_id, &o.id, o.first_log_ms, o.last_log_ms);
+        }
+    }
+
     /// Lists the unknown templates `recent` remembers in incidents without a known root.
     pub fn track_unknown(&mut self, recent: RecentUnknown) {
         self.recent = Some(recent);
@@ -499,7 +508,7 @@ impl IncidentStage {
             }
             if let Err(e) = self.sink.send_incident(
                 &self.topic,
-                &change.fingerprint,
+                &change.id,
                 &self.json,
                 release.clone(),
                 &self.stop,

@@ -55,6 +55,7 @@ pub mod incidents;
 pub mod match_stage;
 pub mod outputs;
 pub mod quarantine;
+pub mod rebuild;
 pub mod settings;
 pub mod shard;
 pub mod signals;
@@ -316,7 +317,8 @@ pub async fn start_with(
     let (incidents, delivery) = match &config.incidents {
         Some(c) if role != Role::Match => {
             let list = build_outputs(config, admin, stop, extras.outputs)?;
-            let (stage, threads) = shared.incident_stage(c, list, &sink)?;
+            let (mut stage, threads) = shared.incident_stage(c, list, &sink)?;
+            stage.adopt(&adopt_open_incidents(&settings, c).await);
             (Some(stage), threads)
         }
         _ => (None, Vec::new()),
@@ -591,6 +593,35 @@ async fn event_partitioner(
     tracing::info!(topic = %config.output.topic, partitions, shard_by = ?inc.shard_by,
         "role match: events placed by correlator shard");
     Ok(Some(shard::EventPartitioner::new(partitions, inc.shard_by)))
+}
+
+/// The incidents a previous correlator left open on the incidents topic (none, logged, when
+/// it cannot be read).
+async fn adopt_open_incidents(
+    settings: &crate::kafka::KafkaSettings,
+    c: &crate::incident::config::IncidentsConfig,
+) -> Vec<rebuild::OpenIncident> {
+    let (settings, topic, lookback) = (settings.clone(), c.topic.clone(), c.max_hold);
+    let read = tokio::task::spawn_blocking(move || {
+        rebuild::open_incidents(&settings, &topic, lookback, METADATA_TIMEOUT)
+    })
+    .await;
+    match read {
+        Ok(Ok(open)) => {
+            if !open.is_empty() {
+                tracing::info!(
+                    incidents = open.len(),
+                    "adopting the ids of incidents left open"
+                );
+            }
+            open
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "open incidents of a previous correlator get new ids");
+            Vec::new()
+        }
+        Err(_) => Vec::new(),
+    }
 }
 
 /// The configured incident outputs, built, then the caller's.

@@ -2,8 +2,9 @@
 //!
 //! - `GET /api/v1/incidents?job=&code=&host=&status=open|resolved&limit=`: JSON, open incidents
 //!   first, then resolved ones, newest first (`limit` 100 by default, at most 1,000);
-//! - `GET /api/v1/incidents/{fingerprint}`: the incident object with its `timeline`;
-//! - `GET /incidents` and `/incidents/{fingerprint}`: the same as HTML ([`super::page`]).
+//! - `GET /api/v1/incidents/{id}`: the incident object with its `timeline` (a fingerprint is
+//!   taken too);
+//! - `GET /incidents` and `/incidents/{id}`: the same as HTML ([`super::page`]).
 //!
 //! Every route is guarded by the admin token when one is set ([`super::config`]).
 
@@ -22,8 +23,8 @@ pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 1_000;
 
 /// The path of an incident's page under the admin server's base URL.
-pub fn page_path(fingerprint: &str) -> String {
-    format!("/incidents/{fingerprint}")
+pub fn page_path(id: &str) -> String {
+    format!("/incidents/{id}")
 }
 
 /// Adds the incident API and pages to `routes`.
@@ -75,6 +76,7 @@ pub fn query_of(req: &Get) -> Result<(Filter, usize), String> {
 /// One incident in a list.
 #[derive(Debug, Serialize)]
 struct Item<'a> {
+    id: &'a str,
     fingerprint: &'a str,
     status: Status,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,6 +102,7 @@ struct Item<'a> {
 
 fn item(i: &IncidentEvent) -> Item<'_> {
     Item {
+        id: &i.id,
         fingerprint: &i.fingerprint,
         status: i.status,
         resolution: i.resolution,
@@ -119,7 +122,7 @@ fn item(i: &IncidentEvent) -> Item<'_> {
         first_seen: i.first_seen.as_deref(),
         last_seen: i.last_seen.as_deref(),
         ticket: i.ticket.raised,
-        path: page_path(&i.fingerprint),
+        path: page_path(&i.id),
     }
 }
 
@@ -148,7 +151,7 @@ pub fn detail_value(i: &IncidentEvent) -> Value {
             "timeline".into(),
             serde_json::to_value(&*i.timeline).unwrap_or(Value::Null),
         );
-        map.insert("path".into(), Value::String(page_path(&i.fingerprint)));
+        map.insert("path".into(), Value::String(page_path(&i.id)));
     }
     v
 }

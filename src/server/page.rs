@@ -130,7 +130,7 @@ pub fn list(found: &[Arc<IncidentEvent>], req: &Get, open: usize, resolved: usiz
         for i in found {
             let _ = write!(
                 b,
-                "<tr class=\"incident\" data-fingerprint=\"{fp}\"><td>{}</td><td>{}</td><td>{}</td>\
+                "<tr class=\"incident\" data-id=\"{fp}\"><td>{}</td><td>{}</td><td>{}</td>\
                  <td><code>{}</code></td><td>{}</td><td><a href=\"/incidents/{fp}\">{}</a></td>\
                  <td>{}</td></tr>",
                 status_badge(i),
@@ -140,7 +140,7 @@ pub fn list(found: &[Arc<IncidentEvent>], req: &Get, open: usize, resolved: usiz
                 esc(&place(i)),
                 esc(&i.summary),
                 i.counts.ranks,
-                fp = esc(&url_component(&i.fingerprint)),
+                fp = esc(&url_component(&i.id)),
             );
         }
         b.push_str("</tbody></table>");
@@ -215,13 +215,14 @@ pub fn detail(i: &IncidentEvent) -> String {
     );
     let _ = write!(
         b,
-        "<p class=\"muted\">fingerprint <code>{fp}</code> · signature <code>{}</code> · revision {} · \
+        "<p class=\"muted\">incident <code>{id}</code> · fingerprint <code>{fp}</code> · signature <code>{}</code> · revision {} · \
          KB {} · <a href=\"/api/v1/incidents/{link}\">JSON</a></p>",
         esc(&i.signature),
         i.revision,
         esc(&i.kb_version),
+        id = esc(&i.id),
         fp = esc(&i.fingerprint),
-        link = esc(&url_component(&i.fingerprint)),
+        link = esc(&url_component(&i.id)),
     );
     document(&i.summary, &b)
 }

@@ -163,20 +163,21 @@ impl IncidentStore {
             .collect()
     }
 
-    /// The incident with this fingerprint: the open one, else the most recently resolved one.
-    pub fn get(&self, fingerprint: &str) -> Option<Arc<IncidentEvent>> {
+    /// The incident with this id (or, for links made before ids, this fingerprint): the open
+    /// one, else the most recently resolved one.
+    pub fn get(&self, key: &str) -> Option<Arc<IncidentEvent>> {
         let inner = self.lock();
         inner
             .open
             .values()
-            .find(|e| e.incident.fingerprint == fingerprint)
+            .find(|e| e.incident.id == key || e.incident.fingerprint == key)
             .map(|e| Arc::clone(&e.incident))
             .or_else(|| {
                 inner
                     .resolved
                     .iter()
                     .rev()
-                    .find(|i| i.fingerprint == fingerprint)
+                    .find(|i| i.id == key || i.fingerprint == key)
                     .cloned()
             })
     }

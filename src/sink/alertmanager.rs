@@ -61,7 +61,7 @@ const NAME: &str = "alertmanager";
 /// Labels faultline sets itself; extra labels may not use them.
 const OWN_LABELS: [&str; 8] = [
     "alertname",
-    "fingerprint",
+    "incident_id",
     "job_id",
     "error_code",
     "domain",
@@ -283,7 +283,7 @@ pub fn label_set(i: &IncidentEvent, extra: &BTreeMap<String, String>) -> BTreeMa
     let domain = i.root.kb_id.split('/').next().unwrap_or("");
     for (k, v) in [
         ("alertname", ALERT_NAME),
-        ("fingerprint", &i.fingerprint),
+        ("incident_id", &i.id),
         ("job_id", &i.job_id),
         ("error_code", &i.root.error_code),
         ("domain", domain),
@@ -333,11 +333,12 @@ pub fn alert(i: &IncidentEvent, cfg: &AlertmanagerConfig, now: SystemTime) -> Al
     });
     a.insert("culprit".to_string(), culprit);
     a.insert("root_line".to_string(), i.root.line.clone());
+    a.insert("fingerprint".to_string(), i.fingerprint.clone());
     a.insert("runbook_url".to_string(), cfg.runbook_url.clone());
     let page = cfg
         .page_base
         .as_deref()
-        .map(|b| incident_url(b, &i.fingerprint))
+        .map(|b| incident_url(b, &i.id))
         .unwrap_or_default();
     if !page.is_empty() {
         a.insert("incident_url".to_string(), page.clone());
@@ -392,8 +393,8 @@ pub struct UndeliveredAlert {
     pub schema_version: u32,
     /// Where it was posted, credentials redacted.
     pub url: String,
-    /// The incident's fingerprint (the alert's `fingerprint` label).
-    pub fingerprint: String,
+    /// The incident's id (the alert's `incident_id` label).
+    pub incident_id: String,
     /// Attempts made.
     pub attempts: u32,
     /// The last attempt's error.
@@ -614,7 +615,7 @@ impl Alerter {
                     kind: "dead_letter",
                     schema_version: crate::enrich::SCHEMA_VERSION,
                     url: url.to_string(),
-                    fingerprint: a.labels.get("fingerprint").cloned().unwrap_or_default(),
+                    incident_id: a.labels.get("incident_id").cloned().unwrap_or_default(),
                     attempts: e.attempts,
                     error: crate::secret::redact_urls_in(&e.error).into_owned(),
                     payload: [a.clone()],
@@ -700,7 +701,7 @@ impl IncidentOutput for Alerter {
             match serde_json::to_vec(&u) {
                 Ok(payload) => report.undelivered.push(Undelivered {
                     reason: "alert_undeliverable",
-                    key: u.fingerprint.clone(),
+                    key: u.incident_id.clone(),
                     payload,
                     attempts: u.attempts,
                     error: u.error,
@@ -860,7 +861,7 @@ mod tests {
             ("cluster", "east"),
             ("domain", "test"),
             ("error_code", "XID_79"),
-            ("fingerprint", changes[0].fingerprint.as_str()),
+            ("incident_id", changes[0].id.as_str()),
             ("job_id", "llm-7"),
             ("severity", "error"),
             ("team", "ml"),
@@ -875,8 +876,9 @@ mod tests {
         assert_eq!(a.annotations["runbook_url"], DEFAULT_RUNBOOK_URL);
         let page = format!(
             "https://faultline.example/incidents/{}",
-            changes[0].fingerprint
+            changes[0].id
         );
+        assert_eq!(a.annotations["fingerprint"], changes[0].fingerprint);
         assert_eq!(a.annotations["incident_url"], page);
         assert_eq!(a.generator_url, page);
         assert!(
@@ -1006,7 +1008,7 @@ mod tests {
             1,
             "the change's alert, for the dead-letter topic"
         );
-        assert_eq!(dead[0].fingerprint, changes[0].fingerprint);
+        assert_eq!(dead[0].incident_id, changes[0].id);
         assert_eq!((dead[0].attempts, dead[0].error.as_str()), (3, "HTTP 503"));
         assert_eq!(dead[0].payload[0].labels["alertname"], ALERT_NAME);
         assert!(a.take_undelivered().is_empty(), "taken once");

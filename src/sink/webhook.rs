@@ -6,9 +6,9 @@
 //! correlator's threshold); every later change of the incident is sent too, so the ticket
 //! follows it to `resolved`.
 //!
-//! Idempotent by construction: the ticket key is the incident fingerprint, stable for a given
-//! failure (`X-Faultline-Fingerprint`, the alert's `fingerprint` label), so a receiver upserts;
-//! each change carries an `Idempotency-Key` (fingerprint, first log time, occurrence and
+//! Idempotent by construction: the ticket key is the incident's id, given when it opens and kept
+//! for the life of the failure (`X-Faultline-Incident`, the alert's `incident_id` label), so a
+//! receiver upserts; each change carries an `Idempotency-Key` (id, first log time, occurrence and
 //! revision), the same on every retry and on a replay of the same logs, so a receiver that
 //! already applied a change can drop its redelivery.
 //!
@@ -72,7 +72,7 @@ pub struct WebhookConfig {
     pub receiver: String,
     /// Alertmanager's `externalURL`.
     pub external_url: String,
-    /// The admin server's base URL: tickets link to `<page_base>/incidents/<fingerprint>`
+    /// The admin server's base URL: tickets link to `<page_base>/incidents/<id>`
     /// (`incident_url`); set when the service starts.
     pub page_base: Option<String>,
 }
@@ -127,7 +127,7 @@ pub struct DeadLetterRecord {
     pub schema_version: u32,
     /// The webhook that refused the change.
     pub url: String,
-    /// The ticket key: the incident's fingerprint.
+    /// The ticket key: the incident's id.
     pub ticket_key: String,
     /// The change's `Idempotency-Key`, as sent.
     pub idempotency_key: String,
@@ -258,7 +258,7 @@ impl WebhookSink {
                 if let (Some(base), Value::Object(map)) = (&self.cfg.page_base, &mut p) {
                     map.insert(
                         "incident_url".into(),
-                        Value::String(incident_url(base, &incident.fingerprint)),
+                        Value::String(incident_url(base, &incident.id)),
                     );
                 }
                 p
@@ -273,6 +273,7 @@ impl WebhookSink {
         };
         let mut headers = vec![
             ("Idempotency-Key", key.as_str()),
+            ("X-Faultline-Incident", incident.id.as_str()),
             ("X-Faultline-Fingerprint", incident.fingerprint.as_str()),
             ("X-Faultline-Status", status),
         ];
@@ -307,7 +308,7 @@ impl WebhookSink {
             kind: "dead_letter",
             schema_version: SCHEMA_VERSION,
             url: crate::secret::redact_url(&self.cfg.url).into_owned(),
-            ticket_key: incident.fingerprint.clone(),
+            ticket_key: incident.id.clone(),
             idempotency_key: key,
             attempts,
             error: error.clone(),
@@ -339,7 +340,7 @@ impl WebhookSink {
 pub fn idempotency_key(incident: &IncidentEvent) -> String {
     format!(
         "{}/{}/{}/{}",
-        incident.fingerprint,
+        incident.id,
         incident.first_seen.as_deref().unwrap_or("-"),
         incident.recurrence,
         incident.revision
@@ -351,7 +352,7 @@ pub fn generic_payload(incident: &IncidentEvent, key: &str) -> Result<Value, ser
     Ok(json!({
         "type": "faultline.ticket",
         "schema_version": SCHEMA_VERSION,
-        "ticket_key": incident.fingerprint,
+        "ticket_key": incident.id,
         "idempotency_key": key,
         "incident": serde_json::to_value(incident)?,
     }))
@@ -364,7 +365,7 @@ const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 const ANNOTATION_CONTEXT_BYTES: usize = 4096;
 
 /// Alertmanager webhook payload, version 4, with one alert per incident. Its labels are the
-/// Alertmanager sink's ([`label_set`]: alertname, fingerprint, job, error code, domain,
+/// Alertmanager sink's ([`label_set`]: alertname, incident id, job, error code, domain,
 /// category, severity, cluster), so that every change of an incident updates the same alert
 /// and both ways to Alertmanager give it one identity; everything that may change is an
 /// annotation.
@@ -423,13 +424,14 @@ pub fn alertmanager_payload(incident: &IncidentEvent, cfg: &WebhookConfig) -> Va
     if !context.is_empty() {
         annotations.insert("context", context);
     }
+    annotations.insert("fingerprint", incident.fingerprint.clone());
     if let Some(prev) = &incident.previous_fingerprint {
         annotations.insert("previous_fingerprint", prev.clone());
     }
     let page = cfg
         .page_base
         .as_deref()
-        .map(|b| incident_url(b, &incident.fingerprint));
+        .map(|b| incident_url(b, &incident.id));
     if let Some(page) = &page {
         annotations.insert("incident_url", page.clone());
     }
@@ -445,19 +447,19 @@ pub fn alertmanager_payload(incident: &IncidentEvent, cfg: &WebhookConfig) -> Va
     } else {
         ZERO_TIME.to_string()
     };
-    // Alertmanager's own fingerprint is 16 hex digits of a label hash; fp1's hex is that shape.
+    // Alertmanager's own fingerprint is 16 hex digits of a label hash; the id's hex is that shape.
     let am_fingerprint = incident
-        .fingerprint
+        .id
         .split_once(':')
-        .map_or(incident.fingerprint.as_str(), |(_, hex)| hex)
+        .map_or(incident.id.as_str(), |(_, hex)| hex)
         .to_string();
     json!({
         "version": "4",
-        "groupKey": format!("{{}}:{{fingerprint=\"{}\"}}", incident.fingerprint),
+        "groupKey": format!("{{}}:{{incident_id=\"{}\"}}", incident.id),
         "truncatedAlerts": 0,
         "status": status,
         "receiver": cfg.receiver,
-        "groupLabels": { "fingerprint": incident.fingerprint },
+        "groupLabels": { "incident_id": incident.id },
         "commonLabels": labels,
         "commonAnnotations": annotations,
         "externalURL": cfg.external_url,
@@ -947,7 +949,7 @@ mod tests {
             );
             for own in [
                 "alertname",
-                "fingerprint",
+                "incident_id",
                 "job_id",
                 "error_code",
                 "domain",

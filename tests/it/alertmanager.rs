@@ -58,7 +58,7 @@ impl Drop for Alertmanager {
 }
 
 impl Alertmanager {
-    /// Starts `binary` with a webhook receiver at `receiver`, grouping by fingerprint with
+    /// Starts `binary` with a webhook receiver at `receiver`, grouping by incident id with
     /// one-second waits.
     fn start(binary: &PathBuf, receiver: &str) -> Alertmanager {
         let dir = tempfile::tempdir().expect("tmp");
@@ -67,7 +67,7 @@ impl Alertmanager {
             &config,
             format!(
                 "global:\n  resolve_timeout: 5s\n\
-                 route:\n  receiver: test\n  group_by: ['fingerprint']\n  group_wait: 1s\n  \
+                 route:\n  receiver: test\n  group_by: ['incident_id']\n  group_wait: 1s\n  \
                  group_interval: 1s\n  repeat_interval: 1h\n\
                  receivers:\n  - name: test\n    webhook_configs:\n      - url: '{receiver}'\n        \
                  send_resolved: true\n"
@@ -115,12 +115,12 @@ fn alerts(addr: SocketAddr) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// The receiver's notifications for `fingerprint`: (status, alert status) in arrival order.
-fn notifications(receiver: &TicketServer, fingerprint: &str) -> Vec<String> {
+/// The receiver's notifications for incident `id`: (status, alert status) in arrival order.
+fn notifications(receiver: &TicketServer, id: &str) -> Vec<String> {
     receiver
         .requests()
         .iter()
-        .filter(|r| r.body["groupLabels"]["fingerprint"] == fingerprint)
+        .filter(|r| r.body["groupLabels"]["incident_id"] == id)
         .map(|r| r.body["status"].as_str().unwrap_or("?").to_string())
         .collect()
 }
@@ -190,10 +190,7 @@ async fn incidents_fire_survive_a_restart_and_resolve_in_a_real_alertmanager() {
 
     let opened = consume_until(&cluster.bootstrap, &topic, 1, |r| !r.is_empty());
     let incident = opened[0].json();
-    let fp = incident["fingerprint"]
-        .as_str()
-        .expect("fingerprint")
-        .to_string();
+    let fp = incident["id"].as_str().expect("id").to_string();
 
     // The alert, as Alertmanager stores it.
     let addr = am.addr;
@@ -206,7 +203,7 @@ async fn incidents_fire_survive_a_restart_and_resolve_in_a_real_alertmanager() {
     .expect("joins");
     let l = &alert["labels"];
     assert_eq!(l["alertname"], "FaultlineIncident");
-    assert_eq!(l["fingerprint"], fp.as_str());
+    assert_eq!(l["incident_id"], fp.as_str());
     assert_eq!(l["job_id"], job);
     assert_eq!(l["error_code"], "XID_79");
     assert_eq!(l["domain"], "nvidia");

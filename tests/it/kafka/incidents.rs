@@ -102,8 +102,8 @@ async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
     );
     assert_eq!(
         keys.iter().collect::<Vec<_>>(),
-        vec![all[0]["fingerprint"].as_str().expect("string")],
-        "keyed by the fingerprint"
+        vec![all[0]["id"].as_str().expect("string")],
+        "keyed by the incident's id"
     );
     let last = all.last().expect("resolved");
     assert_eq!(last["status"], "resolved");

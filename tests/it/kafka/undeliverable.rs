@@ -65,10 +65,7 @@ async fn changes_a_failing_receiver_never_accepts_end_in_the_dead_letter_topic()
     let changes = incidents(&consume_until(&cluster.bootstrap, &topic, 1, |r| {
         r.iter().any(|m| m.json()["status"] == "resolved")
     }));
-    let fingerprint = changes[0]["fingerprint"]
-        .as_str()
-        .expect("fingerprint")
-        .to_string();
+    let fingerprint = changes[0]["id"].as_str().expect("id").to_string();
     assert!(
         changes.iter().all(|c| c["ticket"]["raised"] == true),
         "a root-role incident is ticketed from its first change"
@@ -126,13 +123,13 @@ async fn changes_a_failing_receiver_never_accepts_end_in_the_dead_letter_topic()
         assert_eq!(d.header("faultline.error").as_deref(), Some("HTTP 503"));
         assert_eq!(d.key.as_deref(), Some(fingerprint.as_bytes()));
         assert_eq!(body["attempts"], 2);
-        assert_eq!(body["fingerprint"], fingerprint.as_str());
+        assert_eq!(body["incident_id"], fingerprint.as_str());
         assert_eq!(
             body["payload"][0]["labels"]["alertname"],
             "FaultlineIncident"
         );
         assert_eq!(
-            body["payload"][0]["labels"]["fingerprint"],
+            body["payload"][0]["labels"]["incident_id"],
             fingerprint.as_str()
         );
     }
