@@ -487,7 +487,11 @@ impl Shared {
             true => Some(config.redact.rules()?),
             false => None,
         };
-        if let (Role::Correlate, Some(incidents)) = (p.role, p.incidents.take()) {
+        let correlator = match p.role {
+            Role::Correlate => p.incidents.take(),
+            _ => None,
+        };
+        if let Some(incidents) = correlator {
             let stage = correlate::CorrelateStage::new(correlate::CorrelateParts {
                 config: Arc::clone(config),
                 sink: p.sink,
@@ -601,7 +605,9 @@ async fn adopt_open_incidents(
     settings: &crate::kafka::KafkaSettings,
     c: &crate::incident::config::IncidentsConfig,
 ) -> Vec<rebuild::OpenIncident> {
-    let (settings, topic, lookback) = (settings.clone(), c.topic.clone(), c.max_hold);
+    // An incident held past max_hold lost its holds, not its identity: at least ten minutes.
+    let lookback = c.max_hold.max(Duration::from_secs(600));
+    let (settings, topic) = (settings.clone(), c.topic.clone());
     let read = tokio::task::spawn_blocking(move || {
         rebuild::open_incidents(&settings, &topic, lookback, METADATA_TIMEOUT)
     })

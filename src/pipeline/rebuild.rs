@@ -4,7 +4,7 @@
 //! ([`crate::incident::IncidentEvent::id`], [`crate::incident::Correlator::adopt`]).
 //!
 //! It reads every partition of the incidents topic from the records produced within the last
-//! `lookback` (by their timestamps; from the start of the topic where the broker cannot say) to
+//! `lookback` (by their timestamps; from the start of the partition where the broker cannot say) to
 //! the end as it was when it started, and keeps each id's last change: those whose last change
 //! is not a resolution are open. The topic is keyed by id, so one incident's changes are in one
 //! partition, in order. Reading stops at `timeout`; what was read by then is used (logged).
@@ -71,9 +71,14 @@ pub fn open_incidents(
     let deadline = Instant::now() + timeout;
     let mut cc = ClientConfig::new();
     cc.set_log_level(crate::kafka::librdkafka_log_level());
+    // The connection settings only: this reader assigns partitions itself and must never join,
+    // commit for or fence the pipeline's consumer group.
     for (k, v) in &settings.consumer {
-        cc.set(k, v);
+        if !k.starts_with("group.") && k != "partition.assignment.strategy" {
+            cc.set(k, v);
+        }
     }
+    cc.set("group.id", "faultline-incidents-rebuild");
     cc.set("enable.auto.commit", "false");
     cc.set("enable.auto.offset.store", "false");
     let consumer: BaseConsumer = cc.create().map_err(|e| fail(e.to_string()))?;
@@ -105,7 +110,10 @@ pub fn open_incidents(
             .and_then(|p| serde_json::from_slice::<Change>(p).ok())
             .filter(|c| c.kind == "incident")
         {
-            let id = change.id.clone().unwrap_or_else(|| change.fingerprint.clone());
+            let id = change
+                .id
+                .clone()
+                .unwrap_or_else(|| change.fingerprint.clone());
             last.insert(id, change);
         }
         let p = msg.partition();
@@ -114,9 +122,12 @@ pub fn open_incidents(
         }
     }
     if !left.is_empty() {
-        tracing::warn!(topic, partitions = left.len(),
+        tracing::warn!(
+            topic,
+            partitions = left.len(),
             "the incidents topic was not read to its end in time: open incidents there may get \
-             new ids");
+             new ids"
+        );
     }
     let stamp = |s: &Option<String>| {
         s.as_deref()
@@ -179,15 +190,10 @@ fn start_offsets(
     let mut starts = HashMap::new();
     if let Ok(found) = consumer.offsets_for_times(query, timeout) {
         for e in found.elements() {
-            match e.offset() {
-                Offset::Offset(o) => {
-                    starts.insert(e.partition(), o);
-                }
-                // Nothing produced since: nothing to read.
-                Offset::End => {
-                    starts.insert(e.partition(), ends.get(&e.partition()).copied().unwrap_or(0));
-                }
-                _ => {}
+            // `End` (nothing produced since, or a broker that keeps no time index) and the
+            // rest fall back to the partition's start below: reading more is safe, less is not.
+            if let Offset::Offset(o) = e.offset() {
+                starts.insert(e.partition(), o);
             }
         }
     }

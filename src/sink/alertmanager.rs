@@ -874,10 +874,7 @@ mod tests {
         assert_eq!(a.annotations["description"], "XID_79 title");
         assert_eq!(a.annotations["root_cause"], "because");
         assert_eq!(a.annotations["runbook_url"], DEFAULT_RUNBOOK_URL);
-        let page = format!(
-            "https://faultline.example/incidents/{}",
-            changes[0].id
-        );
+        let page = format!("https://faultline.example/incidents/{}", changes[0].id);
         assert_eq!(a.annotations["fingerprint"], changes[0].fingerprint);
         assert_eq!(a.annotations["incident_url"], page);
         assert_eq!(a.generator_url, page);

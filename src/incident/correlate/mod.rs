@@ -182,12 +182,14 @@ impl Correlator {
     fn take_adopted(&mut self, key: &Arc<str>, log_ms: Option<Millis>) -> Option<String> {
         let (window, quiet) = (self.cfg.window_ms, self.cfg.quiet_ms);
         let list = self.adopted.get_mut(key)?;
-        let at = list.iter().position(|a| match (log_ms, a.first_log_ms, a.last_log_ms) {
-            (Some(t), Some(from), Some(to)) => {
-                t >= from.saturating_sub(window) && t <= to.saturating_add(quiet)
-            }
-            _ => true,
-        })?;
+        let at = list
+            .iter()
+            .position(|a| match (log_ms, a.first_log_ms, a.last_log_ms) {
+                (Some(t), Some(from), Some(to)) => {
+                    t >= from.saturating_sub(window) && t <= to.saturating_add(quiet)
+                }
+                _ => true,
+            })?;
         let id = list.remove(at).id;
         if list.is_empty() {
             self.adopted.remove(key);

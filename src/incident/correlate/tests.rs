@@ -408,3 +408,44 @@ fn state_stays_flat_over_a_million_jobs() {
     assert_eq!(c.stats().opened, n);
     assert_eq!(c.stats().evicted_incidents, n - cap as u64);
 }
+
+/// A job line logged before the one that opened the incident, arriving late, moves the
+/// fingerprint (the content key) but not the id.
+#[test]
+fn a_late_earlier_line_moves_the_fingerprint_but_not_the_id() {
+    let mut c = corr(IncidentConfig::default());
+    let out = feed(&mut c, &[timeout("j", 1, 600), timeout("j", 0, 500)]);
+    let (first, last) = (&out[0], out.last().expect("a change"));
+    assert_eq!(
+        first.id, first.fingerprint,
+        "it opens with its fingerprint as id"
+    );
+    assert_ne!(last.fingerprint, first.fingerprint, "the anchor moved");
+    assert!(out.iter().all(|e| e.id == first.id), "{out:?}");
+}
+
+/// A correlator that adopted an open incident of a previous one (read back from the incidents
+/// topic) gives the job's next incident within that incident's log time its id, whatever line
+/// opens it now; outside that time, or for another job, a new id.
+#[test]
+fn an_adopted_id_is_taken_by_the_same_failure_only() {
+    let (from, to) = (
+        crate::time::parse(&ts(500)).and_then(|t| t.millis()),
+        crate::time::parse(&ts(600)).and_then(|t| t.millis()),
+    );
+    let mut c = corr(IncidentConfig::default());
+    c.adopt("j", "fp2:00000000000000aa", from, to);
+    c.adopt("k", "fp2:00000000000000bb", from, to);
+    // Job j's failure, opened this time by its other rank's line.
+    let j = feed(&mut c, &[timeout("j", 3, 610)]);
+    assert_eq!(j[0].id, "fp2:00000000000000aa");
+    assert_ne!(j[0].fingerprint, j[0].id);
+    // Job k's next line is hours later: another failure, a new id.
+    let k = feed(&mut c, &[timeout("k", 0, 600 + 6 * 3600)]);
+    let k_open = k.iter().find(|e| e.job_id == "k").expect("k opens");
+    assert_eq!(k_open.id, k_open.fingerprint);
+    // Another job never takes it.
+    let other = feed(&mut c, &[timeout("z", 0, 600 + 6 * 3600)]);
+    let z = other.iter().find(|e| e.job_id == "z").expect("z opens");
+    assert_ne!(z.id, "fp2:00000000000000bb");
+}

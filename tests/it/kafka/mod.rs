@@ -8,6 +8,7 @@
 mod backpressure;
 mod crash_loop;
 mod dead_letters;
+mod identity;
 mod in_process;
 mod incidents;
 mod out_of_process;
