@@ -41,20 +41,23 @@ END = "# END GENERATED"
 WRAPPERS = [
     # XLA nccl_utils.cc / nccl_errors.{h,cc}: "%s:%d: NCCL operation %s failed: %s" and
     # "NCCL operation %s failed: %s. Last NCCL warning(error) log entry (may be unrelated) '%s'."
-    r"NCCL operation [^\n]*failed:",
+    r"NCCL operation [^\n]{0,200}failed:",
     # Horovod nccl_operations.cc: op_name + " failed: " ("ncclCommInitRank failed: ..."), TF-style
     # C wrappers of the same form; "NCCL async error: " (Horovod ErrorCheck of the async error).
-    r"\bnccl[A-Z][A-Za-z]+ failed:",
+    r"\bnccl[A-Z][A-Za-z]{1,40} failed:",
     r"NCCL async error:",
     # PyTorch c10d NCCLUtils: "NCCL error in: <file>:<line>, <string>" (THD: no comma) and
     # ProcessGroupNCCL "NCCL error: <string>"; PaddlePaddle enforce.h "NCCL error(<n>), <string>".
-    r"\bNCCL error(?: in: [^\n]+:\d+,?|\(\d{1,2}\),|:)",
+    r"\bNCCL error(?: in: [^\n]{1,200}:\d{1,6},?|\(\d{1,2}\),|:)",
     # PaddlePaddle platform/enforce.h (<= 2.1): " Nccl error, <string>".
     r"\bNccl error,",
     # TensorFlow core/nccl/nccl_manager.cc NCCL_RETURN_IF_ERROR: "NCCL: <string>. Set NCCL_DEBUG=WARN for detail."
     r"\bNCCL: ",
     # nccl-tests src/common.h NCCLCHECK: "%s: Test NCCL failure %s:%d '%s / %s'" (older: '%s').
-    r"Test NCCL failure [^\n]+ '",
+    r"Test NCCL failure [^\n]{1,200} '",
+    # The NCCLCHECK macro of NCCL's documentation examples, copied into many programs (TensorRT-LLM's
+    # "Failed: NCCL error %s:%d '%s'", benchmarks, kernels): printf("Failed, NCCL error %s:%d '%s'\n", ...).
+    r"\bFailed[,:] NCCL error [^\n]{1,200}:\d{1,6} '",
 ]
 WRAP = "(?:" + "|".join(WRAPPERS) + ")"
 
@@ -68,6 +71,35 @@ NCCL_EXAMPLES = [
     "ExternalError:  Nccl error, {w}  (at /paddle/paddle/fluid/platform/collective_helper.cc:83)",
     "ExternalError: NCCL error({n}), {w}. ",
     "node-3: Test NCCL failure common.cu:1005 '{w} / '",
+    "Failed, NCCL error /workspace/app/allreduce.cu:60 '{w}'",
+]
+
+
+# The text a wrapper prints right before cudaGetErrorString(error), for the error strings that are
+# not unique on their own ("out of memory", "unknown error", ...). Sources in README.md.
+CUDA_WRAPPERS = [
+    # jaxlib gpu_kernel_helpers.cc (cuda_gpu_kernel_helpers.cc <= 0.3) ErrorString:
+    # "%s:%d: operation %s failed: %s" with expr = the CUDA call (cudaX(...) / gpuX(...) / cuX(...));
+    # XLA/TF ToStatus(cudaError_t): "%s:%d: CUDA operation %s failed: %s" (same tail).
+    r"\boperation (?:cuda|gpu|cu)[A-Za-z]{1,40}\([^\n]{0,200}\) failed: ",
+    # ONNX Runtime core/providers/cuda/cuda_call.cc: "CUDA failure %d: %s ; GPU=%d ; hostname=..."
+    r"\bCUDA failure \d{1,3}: ",
+    # The CUDACHECK macro of NVIDIA's NCCL examples, copied into nccl-tests' ancestors, TensorRT-LLM,
+    # CUTLASS/Megatron kernels and many MPI+NCCL programs: printf("Failed: Cuda error %s:%d '%s'\n", ...).
+    r"\bFailed: (?:CUDA|Cuda) error [^\n]{1,200}:\d{1,6} '",
+    # NCCL's own CUDACHECK text "Cuda failure '%s'" (2.x) / "Cuda failure %d '%s'" (2.19+), printed as an NCCL WARN,
+    # after PyTorch's "Last error:" (ncclGetLastError) on its own line, and quoted by XLA's
+    # "Last NCCL warning(error) log entry (may be unrelated) '...'".
+    r"\bCuda failure (?:\d{1,3} )?'",
+]
+CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
+CUDA_WRAP_EXAMPLES = [
+    "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CustomCall failed: jaxlib/gpu/prng_kernels.cc:33: operation gpuGetLastError() failed: {s}",
+    "INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:75: CUDA operation cudaStreamSynchronize(stream) failed: {s}",
+    "onnxruntime::CudaCall CUDA failure {n}: {s} ; GPU=0 ; hostname=node-3 ; expr=cudaMalloc((void**)&p, size);",
+    "Failed: Cuda error /workspace/app/src/allreduce.cu:118 '{s}'",
+    "Cuda failure '{s}'",
+    "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: NCCL operation ncclGroupEnd() failed: unhandled cuda error (run with NCCL_DEBUG=INFO for details). Last NCCL warning(error) log entry (may be unrelated) 'Cuda failure {n} '{s}''.",
 ]
 
 
@@ -119,9 +151,12 @@ def nccl_blocks(rows):
         uniq = minimal([r["wording"] for r in rs if r["unique"] == "yes"])
         if uniq:
             pats.append("(?:" + "|".join(esc(w) for w in uniq) + ")")
-        generic = minimal([r["wording"] for r in rs if r["unique"] != "yes"])
-        if generic:
-            pats.append(WRAP + " {0,2}(?:" + "|".join(esc(w) for w in generic) + ")")
+        # After a wrapper's prefix, the first two words of every wording suffice ("unhandled system",
+        # "remote process", "internal error"): a pasted line wrapped or cut inside the result string
+        # still names it, and the generic wordings ("internal error", "invalid usage") are covered too.
+        heads = minimal([" ".join(r["wording"].split()[:2]) for r in rs])
+        if heads:
+            pats.append(WRAP + " {0,2}(?:" + "|".join(esc(w) for w in heads) + ")")
         seen = set()
         for r in rs:
             if r["nccl_versions"].startswith("real log"):
@@ -131,6 +166,8 @@ def nccl_blocks(rows):
                 if e not in seen:
                     seen.add(e)
                     exs.append(e)
+        for h in heads:
+            exs.append("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, " + h)
         out[entry] = ("nccl-results.tsv", pats, exs)
     return out
 
@@ -152,8 +189,13 @@ def cuda_blocks(rows):
         uniq = minimal([r["string"] for r in rs if r["unique"] == "yes"])
         if uniq:
             pats.append("(?:" + "|".join(esc(w) for w in uniq) + ")")
+        shared = minimal([r["string"] for r in rs if r["unique"] != "yes"])
+        if shared:
+            pats.append(CUDA_WRAP + "(?:" + "|".join(esc(w) for w in shared) + ")")
         exs = []
         for r in rs:
+            if r["unique"] != "yes":
+                exs += [t.format(s=r["string"], n=r["number"]) for t in CUDA_WRAP_EXAMPLES]
             exs.append(f"cupy_backends.cuda.api.runtime.CUDARuntimeError: {r['name']}: {r['string']}")
             if r["curesult"] != "-":
                 exs.append(f"E0101 00:00:00.000000 1234 pjrt_stream_executor_client.cc:2985] Execution failed: INTERNAL: CUDA error: : {r['curesult']}: {r['string']}")
