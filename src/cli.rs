@@ -227,6 +227,13 @@ Examples:
         #[command(flatten)]
         per_entry: crate::bench::PerEntryArgs,
     },
+    /// Write a simulated fleet's logs (Vector JSON lines, one file per day) and its ground
+    /// truth (`truth.json`) for `faultline report` (docs/report.md).
+    #[command(after_help = "\
+Examples:
+  faultline bench fleet --seed 7 /tmp/fleet && faultline report /tmp/fleet
+  faultline bench fleet --seed 1 --jobs 50 --days 3 /tmp/small-fleet")]
+    Fleet(crate::bench::fleet::FleetArgs),
     /// Match members and a correlator on an embedded broker: the maximum rate, the latency from
     /// a log line to its match event and to its incident at 10/50/90% of it, and the
     /// correlator's matches per second per core (see docs/scale-out.md).
@@ -632,6 +639,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Bench(BenchCommand::Fleet(args)) => crate::bench::fleet::command(&args),
         Command::Bench(BenchCommand::Latency {
             kb,
             matchers,
