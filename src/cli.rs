@@ -124,6 +124,15 @@ Examples:
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// What failures cost the fleet: interruptions by root cause, GPU-hours lost, ETTR, mean
+    /// time to failure by job size, lemon nodes and fix outcomes (docs/report.md).
+    #[command(after_help = "\
+Examples:
+  faultline report examples/
+  faultline report --format markdown --since 2026-01-01T00:00:00Z logs/
+  faultline scan --format json logs/ > scan.jsonl && faultline report --from-json scan.jsonl
+  faultline report --format json logs/ | jq '.table'")]
+    Report(crate::report::command::ReportArgs),
     /// Generate benchmark inputs (see scripts/bench-scan.sh).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -502,6 +511,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Templates(args) => Ok(crate::mine::command::templates(&args)?),
+        Command::Report(args) => Ok(crate::report::command::run(&args)?),
         Command::Kb(KbCommand::Suggest(args)) => Ok(crate::mine::command::suggest(&args)?),
         Command::Kb(KbCommand::Check { dir, warnings }) => kb_commands::check(dir, warnings),
         Command::Kb(KbCommand::List { kb, format }) => {

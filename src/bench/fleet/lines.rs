@@ -282,6 +282,7 @@ fn failure(out: &mut Out, fleet: &Fleet, job: &JobRun, a: &Attempt, f: &Failure,
             out.push(f.at, host, id, Some(r), &format!("[rank{r}]: ckptfs: lease renewal for /scratch/{} failed (code 121)", job.plan_id));
             let head = &fleet.hosts[a.hosts[0]];
             out.push(f.at, head, id, None, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ");
+            requeue(out, fleet, job, a, f);
             return;
         }
         Cause::SoftwareBug | Cause::Dependency | Cause::SilentDataCorruption | Cause::Ssd => {
@@ -291,6 +292,31 @@ fn failure(out: &mut Out, fleet: &Fleet, job: &JobRun, a: &Attempt, f: &Failure,
         }
     }
     cascade(out, fleet, job, a, f, salt);
+    requeue(out, fleet, job, a, f);
+}
+
+/// Slurm's requeue of the job once its ranks have timed out (a restart marker).
+fn requeue(out: &mut Out, fleet: &Fleet, job: &JobRun, a: &Attempt, f: &Failure) {
+    let head = &fleet.hosts[a.hosts[0]];
+    let t = f.at + NCCL_TIMEOUT + 60_000;
+    let number: u32 = job
+        .plan_id
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let at = format_ms(t);
+    out.push(
+        t,
+        head,
+        Some(job.plan_id.as_str()),
+        None,
+        &format!(
+            "slurmstepd: error: *** JOB {} ON {head} CANCELLED AT {} DUE TO JOB REQUEUE ***",
+            700_000 + number,
+            at.get(..19).unwrap_or_default()
+        ),
+    );
 }
 
 fn exception_line(f: &Failure, r: u32, g: usize, host: &str, salt: u64) -> String {
