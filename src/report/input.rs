@@ -237,7 +237,12 @@ impl Line {
             root_known: self.root_known,
             code: root.error_code,
             category: root.category,
-            host: root.host,
+            // A line that names the failed node (`srun: error: Node failure on X`) blames it,
+            // not the host that printed it.
+            host: ["node", "host"]
+                .iter()
+                .find_map(|k| root.captures.get(*k).cloned())
+                .or(root.host),
             gpu: root.gpu,
             t,
             world_size: self

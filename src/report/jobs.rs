@@ -385,7 +385,13 @@ fn attempt_failures(
             world: inc.world_size,
             fingerprint: Some(inc.fingerprint.clone()).filter(|s| !s.is_empty()),
         };
-        if !f.root_known {
+        // The correlator keeps every host a job ever ran on: a node's line on a host the job
+        // left may have been elected. The attempt's own hosts' lines win.
+        let elsewhere = f
+            .host
+            .as_ref()
+            .is_some_and(|h| !a.hosts.is_empty() && !a.hosts.contains(h));
+        if !f.root_known || elsewhere {
             join_node_root(&mut f, &a.hosts, nodes, settings);
         }
         out[i] = Some(f);
