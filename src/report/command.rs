@@ -41,6 +41,9 @@ pub struct ReportArgs {
     /// A lemon node was blamed by at least this many distinct jobs.
     #[arg(long, default_value_t = 3)]
     pub lemon_min_jobs: usize,
+    /// The false lemons a report may name by chance, on average (Bonferroni over the hosts).
+    #[arg(long, default_value_t = 0.2)]
+    pub lemon_alpha: f64,
     /// Knowledge-base directory (when scanning); the KB built into the binary when absent.
     #[arg(long, env = "FAULTLINE_KB", value_name = "DIR")]
     pub kb: Option<PathBuf>,
@@ -105,6 +108,13 @@ pub fn options(args: &ReportArgs) -> Result<Options, ReportError> {
             message: format!("`{}` is not a duration (30m, 1h)", args.fix_threshold),
         })?;
     opts.thresholds.lemon_min_jobs = args.lemon_min_jobs.max(1);
+    if !(args.lemon_alpha > 0.0 && args.lemon_alpha < 1.0) {
+        return Err(ReportError::Flag {
+            flag: "lemon-alpha",
+            message: format!("{} is not between 0 and 1", args.lemon_alpha),
+        });
+    }
+    opts.thresholds.lemon_alpha = args.lemon_alpha;
     Ok(opts)
 }
 

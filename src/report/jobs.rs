@@ -456,3 +456,140 @@ fn join_node_root(f: &mut Found, hosts: &[String], nodes: &NodeRoots<'_>, s: &Se
         adopt(f, n);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Millis = 60_000;
+
+    fn fact(kind: FactKind, t: Millis, rank: Option<u32>, host: &str) -> Fact {
+        Fact {
+            kind,
+            job_id: "j".into(),
+            t,
+            host: Some(host.into()),
+            rank,
+            world: (kind == FactKind::Start).then_some(16),
+            code: String::new(),
+            category: String::new(),
+        }
+    }
+
+    fn incident(t: Millis, code: &str, category: &str, known: bool, host: &str) -> IncidentFact {
+        IncidentFact {
+            job_id: "j".into(),
+            root_known: known,
+            code: code.into(),
+            category: category.into(),
+            host: Some(host.into()),
+            gpu: None,
+            t: Some(t),
+            world_size: None,
+            fingerprint: format!("fp-{t}"),
+        }
+    }
+
+    /// Two attempts on h1+h2 then h3+h4: start 0, progress every 10 min from 5, a save at 60,
+    /// a failure at 90, a restart at 120 whose first progress is at 126, the end at 200.
+    fn two_attempts() -> Vec<Fact> {
+        let mut f = vec![
+            fact(FactKind::Start, 0, Some(0), "h1"),
+            fact(FactKind::Start, 1, Some(8), "h2"),
+        ];
+        f.extend((0..9).map(|k| fact(FactKind::Progress, (5 + 10 * k) * MIN, Some(0), "h1")));
+        f.push(fact(FactKind::Checkpoint, 60 * MIN, Some(0), "h1"));
+        f.push(fact(FactKind::Start, 120 * MIN, Some(0), "h3"));
+        f.push(fact(FactKind::Start, 120 * MIN + 1, Some(8), "h4"));
+        f.extend((0..8).map(|k| fact(FactKind::Progress, (126 + 10 * k) * MIN, Some(0), "h3")));
+        f.push(fact(FactKind::Checkpoint, 200 * MIN, Some(0), "h3"));
+        f
+    }
+
+    #[test]
+    fn gpu_hours_lost_count_work_since_the_save_and_downtime_until_progress() {
+        let facts = two_attempts();
+        let jobs = timelines(&facts, &Settings::default());
+        let job = &jobs["j"];
+        assert_eq!(job.attempts.len(), 2);
+        assert_eq!(job.attempts[1].hosts, ["h3", "h4"]);
+        let inc = incident(90 * MIN, "XID_79", "gpu_hardware", true, "h2");
+        let cost = cost(job, &[&inc], &HashMap::new(), &Settings::default());
+        let i = &cost.interruptions[0];
+        assert_eq!((i.last_checkpoint, i.lost_from), (Some(60 * MIN), 60 * MIN));
+        assert_eq!(i.restart_progress, Some(126 * MIN));
+        // 16 GPUs x (30 min of work + 36 min of downtime).
+        assert!(
+            (i.gpu_hours_lost - 16.0 * 66.0 / 60.0).abs() < 1e-9,
+            "{}",
+            i.gpu_hours_lost
+        );
+        assert_eq!(i.bucket, Bucket::Gpu);
+        // Wall 200 min; lost: 5 min start-up + 66 min.
+        let ettr = cost.ettr.expect("progress seen");
+        assert!((ettr - (200.0 - 71.0) / 200.0).abs() < 1e-9, "{ettr}");
+    }
+
+    #[test]
+    fn an_incident_the_attempt_outlived_is_no_interruption() {
+        let facts = two_attempts();
+        let jobs = timelines(&facts, &Settings::default());
+        let job = &jobs["j"];
+        let survived = incident(
+            30 * MIN,
+            "NCCL_IB_COMPLETION_ERROR",
+            "network_ib",
+            true,
+            "h1",
+        );
+        let cost = cost(job, &[&survived], &HashMap::new(), &Settings::default());
+        // The restart still counts, with nothing known to explain it.
+        assert_eq!(cost.interruptions.len(), 1);
+        let i = &cost.interruptions[0];
+        assert_eq!((i.bucket, i.code.as_deref()), (Bucket::Unknown, None));
+        assert_eq!(i.failure, 85 * MIN);
+    }
+
+    #[test]
+    fn a_node_line_on_the_attempts_host_explains_a_hang_or_a_silent_restart() {
+        let facts = two_attempts();
+        let jobs = timelines(&facts, &Settings::default());
+        let job = &jobs["j"];
+        let xid = Fact {
+            code: "XID_48".into(),
+            category: "gpu_memory_ecc".into(),
+            ..fact(FactKind::NodeRoot, 88 * MIN, None, "h2")
+        };
+        let elsewhere = Fact {
+            host: Some("h9".into()),
+            ..xid.clone()
+        };
+        let mut nodes: NodeRoots<'_> = HashMap::new();
+        nodes.entry("h2").or_default().push(&xid);
+        nodes.entry("h9").or_default().push(&elsewhere);
+        let s = Settings::default();
+        let hang = incident(88 * MIN, "NCCL_TIMEOUT", "collective_timeout", false, "h1");
+        let joined = &cost(job, &[&hang], &nodes, &s).interruptions[0];
+        assert_eq!(
+            (joined.bucket, joined.joined_by),
+            (Bucket::GpuMemory, Some("report"))
+        );
+        assert_eq!(joined.host.as_deref(), Some("h2"));
+        let silent = &cost(job, &[], &nodes, &s).interruptions[0];
+        assert_eq!(
+            (silent.bucket, silent.failure),
+            (Bucket::GpuMemory, 88 * MIN)
+        );
+        // Without the node line the hang stays a hang.
+        let alone = &cost(job, &[&hang], &HashMap::new(), &s).interruptions[0];
+        assert_eq!(alone.bucket, Bucket::CollectiveHang);
+    }
+
+    #[test]
+    fn sub_communicators_do_not_open_attempts() {
+        let mut facts = two_attempts();
+        facts.push(fact(FactKind::Start, 2 * MIN, Some(0), "h1"));
+        let jobs = timelines(&facts, &Settings::default());
+        assert_eq!(jobs["j"].attempts.len(), 2);
+    }
+}

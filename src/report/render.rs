@@ -184,14 +184,29 @@ fn lemons(out: &mut String, r: &Report, md: bool) {
         .lemon_nodes
         .iter()
         .map(|l| {
-            let mut codes: Vec<&str> = l.history.iter().map(|e| e.code.as_str()).collect();
-            codes.dedup();
+            let mut codes: Vec<(&str, usize)> = Vec::new();
+            for e in &l.history {
+                match codes.iter_mut().find(|(c, _)| *c == e.code) {
+                    Some((_, n)) => *n += 1,
+                    None => codes.push((e.code.as_str(), 1)),
+                }
+            }
+            let history: Vec<String> = codes
+                .iter()
+                .map(|(c, n)| {
+                    if *n > 1 {
+                        format!("{c} x{n}")
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect();
             vec![
                 l.host.clone(),
                 l.jobs.to_string(),
-                format!("{:.1}", l.expected),
+                format!("{:.2}", l.expected),
                 format!("{:.0e}", l.p_value),
-                codes.join(" "),
+                history.join(", "),
             ]
         })
         .collect();

@@ -29,7 +29,7 @@ impl Default for Thresholds {
         Thresholds {
             fix_threshold_ms: 3_600_000,
             lemon_min_jobs: 3,
-            lemon_alpha: 0.05,
+            lemon_alpha: 0.2,
         }
     }
 }
@@ -342,6 +342,75 @@ pub fn fix_outcomes(jobs: &[JobCost], t: &Thresholds) -> Vec<Fix> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::jobs::Interruption;
+
+    fn interruption(
+        attempt: usize,
+        failure: Millis,
+        code: &str,
+        restart: Option<Millis>,
+    ) -> Interruption {
+        Interruption {
+            job_id: "j".into(),
+            bucket: Bucket::Gpu,
+            code: Some(code.into()),
+            root_known: true,
+            joined_by: None,
+            host: Some("h".into()),
+            gpu: None,
+            gpus: 8,
+            attempt,
+            attempt_start: 0,
+            failure,
+            last_checkpoint: None,
+            lost_from: failure,
+            restart,
+            restart_progress: restart,
+            lost_work_hours: 0.0,
+            downtime_hours: 0.0,
+            gpu_hours_lost: 0.0,
+            fingerprint: None,
+        }
+    }
+
+    #[test]
+    fn fix_outcomes_follow_the_next_attempt() {
+        const H: Millis = 3_600_000;
+        let job = JobCost {
+            job_id: "j".into(),
+            gpus: 8,
+            attempts: 4,
+            start: 0,
+            end: 20 * H,
+            wall_hours: 20.0,
+            productive_hours: 10.0,
+            ettr: Some(0.5),
+            runtimes: Vec::new(),
+            timed: true,
+            interruptions: vec![
+                // Restarted at 2 h, failed the same way 30 min later: failed again.
+                interruption(0, H, "CUDA_OOM", Some(2 * H)),
+                // Restarted at 3 h, failed otherwise 3 h later: ran on.
+                interruption(1, 2 * H + H / 2, "CUDA_OOM", Some(3 * H)),
+                // Restarted at 7 h, failed within the hour with another code.
+                interruption(2, 6 * H, "XID_79", Some(7 * H)),
+                // The last attempt's failure, nothing after it: no outcome.
+                interruption(3, 7 * H + H / 4, "CUDA_OOM", None),
+            ],
+        };
+        let fixes = fix_outcomes(&[job], &Thresholds::default());
+        let by: BTreeMap<&str, &Fix> = fixes.iter().map(|f| (f.code.as_str(), f)).collect();
+        let oom = by["CUDA_OOM"];
+        assert_eq!(
+            (oom.n, oom.ran_on, oom.failed_same, oom.failed_other),
+            (2, 1, 1, 0)
+        );
+        let xid = by["XID_79"];
+        assert_eq!(
+            (xid.n, xid.ran_on, xid.failed_same, xid.failed_other),
+            (1, 0, 0, 1)
+        );
+    }
 
     #[test]
     fn poisson_tail() {
