@@ -19,6 +19,8 @@
 //! - [`health`]: panics and dropped spans.
 //! - [`incidents`]: incidents, tickets, the webhook, commit holds.
 //! - [`unknown`]: error lines no KB entry knows, their templates and events.
+//! - [`report`]: `faultline report --format prometheus`: interruptions and GPU-hours lost by
+//!   bucket and code, fleet ETTR (a registry of its own, not the service's).
 
 use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
@@ -33,6 +35,7 @@ pub mod kafka;
 pub mod kb;
 pub mod labels;
 pub mod matches;
+pub mod report;
 pub mod throughput;
 pub mod unknown;
 

@@ -2,7 +2,9 @@
 
 use std::fmt::Write;
 
+use super::taxonomy::BUCKETS;
 use super::Report;
+use crate::metrics::report::ReportFamilies;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -11,6 +13,7 @@ pub enum Format {
     Text,
     Markdown,
     Json,
+    Prometheus,
 }
 
 /// Renders `report` in `format`.
@@ -19,7 +22,25 @@ pub fn render(report: &Report, format: Format) -> String {
         Format::Json => serde_json::to_string(report).unwrap_or_default() + "\n",
         Format::Text => document(report, false),
         Format::Markdown => document(report, true),
+        Format::Prometheus => prometheus(report),
     }
+}
+
+/// The Prometheus text exposition of the interruptions, GPU-hours lost and fleet ETTR.
+fn prometheus(report: &Report) -> String {
+    let names: Vec<&str> = BUCKETS.iter().map(|b| b.name()).collect();
+    let Ok(families) = ReportFamilies::new(&names) else {
+        // The names are fixed and distinct: registering them cannot fail.
+        return String::new();
+    };
+    for i in report.jobs.iter().flat_map(|j| &j.interruptions) {
+        families.interruption(i.bucket.name(), i.code.as_deref(), i.gpu_hours_lost);
+    }
+    if let Some(e) = report.fleet.ettr {
+        // Registered once, with a fixed name: it cannot fail.
+        let _ = families.set_ettr(e);
+    }
+    families.render()
 }
 
 /// `1234567.8` -> `1,234,568`.

@@ -341,3 +341,36 @@ fn markdown_prints_tables() {
     );
     assert!(text.contains("## Fix outcomes"), "{text}");
 }
+
+#[test]
+fn prometheus_families_add_up_to_the_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let truth = small_fleet(dir.path());
+    let logs = dir.path().to_string_lossy().to_string();
+    let out = faultline()
+        .args(["report", "--format", "prometheus", &logs])
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sum = |family: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        sum("faultline_interruptions_total") as usize,
+        truth.fleet.interruptions
+    );
+    let (got, want) = (
+        sum("faultline_gpu_hours_lost_total"),
+        truth.fleet.gpu_hours_lost,
+    );
+    assert!((got - want).abs() <= 0.10 * want, "{got} vs {want}");
+    assert!(text.contains("faultline_fleet_ettr_ratio "), "{text}");
+    assert!(
+        !text.contains("job_id") && !text.contains("host="),
+        "no job or host labels"
+    );
+}
