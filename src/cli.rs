@@ -1,4 +1,4 @@
-//! The command line: `scan`, `templates`, `kb check|list|import|explain|suggest`.
+//! The command line: `scan`, `templates`, `report`, `kb check|list|import|explain|suggest`.
 //!
 //! Thin: each command loads what it needs, calls the library and maps the outcome to an exit
 //! code. Every command's `--help` ends with examples.
