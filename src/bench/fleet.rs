@@ -610,3 +610,58 @@ fn draw_failure(
         rank,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(seed: u64) -> FleetOptions {
+        FleetOptions {
+            seed,
+            jobs: 30,
+            days: 2,
+            hosts: 64,
+        }
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_fleet_and_another_seed_another() {
+        let a = truth::compute(&simulate(&small(5)).expect("fleet"), &small(5));
+        let b = truth::compute(&simulate(&small(5)).expect("fleet"), &small(5));
+        let c = truth::compute(&simulate(&small(6)).expect("fleet"), &small(6));
+        let text = |t: &Truth| serde_json::to_string(t).expect("json");
+        assert_eq!(text(&a), text(&b));
+        assert_ne!(text(&a), text(&c));
+    }
+
+    #[test]
+    fn hosts_are_never_shared_and_failures_end_their_attempt() {
+        let fleet = simulate(&small(9)).expect("fleet");
+        let mut busy: Vec<(usize, Ms, Ms)> = Vec::new();
+        for job in &fleet.jobs {
+            for a in &job.attempts {
+                assert!(a.progress.iter().chain(&a.checkpoints).all(|&t| t <= a.end));
+                if let Some(f) = &a.failure {
+                    assert_eq!(f.at, a.end);
+                    assert!(f.host_index < a.hosts.len());
+                }
+                busy.extend(a.hosts.iter().map(|&h| (h, a.start, a.end)));
+            }
+        }
+        busy.sort_unstable();
+        for w in busy.windows(2) {
+            if w[0].0 == w[1].0 {
+                assert!(w[1].1 >= w[0].2, "host {} shared: {w:?}", w[0].0);
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_fleet_is_refused() {
+        let opts = FleetOptions {
+            jobs: 0,
+            ..small(1)
+        };
+        assert!(simulate(&opts).is_err());
+    }
+}
