@@ -1,4 +1,4 @@
-//! The command line: `scan`, `templates`, `kb check|list|import|explain|suggest`.
+//! The command line: `scan`, `templates`, `report`, `kb check|list|import|explain|suggest`.
 //!
 //! Thin: each command loads what it needs, calls the library and maps the outcome to an exit
 //! code. Every command's `--help` ends with examples.
@@ -124,6 +124,15 @@ Examples:
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// What failures cost the fleet: interruptions by root cause, GPU-hours lost, ETTR, mean
+    /// time to failure by job size, lemon nodes and fix outcomes (docs/report.md).
+    #[command(after_help = "\
+Examples:
+  faultline report examples/
+  faultline report --format markdown --since 2026-01-01T00:00:00Z logs/
+  faultline scan --format json logs/ > scan.jsonl && faultline report --from-json scan.jsonl
+  faultline report --format json logs/ | jq '.table'")]
+    Report(crate::report::command::ReportArgs),
     /// Generate benchmark inputs (see scripts/bench-scan.sh).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -227,6 +236,13 @@ Examples:
         #[command(flatten)]
         per_entry: crate::bench::PerEntryArgs,
     },
+    /// Write a simulated fleet's logs (Vector JSON lines, one file per day) and its ground
+    /// truth (`truth.json`) for `faultline report` (docs/report.md).
+    #[command(after_help = "\
+Examples:
+  faultline bench fleet --seed 7 /tmp/fleet && faultline report /tmp/fleet
+  faultline bench fleet --seed 1 --jobs 50 --days 3 /tmp/small-fleet")]
+    Fleet(crate::bench::fleet::FleetArgs),
     /// Match members and a correlator on an embedded broker: the maximum rate, the latency from
     /// a log line to its match event and to its incident at 10/50/90% of it, and the
     /// correlator's matches per second per core (see docs/scale-out.md).
@@ -495,6 +511,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Templates(args) => Ok(crate::mine::command::templates(&args)?),
+        Command::Report(args) => Ok(crate::report::command::run(&args)?),
         Command::Kb(KbCommand::Suggest(args)) => Ok(crate::mine::command::suggest(&args)?),
         Command::Kb(KbCommand::Check { dir, warnings }) => kb_commands::check(dir, warnings),
         Command::Kb(KbCommand::List { kb, format }) => {
@@ -632,6 +649,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", serde_json::to_string(&report)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Bench(BenchCommand::Fleet(args)) => crate::bench::fleet::command(&args),
         Command::Bench(BenchCommand::Latency {
             kb,
             matchers,

@@ -54,6 +54,8 @@
 //! - [`explain`]: `faultline kb explain`: one line's matches, trust level and advice.
 //! - [`mine`]: `faultline templates` (unknown error lines -> templates) and `kb suggest`
 //!   (templates -> KB drafts), over the same readers and engine as `scan`.
+//! - [`report`]: `faultline report`: the interruption table, GPU-hours lost, ETTR, lemon nodes
+//!   and fix outcomes, from a scan's matches and incidents.
 //! - [`config`]: composes every component's table into `faultline.toml`.
 //! - [`eval`]: recognition measured on the real-log corpus.
 //! - [`demo`]: the whole pipeline on an embedded broker; [`bench`]: benchmark inputs and
@@ -85,6 +87,7 @@ pub mod pipeline;
 pub mod record;
 pub mod redact;
 pub mod reload;
+pub mod report;
 pub mod runtime;
 pub mod scan;
 pub mod secret;

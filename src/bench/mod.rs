@@ -11,6 +11,7 @@ use std::path::Path;
 
 use crate::kb::KnowledgeBase;
 
+pub mod fleet;
 pub mod latency;
 
 /// A small deterministic generator (xorshift64*), so a corpus is reproducible from its seed.

@@ -20,6 +20,8 @@
 //! - [`incidents`]: incidents, tickets, commit holds.
 //! - [`outputs`]: each incident output's results, retries, queue and open items.
 //! - [`unknown`]: error lines no KB entry knows, their templates and events.
+//! - [`report`]: `faultline report --format prometheus`: interruptions and GPU-hours lost by
+//!   bucket and code, fleet ETTR (a registry of its own, not the service's).
 
 use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
@@ -35,6 +37,7 @@ pub mod kb;
 pub mod labels;
 pub mod matches;
 pub mod outputs;
+pub mod report;
 pub mod throughput;
 pub mod unknown;
 

@@ -22,6 +22,7 @@ mod observability;
 mod recognition;
 mod redact;
 mod redact_envelopes;
+mod report;
 mod scan;
 mod support;
 mod telemetry;

@@ -430,6 +430,8 @@ impl Correlator {
         out: &mut Vec<IncidentEvent>,
     ) {
         let key = self.job_key(&event.job_id, out);
+        // A retimed incident looks again at the node events of every host the job is on.
+        let mut retimed = false;
         if let (Some(l), Some(job)) = (log_ms, self.jobs.get_mut(&key)) {
             let first = job.clock.is_none();
             job.clock = Some(job.clock.map_or(l, |c| c.max(l)));
@@ -446,6 +448,7 @@ impl Correlator {
                 self.update_tick += 1;
                 inc.open_key = (l.max(self.clock.unwrap_or(l)), self.update_tick);
                 self.open.insert(inc.open_key, Arc::clone(&key));
+                retimed = true;
             }
         }
         let rank = event.any_rank();
@@ -550,9 +553,13 @@ impl Correlator {
                 forward_context(inc, &stream_key, appended, event);
             }
         }
-        // Node events of this job's hosts: all of them when the incident opens, else those of
-        // a host the job was just seen on.
-        let hosts: Vec<Arc<str>> = if opened { job.hosts.clone() } else { new_hosts };
+        // Node events of this job's hosts: all of them when the incident opens or is retimed,
+        // else those of a host the job was just seen on.
+        let hosts: Vec<Arc<str>> = if opened || retimed {
+            job.hosts.clone()
+        } else {
+            new_hosts
+        };
         self.finish_update(&key, true, out);
         for h in hosts {
             self.claim_node_events(&key, &h, out);
