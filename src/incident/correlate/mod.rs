@@ -12,6 +12,8 @@
 //! per-incident and per-job caps of [`super::culprit`] and [`super::multiline`]. The sizes are
 //! exposed for tests and, later, metrics: [`Correlator::stats`], [`Correlator::sizes`].
 
+mod adopt;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -116,20 +118,9 @@ pub struct Correlator {
     next_serial: u64,
     /// Ids of incidents another correlator had open (read back from the incidents topic), per
     /// job: a new incident of the job within one's log-time window takes its id.
-    adopted: HashMap<Arc<str>, Vec<Adopted>>,
+    adopted: HashMap<Arc<str>, Vec<adopt::Adopted>>,
     stats: CorrelatorStats,
 }
-
-/// An open incident of a previous correlator, as [`Correlator::adopt`] got it.
-#[derive(Debug, Clone)]
-struct Adopted {
-    id: String,
-    first_log_ms: Option<Millis>,
-    last_log_ms: Option<Millis>,
-}
-
-/// Adopted ids kept at most (per correlator), oldest dropped first.
-pub const MAX_ADOPTED: usize = 100_000;
 
 impl Correlator {
     /// A correlator with no state; fails when `cfg` does not [validate](IncidentConfig::validate).
@@ -149,52 +140,6 @@ impl Correlator {
             adopted: HashMap::new(),
             stats: CorrelatorStats::default(),
         })
-    }
-
-    /// Remembers an incident that a previous correlator had open (its last change on the
-    /// incidents topic was not a resolution): the next incident of `job_id` whose opening line
-    /// falls within its log time (widened by `window_ms` before and `quiet_ms` after; any, when
-    /// either side has no log time) opens with `id` instead of a new one. This is how a
-    /// restarted correlator, or one taking a shard over, keeps an open failure's identity.
-    pub fn adopt(
-        &mut self,
-        job_id: &str,
-        id: &str,
-        first_log_ms: Option<Millis>,
-        last_log_ms: Option<Millis>,
-    ) {
-        let total: usize = self.adopted.values().map(Vec::len).sum();
-        if total >= MAX_ADOPTED {
-            return;
-        }
-        let list = self.adopted.entry(Arc::from(job_id)).or_default();
-        if list.iter().any(|a| a.id == id) {
-            return;
-        }
-        list.push(Adopted {
-            id: id.to_string(),
-            first_log_ms,
-            last_log_ms,
-        });
-    }
-
-    /// Takes the adopted id of job `key` whose window holds `log_ms`.
-    fn take_adopted(&mut self, key: &Arc<str>, log_ms: Option<Millis>) -> Option<String> {
-        let (window, quiet) = (self.cfg.window_ms, self.cfg.quiet_ms);
-        let list = self.adopted.get_mut(key)?;
-        let at = list
-            .iter()
-            .position(|a| match (log_ms, a.first_log_ms, a.last_log_ms) {
-                (Some(t), Some(from), Some(to)) => {
-                    t >= from.saturating_sub(window) && t <= to.saturating_add(quiet)
-                }
-                _ => true,
-            })?;
-        let id = list.remove(at).id;
-        if list.is_empty() {
-            self.adopted.remove(key);
-        }
-        Some(id)
     }
 
     /// The settings it runs with.
