@@ -106,7 +106,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             time.sleep(self.server.delay)  # the slow receiver's latency, not synchronisation
         with self.server.lock:
             self.server.requests += 1
-            fp = self.headers.get("X-Faultline-Fingerprint")
+            fp = self.headers.get("X-Faultline-Incident")
             if fp and self.server.status == 200:
                 self.server.fingerprints.add(fp)
         del body
@@ -605,8 +605,8 @@ references = ["scripts/soak.py"]
             # And every incident on the topic resolved (a member's gauge may lag behind).
             changes = [json.loads(l) for l in
                        broker.read(topics["incidents"], "%s\n").decode().splitlines()]
-            if {c["fingerprint"] for c in changes} <= {
-                    c["fingerprint"] for c in changes if c["status"] == "resolved"}:
+            if {c["id"] for c in changes} <= {
+                    c["id"] for c in changes if c["status"] == "resolved"}:
                 break
         final_lag = total
         time.sleep(1)  # the sampling period
@@ -652,10 +652,11 @@ references = ["scripts/soak.py"]
                 for j in missing))
     incidents = [json.loads(l) for l in
                  broker.read(topics["incidents"], "%s\n").decode().splitlines()]
-    fps = {i["fingerprint"] for i in incidents}
+    # One identity per failure: incidents are told apart by their id.
+    fps = {i["id"] for i in incidents}
     inc_jobs = {i["job_id"] for i in incidents}
-    resolved = {i["fingerprint"] for i in incidents if i["status"] == "resolved"}
-    ticketed = {i["fingerprint"] for i in incidents if i["ticket"]["raised"]}
+    resolved = {i["id"] for i in incidents if i["status"] == "resolved"}
+    ticketed = {i["id"] for i in incidents if i["ticket"]["raised"]}
     dead = broker.read(topics["dead"], "%h\t%k\n").decode(errors="replace").splitlines()
     alert_dead = {l.split("\t", 1)[1] for l in dead if "alert_undeliverable" in l}
     rss_ratio = max(rss) / min(rss) if rss else float("nan")
@@ -665,15 +666,15 @@ references = ["scripts/soak.py"]
     same_reloads = reload_counts.get('{result="unchanged"}', 0)
     by_job = {}
     for i in incidents:
-        by_job.setdefault(i["job_id"], {}).setdefault(i["fingerprint"], (
+        by_job.setdefault(i["job_id"], {}).setdefault(i["id"], (
             i["root"]["error_code"], i["root"].get("rank"), i.get("first_seen"), i["status"]))
     for job, f in sorted(by_job.items()):
         if len(f) > 1:
             log(f"{job}: {len(f)} incidents: {f}")
-    unresolved = sorted({(i["job_id"], i.get("first_seen"), i["fingerprint"]) for i in incidents
-                         if i["fingerprint"] not in resolved})
+    unresolved = sorted({(i["job_id"], i.get("first_seen"), i["id"]) for i in incidents
+                         if i["id"] not in resolved})
     if unresolved:
-        log("incidents never resolved (job, first seen, fingerprint; the partition@offset of "
+        log("incidents never resolved (job, first seen, id; the partition@offset of "
             "their records): " + "; ".join(
                 f"{j} {t} {fp} ({' '.join(f'{p}@{o}' for p, o in sorted(tap.where.get(j, ())))})"
                 for j, t, fp in unresolved))
@@ -683,7 +684,7 @@ references = ["scripts/soak.py"]
         ("every matching line has its event (distinct events of failing jobs)",
          fail_hits == expected_hits, f"{len(fail_hits)} of {len(expected_hits)}"),
         ("one incident per failing job", len(fps) == len(load.failing) and inc_jobs == set(load.failing),
-         f"{len(fps)} fingerprints, {len(inc_jobs)} jobs, {len(load.failing)} expected"),
+         f"{len(fps)} ids, {len(inc_jobs)} jobs, {len(load.failing)} expected"),
         ("every incident resolved", resolved == fps, f"{len(resolved)} of {len(fps)}"),
         ("every ticketed incident delivered to the slow receiver", ticketed <= hook.fingerprints,
          f"{len(ticketed & hook.fingerprints)} of {len(ticketed)}"),

@@ -199,7 +199,7 @@ fn unknown_note(w: Wire) -> Result<Decoded, String> {
 
 /// Reads one events-topic payload; the error says why it is not a readable match event.
 pub fn decode_event(payload: &[u8], enricher: &crate::enrich::Enricher) -> Result<Decoded, String> {
-    let w: Wire = serde_json::from_slice(payload).map_err(|e| format!("not JSON: {e}"))?;
+    let mut w: Wire = serde_json::from_slice(payload).map_err(|e| format!("not JSON: {e}"))?;
     let unknown = match w.kind.as_deref() {
         Some("match") => false,
         Some("unknown") => true,
@@ -219,25 +219,13 @@ pub fn decode_event(payload: &[u8], enricher: &crate::enrich::Enricher) -> Resul
     let kb_id = w.kb_id.ok_or_else(|| missing("kb_id"))?;
     let job_id = w.job_id.ok_or_else(|| missing("job_id"))?;
     let source = w.source.ok_or_else(|| missing("source"))?;
-    let (diagnosis, role, severity, known) = match enricher.entry(&kb_id) {
-        Some((entry, d)) => (Arc::clone(d), entry.role, entry.severity, true),
-        None => {
-            let role = w.role.as_deref().and_then(Role::parse).ok_or("no role")?;
-            let severity = w
-                .severity
-                .as_deref()
-                .and_then(Severity::parse)
-                .ok_or("no severity")?;
-            let d = w.diagnosis.unwrap_or_default();
-            let diagnosis = Diagnosis {
-                title: d.title,
-                root_cause: d.root_cause,
-                verification: d.verification,
-                ..Diagnosis::default()
-            };
-            (Arc::new(diagnosis), role, severity, false)
-        }
-    };
+    let (diagnosis, role, severity, known) = entry_or_wire(
+        enricher,
+        &kb_id,
+        w.role.as_deref(),
+        w.severity.as_deref(),
+        w.diagnosis.take(),
+    )?;
     let event = MatchEvent {
         kind: "match",
         schema_version: SCHEMA_VERSION,
@@ -266,6 +254,30 @@ pub fn decode_event(payload: &[u8], enricher: &crate::enrich::Enricher) -> Resul
         event: Box::new(event),
         known,
     })
+}
+
+/// The entry's diagnosis, role and severity from this correlator's KB (`true`), else what the
+/// event itself carries (`false`: a KB older than the match member's).
+fn entry_or_wire(
+    enricher: &crate::enrich::Enricher,
+    kb_id: &str,
+    role: Option<&str>,
+    severity: Option<&str>,
+    diagnosis: Option<WireDiagnosis>,
+) -> Result<(Arc<Diagnosis>, Role, Severity, bool), String> {
+    if let Some((entry, d)) = enricher.entry(kb_id) {
+        return Ok((Arc::clone(d), entry.role, entry.severity, true));
+    }
+    let role = role.and_then(Role::parse).ok_or("no role")?;
+    let severity = severity.and_then(Severity::parse).ok_or("no severity")?;
+    let d = diagnosis.unwrap_or_default();
+    let diagnosis = Diagnosis {
+        title: d.title,
+        root_cause: d.root_cause,
+        verification: d.verification,
+        ..Diagnosis::default()
+    };
+    Ok((Arc::new(diagnosis), role, severity, false))
 }
 
 /// The last source position seen per (events partition, input partition): a match member's

@@ -284,27 +284,11 @@ pub async fn start_with(
     } = &shared;
     let mut tasks = Vec::new();
     let admin = serve_admin(&shared, &mut tasks).await?;
-    let (kb_tx, kb_rx) = watch::channel(Arc::clone(&loaded));
-    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
-    tasks.push(tokio::spawn(reload::watch(
-        KbSource::from_dir(config.kb.dir.as_deref()),
-        config.kb.dir.as_ref().and(config.kb.watch_interval),
-        kb_tx,
-        reload_rx,
-        Arc::clone(&health.reload),
-        Arc::clone(metrics),
-        stop.subscribe(),
-    )));
+    let (kb_rx, reload_tx) = shared.watch_kb(&loaded, &mut tasks);
     let role = config.incidents.as_ref().map_or(Role::All, |i| i.role);
     let kafka = input_of(config, role);
     let settings = kafka_settings(&kafka);
-    let links = Arc::new(
-        crate::kafka::links::BrokerLinks::new(
-            metrics.broker_disconnects(crate::metrics::KafkaClient::Consumer),
-            metrics.broker_disconnects(crate::metrics::KafkaClient::Producer),
-        )
-        .with_offset_resets(metrics.offset_resets()),
-    );
+    let links = shared.broker_links();
     let sink = shared.producer(&settings, &links)?;
     let source = KafkaSource::new(
         &kafka,
@@ -350,25 +334,17 @@ pub async fn start_with(
         output = %config.output.topic,
         "consuming"
     );
-    let Shared {
-        config,
-        health,
-        stop,
-        telemetry,
-        store,
-        ..
-    } = shared;
     Ok(Running {
-        health,
-        stop,
         reload: reload_tx,
         admin,
         threads,
         delivery,
-        drain_timeout: config.kafka.drain_timeout,
-        store,
+        drain_timeout: shared.config.kafka.drain_timeout,
         tasks,
-        telemetry,
+        health: shared.health,
+        stop: shared.stop,
+        store: shared.store,
+        telemetry: shared.telemetry,
     })
 }
 
@@ -426,6 +402,40 @@ impl Shared {
             telemetry,
             store,
         })
+    }
+
+    /// Starts the KB watcher (hot reload): the receiver of each new KB, and the sender that asks
+    /// for a reload now.
+    fn watch_kb(
+        &self,
+        loaded: &Arc<Loaded>,
+        tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) -> (watch::Receiver<Arc<Loaded>>, tokio::sync::mpsc::Sender<()>) {
+        let kb = &self.config.kb;
+        let (kb_tx, kb_rx) = watch::channel(Arc::clone(loaded));
+        let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
+        tasks.push(tokio::spawn(reload::watch(
+            KbSource::from_dir(kb.dir.as_deref()),
+            kb.dir.as_ref().and(kb.watch_interval),
+            kb_tx,
+            reload_rx,
+            Arc::clone(&self.health.reload),
+            Arc::clone(&self.metrics),
+            self.stop.subscribe(),
+        )));
+        (kb_rx, reload_tx)
+    }
+
+    /// The broker links the consumer and the producer share, so an outage is one outage.
+    fn broker_links(&self) -> Arc<crate::kafka::links::BrokerLinks> {
+        let m = &self.metrics;
+        Arc::new(
+            crate::kafka::links::BrokerLinks::new(
+                m.broker_disconnects(crate::metrics::KafkaClient::Consumer),
+                m.broker_disconnects(crate::metrics::KafkaClient::Producer),
+            )
+            .with_offset_resets(m.offset_resets()),
+        )
     }
 
     /// The producer of every Kafka output (events, incidents, dead letters).

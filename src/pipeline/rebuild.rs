@@ -99,12 +99,38 @@ pub fn open_incidents(
         return Ok(Vec::new());
     }
     consumer.assign(&assign).map_err(|e| fail(e.to_string()))?;
+    let last = last_changes(&consumer, topic, left, deadline).map_err(fail)?;
+    let stamp = |s: &Option<String>| {
+        s.as_deref()
+            .and_then(crate::time::parse)
+            .and_then(|t| t.millis())
+    };
+    Ok(last
+        .into_iter()
+        .filter(|(_, c)| c.status != "resolved")
+        .map(|(id, c)| OpenIncident {
+            first_log_ms: stamp(&c.first_seen),
+            last_log_ms: stamp(&c.last_seen),
+            id,
+            job_id: c.job_id,
+        })
+        .collect())
+}
+
+/// Each incident's last change, reading every partition of `left` up to its end offset (or
+/// until `deadline`, logged).
+fn last_changes(
+    consumer: &BaseConsumer,
+    topic: &str,
+    mut left: HashMap<i32, i64>,
+    deadline: Instant,
+) -> Result<HashMap<String, Change>, String> {
     let mut last: HashMap<String, Change> = HashMap::new();
     while !left.is_empty() && Instant::now() < deadline {
         let Some(msg) = consumer.poll(Duration::from_millis(100)) else {
             continue;
         };
-        let msg = msg.map_err(|e| fail(e.to_string()))?;
+        let msg = msg.map_err(|e| e.to_string())?;
         if let Some(change) = msg
             .payload()
             .and_then(|p| serde_json::from_slice::<Change>(p).ok())
@@ -129,21 +155,7 @@ pub fn open_incidents(
              new ids"
         );
     }
-    let stamp = |s: &Option<String>| {
-        s.as_deref()
-            .and_then(crate::time::parse)
-            .and_then(|t| t.millis())
-    };
-    Ok(last
-        .into_iter()
-        .filter(|(_, c)| c.status != "resolved")
-        .map(|(id, c)| OpenIncident {
-            first_log_ms: stamp(&c.first_seen),
-            last_log_ms: stamp(&c.last_seen),
-            id,
-            job_id: c.job_id,
-        })
-        .collect())
+    Ok(last)
 }
 
 /// Each partition's end offset now.
