@@ -367,6 +367,10 @@ pub struct ScanArgs {
     /// No `unknown` events for error lines no KB entry knows (docs/unknown-failures.md).
     #[arg(long)]
     pub no_unknown: bool,
+    /// Also match training-progress lines (KB category `progress`: an `info` event per step),
+    /// for `faultline report --from-json` (docs/report.md).
+    #[arg(long)]
+    pub progress_lines: bool,
 }
 
 /// When `scan` shows a progress bar on stderr.
@@ -732,7 +736,11 @@ fn write_stdout(bytes: &[u8]) -> Result<()> {
 
 fn run_scan(args: ScanArgs) -> Result<ExitCode> {
     let kb = args.kb.load()?;
-    let engine = Engine::new(kb).context("compiling the knowledge base")?;
+    let engine = match args.progress_lines {
+        true => Engine::with_progress(kb),
+        false => Engine::new(kb),
+    }
+    .context("compiling the knowledge base")?;
     let (inputs, errors) = file::expand(&args.paths, args.job_id.as_deref());
     for e in &errors {
         eprintln!("faultline: cannot read {e}");

@@ -75,9 +75,15 @@ pub struct ChunkInfo {
 }
 
 impl Engine<HyperscanMatcher> {
-    /// Compiles `kb` into one Hyperscan database, or loads it from the database cache
-    /// ([`database_cache_dir`]) when this KB was compiled before.
+    /// Compiles `kb` without its training-progress entries
+    /// ([`KnowledgeBase::without_progress`]) into one Hyperscan database, or loads it from the
+    /// database cache ([`database_cache_dir`]) when this KB was compiled before.
     pub fn new(kb: KnowledgeBase) -> Result<Self, MatchError> {
+        Self::with_progress(kb.without_progress())
+    }
+
+    /// [`Engine::new`] keeping the progress entries: `faultline report` and `scan --progress-lines`.
+    pub fn with_progress(kb: KnowledgeBase) -> Result<Self, MatchError> {
         let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
         let cache = database_cache_dir();
         let (matcher, _) = HyperscanMatcher::compile_cached(&sources, cache.as_deref())?;

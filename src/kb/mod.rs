@@ -79,6 +79,9 @@ pub struct KnowledgeBase {
     pub beats: std::collections::HashSet<(usize, usize)>,
 }
 
+/// The category of the entries [`KnowledgeBase::without_progress`] leaves out.
+pub const PROGRESS_CATEGORY: &str = "progress";
+
 /// A KB file's path (relative to the root) and its text.
 pub type KbFile = (PathBuf, String);
 
@@ -193,6 +196,42 @@ impl KnowledgeBase {
             beats,
         };
         (kb, problems)
+    }
+
+    /// This KB without its `progress` entries: the lines a healthy training loop prints at
+    /// every step (iteration, loss, throughput). `faultline report` needs them to measure the
+    /// training time kept; matching paths leave them out by default (`scan --progress-lines` keeps
+    /// them), since one event per training step would flood the events topic and cost the scan
+    /// several times its matching.
+    pub fn without_progress(mut self) -> Self {
+        let keep: Vec<bool> = self
+            .entries
+            .iter()
+            .map(|e| e.category != PROGRESS_CATEGORY)
+            .collect();
+        if keep.iter().all(|k| *k) {
+            return self;
+        }
+        let mut new_index = vec![usize::MAX; keep.len()];
+        for (n, (i, _)) in keep.iter().enumerate().filter(|(_, k)| **k).enumerate() {
+            new_index[i] = n;
+        }
+        let mut i = 0;
+        self.entries.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
+        self.patterns.retain(|p| keep[p.entry]);
+        for p in &mut self.patterns {
+            p.entry = new_index[p.entry];
+        }
+        self.beats = self
+            .beats
+            .iter()
+            .filter(|(w, l)| keep[*w] && keep[*l])
+            .map(|(w, l)| (new_index[*w], new_index[*l]))
+            .collect();
+        self
     }
 
     /// Which of two entries matching one line carries the event: the one a `supersedes` names

@@ -162,7 +162,7 @@ pub fn scan_logs(paths: &[String], kb: Option<&Path>) -> Result<(Input, usize), 
         Some(dir) => KnowledgeBase::load_dir(dir)?,
         None => KnowledgeBase::embedded()?,
     };
-    let engine = Engine::new(kb)?;
+    let engine = Engine::with_progress(kb)?;
     let (inputs, errors) = file::expand(paths, None);
     for e in &errors {
         eprintln!("faultline: cannot read {e}");

@@ -263,7 +263,7 @@ fn from_json_gives_the_report_the_logs_give() {
     let truth = small_fleet(dir.path());
     let logs = dir.path().to_string_lossy().to_string();
     let scan = faultline()
-        .args(["scan", "--format", "json", &logs])
+        .args(["scan", "--progress-lines", "--format", "json", &logs])
         .output()
         .expect("runs");
     assert!(scan.status.success());
@@ -373,4 +373,36 @@ fn prometheus_families_add_up_to_the_report() {
         !text.contains("job_id") && !text.contains("host="),
         "no job or host labels"
     );
+}
+
+/// Training-progress lines (one per step of a healthy job) are matched only when asked for:
+/// `scan` leaves them out by default, so they never flood the events; `--progress-lines`
+/// (what `report --from-json` needs) keeps them.
+#[test]
+fn progress_lines_are_matched_only_when_asked_for() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let log = dir.path().join("train.log");
+    std::fs::write(
+        &log,
+        " iteration      100/   10000 | consumed samples:         3200 | elapsed time per \
+         iteration (ms): 812.5 | learning rate: 1.500000E-04 | global batch size:    32 | lm \
+         loss: 6.123456E+00 | loss scale: 65536.0 | number of skipped iterations:   0 | number \
+         of nan iterations:   0 |\n",
+    )
+    .expect("written");
+    let matches = |extra: &[&str]| -> usize {
+        let out = faultline()
+            .args(["scan", "--no-summary", "--format", "json"])
+            .args(extra)
+            .arg(&log)
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("\"kb_id\":\"progress/megatron-iteration\""))
+            .count()
+    };
+    assert_eq!(matches(&[]), 0, "left out by default");
+    assert_eq!(matches(&["--progress-lines"]), 1, "kept when asked for");
 }
