@@ -620,7 +620,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::RawHyperscan { file, kb, mode }) => {
-            let kb = kb.load()?;
+            // The database `scan` and `run` compile: the progress entries left out.
+            let kb = kb.load()?.without_progress();
             let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
             let compile = std::time::Instant::now();
             let cache = crate::engine::database_cache_dir();
