@@ -357,6 +357,8 @@ struct Shared {
     telemetry: Option<crate::telemetry::Telemetry>,
     /// The incident pages' store: the correlator's open incidents and the recently resolved.
     store: Option<Arc<server::store::IncidentStore>>,
+    /// The redaction rules (`[redact]`), compiled once for the events and the dead letters.
+    rules: Arc<crate::redact::Redactor>,
 }
 
 /// What the matcher or correlator thread is built from, besides [`Shared`].
@@ -394,7 +396,9 @@ impl Shared {
             )),
             _ => None,
         };
+        let rules = config.redact.rules()?;
         Ok(Shared {
+            rules,
             config,
             health,
             stop: Stop::new(),
@@ -445,7 +449,7 @@ impl Shared {
         links: &Arc<crate::kafka::links::BrokerLinks>,
     ) -> Result<Arc<KafkaSink>, PipelineError> {
         let c = &self.config;
-        let rules = c.redact.rules()?;
+        let rules = Arc::clone(&self.rules);
         let sink = KafkaSink::new(
             settings,
             &c.output.topic,
@@ -493,10 +497,7 @@ impl Shared {
         rx: queue::Receiver<Batch>,
     ) -> Result<(&'static str, Box<dyn FnOnce() + Send>), PipelineError> {
         let config = &self.config;
-        let redactor = match config.redact.enabled {
-            true => Some(config.redact.rules()?),
-            false => None,
-        };
+        let redactor = config.redact.enabled.then(|| Arc::clone(&self.rules));
         let correlator = match p.role {
             Role::Correlate => p.incidents.take(),
             _ => None,

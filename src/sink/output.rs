@@ -4,7 +4,7 @@
 //! An output is an [`IncidentOutput`]: it says which changes it wants, delivers a batch of
 //! them, and may do periodic work (Alertmanager's resend). It never deals with queues, threads,
 //! commit holds, dead-letter topics or metrics: `faultline run`'s delivery worker
-//! ([`crate::pipeline::outputs`]) does that the same way for every output, and counts into
+//! (`pipeline::outputs`, the driver above) does that the same way for every output, and counts into
 //! `faultline_output_*{output}`.
 //!
 //! The configured outputs are a list of `pipeline::settings::IncidentOutputConfig`s, one enum arm per
@@ -17,7 +17,7 @@
 //! 3. one field in `config::RawConfig` and its line in `Config::from_raw`'s list.
 //!
 //! `docs/architecture.md` walks through it; `tests/it/outputs.rs` plugs a test output in
-//! through [`crate::pipeline::Extras::outputs`], which takes any [`IncidentOutput`] directly.
+//! through `pipeline::Extras::outputs`, which takes any [`IncidentOutput`] directly.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

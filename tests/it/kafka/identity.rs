@@ -11,12 +11,9 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_correlator_keeps_the_id_of_an_incident_left_open() {
-    let cluster = Cluster::start(1);
-    let input = cluster.topic("logs", 1).await;
-    let output = cluster.topic("events", 1).await;
-    let dlq = cluster.topic("dead", 1).await;
-    let topic = cluster.topic("incidents", 1).await;
-    let group = unique("group");
+    let rig = IncidentRig::start().await;
+    let cluster = &rig.cluster;
+    let (input, topic, group) = (rig.input.clone(), rig.incidents.clone(), rig.group.clone());
     let job = "llm-pretrain-9";
     let lines = crate::incidents::xid_job_hanging(job, 0, 1);
     let (before, after) = lines.split_at(lines.len() - 20);
@@ -27,10 +24,7 @@ async fn a_restarted_correlator_keeps_the_id_of_an_incident_left_open() {
     )
     .await;
 
-    let kb = tempfile::tempdir().expect("tmp");
-    let mut raw = test_config(&cluster.bootstrap, &group, &input, &output, &dlq, kb.path());
-    raw.kb.dir = Some(crate::support::repo().join("kb"));
-    raw.incidents.topic = Some(topic.clone());
+    let mut raw = rig.raw.clone();
     raw.incidents.quiet_ms = Some(600_000);
     // Holds lifted after a second: the first run's records get committed while still open.
     raw.incidents.max_hold_ms = Some(1_000);

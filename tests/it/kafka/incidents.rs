@@ -52,12 +52,9 @@ async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
 
     let (otlp, receiver, server) = crate::telemetry::start_grpc_receiver().await;
 
-    let cluster = Cluster::start(1);
-    let input = cluster.topic("logs", 1).await;
-    let output = cluster.topic("events", 1).await;
-    let dlq = cluster.topic("dead", 1).await;
-    let topic = cluster.topic("incidents", 1).await;
-    let group = unique("group");
+    let rig = IncidentRig::start().await;
+    let cluster = &rig.cluster;
+    let (input, topic, group) = (rig.input.clone(), rig.incidents.clone(), rig.group.clone());
     let job = "llm-pretrain-7";
     // The timeouts one second after the Xid (not ten minutes): the quiet period is 3 s.
     let lines = crate::incidents::xid_job_hanging(job, 0, 1);
@@ -67,11 +64,8 @@ async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
         .expect("the Xid line") as i64;
     produce(&cluster.bootstrap, &input, &records(&lines, job)).await;
 
-    let kb = tempfile::tempdir().expect("tmp");
-    let mut raw = test_config(&cluster.bootstrap, &group, &input, &output, &dlq, kb.path());
-    raw.kb.dir = Some(crate::support::repo().join("kb"));
+    let mut raw = rig.raw.clone();
     raw.admin.listen = Some("127.0.0.1:0".into());
-    raw.incidents.topic = Some(topic.clone());
     raw.incidents.window_ms = Some(3_000);
     raw.incidents.quiet_ms = Some(3_000);
     raw.telemetry.endpoint = Some(format!("http://{otlp}"));

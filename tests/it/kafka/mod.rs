@@ -330,6 +330,38 @@ pub(crate) fn test_kb() -> tempfile::TempDir {
     dir
 }
 
+/// An incident pipeline's surroundings: a mock cluster with one-partition input, events,
+/// dead-letter and incidents topics, a fresh group, and the test configuration over them with
+/// the repository's KB and incidents on.
+pub(crate) struct IncidentRig {
+    pub cluster: Cluster,
+    pub input: String,
+    pub incidents: String,
+    pub group: String,
+    pub raw: RawConfig,
+}
+
+impl IncidentRig {
+    pub(crate) async fn start() -> Self {
+        let cluster = Cluster::start(1);
+        let input = cluster.topic("logs", 1).await;
+        let output = cluster.topic("events", 1).await;
+        let dlq = cluster.topic("dead", 1).await;
+        let incidents = cluster.topic("incidents", 1).await;
+        let group = unique("group");
+        let kb = crate::support::repo().join("kb");
+        let mut raw = test_config(&cluster.bootstrap, &group, &input, &output, &dlq, &kb);
+        raw.incidents.topic = Some(incidents.clone());
+        IncidentRig {
+            cluster,
+            input,
+            incidents,
+            group,
+            raw,
+        }
+    }
+}
+
 /// A pipeline configuration for tests: small batches, fast commits, short session timeouts.
 pub(crate) fn test_config(
     bootstrap: &str,

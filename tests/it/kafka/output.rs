@@ -58,12 +58,9 @@ impl IncidentOutput for Uninterested {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_test_output_gets_every_change_and_holds_the_commit_until_it_has_the_resolution() {
-    let cluster = Cluster::start(1);
-    let input = cluster.topic("logs", 1).await;
-    let output = cluster.topic("events", 1).await;
-    let dlq = cluster.topic("dead", 1).await;
-    let topic = cluster.topic("incidents", 1).await;
-    let group = unique("group");
+    let rig = IncidentRig::start().await;
+    let cluster = &rig.cluster;
+    let (input, topic, group) = (rig.input.clone(), rig.incidents.clone(), rig.group.clone());
     let job = "llm-pretrain-8";
     let lines = crate::incidents::xid_job_hanging(job, 0, 1);
     let xid_offset = lines
@@ -77,11 +74,8 @@ async fn a_test_output_gets_every_change_and_holds_the_commit_until_it_has_the_r
     )
     .await;
 
-    let kb = tempfile::tempdir().expect("tmp");
-    let mut raw = test_config(&cluster.bootstrap, &group, &input, &output, &dlq, kb.path());
-    raw.kb.dir = Some(crate::support::repo().join("kb"));
+    let mut raw = rig.raw.clone();
     raw.admin.listen = Some("127.0.0.1:0".into());
-    raw.incidents.topic = Some(topic.clone());
     raw.incidents.window_ms = Some(3_000);
     raw.incidents.quiet_ms = Some(3_000);
     let cfg = config(raw);
