@@ -737,9 +737,11 @@ fn write_stdout(bytes: &[u8]) -> Result<()> {
 
 fn run_scan(args: ScanArgs) -> Result<ExitCode> {
     let kb = args.kb.load()?;
-    let engine = match args.progress_lines {
-        true => Engine::with_progress(kb),
-        false => Engine::new(kb),
+    let engine = match (args.no_unknown, args.progress_lines) {
+        // Unknown lines are found in the KB's own pass: the gate compiled into its database.
+        (false, progress) => crate::unknown::find::engine(kb, progress),
+        (true, true) => Engine::with_progress(kb),
+        (true, false) => Engine::new(kb),
     }
     .context("compiling the knowledge base")?;
     let (inputs, errors) = file::expand(&args.paths, args.job_id.as_deref());

@@ -371,19 +371,12 @@ pub fn earliest_dated(jobs: &[Sample]) -> Option<crate::time::Millis> {
     let mut records = Vec::new();
     let mut earliest = None;
     for line in jobs.iter().flat_map(|(_, lines)| lines) {
-        records.clear();
-        let stamps: Vec<Option<String>> = if crate::envelope::looks_like_json(line)
-            && crate::envelope::decode_json(line, &mut records).is_ok()
-        {
-            records.iter().map(|r| r.meta.timestamp.clone()).collect()
-        } else {
-            vec![crate::envelope::decode_raw(line).meta.timestamp.clone()]
-        };
-        for t in stamps.iter().flatten() {
-            if let Some(ms) = crate::time::parse(t).and_then(|s| s.millis()) {
+        crate::envelope::each_record(line, &mut records, &mut |r| {
+            let stamp = r.meta.timestamp.as_deref();
+            if let Some(ms) = stamp.and_then(crate::time::parse).and_then(|s| s.millis()) {
                 earliest = Some(earliest.map_or(ms, |e: crate::time::Millis| e.min(ms)));
             }
-        }
+        });
     }
     earliest
 }
@@ -428,18 +421,17 @@ fn config(
 /// envelope field) or is a node's own line (syslog, journald, an envelope naming a host and no
 /// job), as a shipper would send them.
 pub fn needs_job_header(line: &[u8]) -> bool {
-    if crate::envelope::looks_like_json(line) {
-        let mut records = Vec::new();
-        if crate::envelope::decode_json(line, &mut records).is_ok() {
-            return records
-                .iter()
-                .all(|r| r.meta.job_id.is_none() && r.meta.host.is_none());
-        }
-        return true;
+    let (mut envelope_rule, mut raw_rule) = (true, true);
+    let json = crate::envelope::each_record(line, &mut Vec::new(), &mut |r| {
+        let (job, host) = (r.meta.job_id.is_some(), r.meta.host.is_some());
+        envelope_rule &= !job && !host;
+        let node = r.meta.origin == Origin::NodeLog;
+        raw_rule = !(job || node && host);
+    });
+    match json {
+        true => envelope_rule,
+        false => raw_rule,
     }
-    let record = crate::envelope::decode_raw(line);
-    record.meta.job_id.is_none()
-        && !(record.meta.origin == Origin::NodeLog && record.meta.host.is_some())
 }
 
 /// Produces every line as one record, round-robin over the partitions, with a `job` header

@@ -49,6 +49,21 @@ pub struct Engine<M: Matcher = HyperscanMatcher> {
     /// entries pass through beside it. `kb check` turns it off to test every entry's own
     /// examples.
     pub one_event_per_line: bool,
+    /// Id of the first prefilter pattern ([`Compile::prefilter`]) in the database, when it has
+    /// any: hits of these ids only mark lines for [`Engine::scan_chunk_with`]'s `on_unmatched`.
+    prefilter_from: Option<u32>,
+}
+
+/// How [`Engine::compile`] builds the database.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Compile<'a> {
+    /// Keep the training-progress entries (`faultline report`, `scan --progress-lines`).
+    pub progress: bool,
+    /// Patterns scanned in the same Hyperscan pass as the KB's: a raw line that one of them
+    /// matches and no entry confirms is handed to [`Engine::scan_chunk_with`]'s
+    /// `on_unmatched`, decoded once, as the engine decoded it (the unknown-line gate,
+    /// [`crate::templates::gate::PATTERNS`]).
+    pub prefilter: &'a [&'a str],
 }
 
 /// Per-worker state: the matcher's scratch and reusable buffers. Not shared.
@@ -61,8 +76,21 @@ pub struct Worker<M: Matcher> {
     json: Vec<LogRecord<'static>>,
     /// A line without its ANSI escape sequences.
     clean: Vec<u8>,
+    /// JSON lines decoded ([`Engine::json_lines_decoded`]).
+    json_decoded: u64,
     /// Capture slots per pattern (each regex needs its own).
     caps: Vec<regex_automata::util::captures::Captures>,
+}
+
+/// What [`Engine::scan_chunk_with`] calls with each unmatched message: its line and record.
+pub type OnUnmatched<'a> = dyn FnMut(u64, &LogRecord<'_>) + 'a;
+
+/// One scan's input: the chunk, what the caller knows of it, and its lines decoded already.
+#[derive(Clone, Copy)]
+struct Scan<'a> {
+    chunk: &'a [u8],
+    info: ChunkInfo,
+    decoded: Option<&'a JsonLines>,
 }
 
 /// What the caller knows about a chunk.
@@ -74,23 +102,97 @@ pub struct ChunkInfo {
     pub truncated: bool,
 }
 
+/// Lines of a chunk that the caller has already decoded as JSON envelopes (`input.envelope =
+/// json` decodes every line to validate its record before the record joins the scan buffer):
+/// the engine reads their records from here instead of decoding them again.
+#[derive(Debug, Default)]
+pub struct JsonLines {
+    /// Per decoded line, in ascending order: its start in the chunk and its records' range.
+    lines: Vec<(usize, std::ops::Range<usize>)>,
+    records: Vec<LogRecord<'static>>,
+    /// Lines decoded (kept or not).
+    parsed: u64,
+}
+
+impl JsonLines {
+    /// Forgets every line, and the count of lines decoded.
+    pub fn clear(&mut self) {
+        self.lines.clear();
+        self.records.clear();
+        self.parsed = 0;
+    }
+
+    /// Lines held, for [`JsonLines::truncate`].
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether no line is held.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// Forgets the lines after the first `len` (a record that turned out undecodable).
+    pub fn truncate(&mut self, len: usize) {
+        self.lines.truncate(len);
+        let records = self.lines.last().map_or(0, |(_, r)| r.end);
+        self.records.truncate(records);
+    }
+
+    /// Decodes `line`, which will start at `start` in the chunk (after the last line added),
+    /// and keeps its records (without colour codes) when it is a JSON envelope.
+    pub fn decode(&mut self, start: usize, line: &[u8]) -> Result<(), envelope::EnvelopeError> {
+        self.parsed += 1;
+        let from = self.records.len();
+        if let Err(e) = envelope::decode_json(line, &mut self.records) {
+            self.records.truncate(from);
+            return Err(e);
+        }
+        self.records[from..].iter_mut().for_each(strip_message);
+        self.lines.push((start, from..self.records.len()));
+        Ok(())
+    }
+
+    /// Lines decoded since the last [`JsonLines::clear`] (kept or not).
+    pub fn parsed(&self) -> u64 {
+        self.parsed
+    }
+}
+
 impl Engine<HyperscanMatcher> {
     /// Compiles `kb` without its training-progress entries
     /// ([`KnowledgeBase::without_progress`]) into one Hyperscan database, or loads it from the
     /// database cache ([`database_cache_dir`]) when this KB was compiled before.
     pub fn new(kb: KnowledgeBase) -> Result<Self, MatchError> {
-        Self::with_progress(kb.without_progress())
+        Self::compile(kb, Compile::default())
     }
 
     /// [`Engine::new`] keeping the progress entries: `faultline report` and `scan --progress-lines`.
     pub fn with_progress(kb: KnowledgeBase) -> Result<Self, MatchError> {
-        let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+        let progress = Compile {
+            progress: true,
+            ..Compile::default()
+        };
+        Self::compile(kb, progress)
+    }
+
+    /// Compiles `kb` (and `how.prefilter` after its patterns) into one database.
+    pub fn compile(kb: KnowledgeBase, how: Compile<'_>) -> Result<Self, MatchError> {
+        let kb = if how.progress {
+            kb
+        } else {
+            kb.without_progress()
+        };
+        let mut sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+        let prefilter_from = (!how.prefilter.is_empty()).then_some(sources.len() as u32);
+        sources.extend_from_slice(how.prefilter);
         let cache = database_cache_dir();
         let (matcher, _) = HyperscanMatcher::compile_cached(&sources, cache.as_deref())?;
         Ok(Engine {
             kb: Arc::new(kb),
             matcher,
             one_event_per_line: true,
+            prefilter_from,
         })
     }
 }
@@ -120,6 +222,7 @@ impl<M: Matcher> Engine<M> {
             kb,
             matcher,
             one_event_per_line: true,
+            prefilter_from: None,
         }
     }
 
@@ -133,6 +236,7 @@ impl<M: Matcher> Engine<M> {
             seen: Vec::new(),
             json: Vec::new(),
             clean: Vec::new(),
+            json_decoded: 0,
             caps: self
                 .kb
                 .patterns
@@ -151,8 +255,58 @@ impl<M: Matcher> Engine<M> {
         info: ChunkInfo,
         on_hit: &mut dyn FnMut(Hit<'_>),
     ) -> Result<u64, MatchError> {
-        let mut counter = self.scan_lines(w, chunk, info, on_hit)?;
+        let scan = Scan {
+            chunk,
+            info,
+            decoded: None,
+        };
+        let mut counter = self.scan_lines(w, scan, on_hit, None)?;
         Ok(counter.total(chunk))
+    }
+
+    /// [`Engine::scan_chunk`], also calling `on_unmatched(line, record)` for every decoded
+    /// message that no entry confirmed on, in the same pass and from the same decoding: the
+    /// messages of JSON envelope lines and of coloured lines, and the raw lines that a
+    /// prefilter pattern ([`Compile::prefilter`]) matched; every line when the engine was
+    /// compiled without a prefilter. This is how the unknown-line finder sees a chunk: nothing
+    /// is decoded twice.
+    pub fn scan_chunk_with(
+        &self,
+        w: &mut Worker<M>,
+        chunk: &[u8],
+        info: ChunkInfo,
+        on_hit: &mut dyn FnMut(Hit<'_>),
+        on_unmatched: &mut dyn FnMut(u64, &LogRecord<'_>),
+    ) -> Result<u64, MatchError> {
+        let scan = Scan {
+            chunk,
+            info,
+            decoded: None,
+        };
+        let mut counter = self.scan_lines(w, scan, on_hit, Some(on_unmatched))?;
+        Ok(counter.total(chunk))
+    }
+
+    /// The Kafka pipeline's scan of a batch buffer: [`Engine::scan_chunk_hits`] with the lines
+    /// the caller already decoded (`decoded`), and `on_unmatched` as in
+    /// [`Engine::scan_chunk_with`] when given.
+    pub fn scan_batch(
+        &self,
+        w: &mut Worker<M>,
+        chunk: &[u8],
+        decoded: &JsonLines,
+        on_hit: &mut dyn FnMut(Hit<'_>),
+        on_unmatched: Option<&mut OnUnmatched<'_>>,
+    ) -> Result<(), MatchError> {
+        let scan = Scan {
+            chunk,
+            info: ChunkInfo {
+                first_line: 1,
+                truncated: false,
+            },
+            decoded: Some(decoded),
+        };
+        self.scan_lines(w, scan, on_hit, on_unmatched).map(|_| ())
     }
 
     /// [`Engine::scan_chunk`] for a caller that counts the chunk's lines itself (the Kafka
@@ -165,22 +319,47 @@ impl<M: Matcher> Engine<M> {
         info: ChunkInfo,
         on_hit: &mut dyn FnMut(Hit<'_>),
     ) -> Result<(), MatchError> {
-        self.scan_lines(w, chunk, info, on_hit).map(|_| ())
+        let scan = Scan {
+            chunk,
+            info,
+            decoded: None,
+        };
+        self.scan_lines(w, scan, on_hit, None).map(|_| ())
+    }
+
+    /// JSON lines whose envelopes were decoded by this worker (each line at most once per
+    /// scan: the decode-once guarantee's witness).
+    pub fn json_lines_decoded(w: &Worker<M>) -> u64 {
+        w.json_decoded
     }
 
     /// The scan; returns the line counter where the last hit left it.
     fn scan_lines(
         &self,
         w: &mut Worker<M>,
-        chunk: &[u8],
-        info: ChunkInfo,
+        Scan {
+            chunk,
+            info,
+            decoded,
+        }: Scan<'_>,
         on_hit: &mut dyn FnMut(Hit<'_>),
+        mut on_unmatched: Option<&mut OnUnmatched<'_>>,
     ) -> Result<LineCounter, MatchError> {
         w.hits.clear();
         self.matcher.find(&mut w.scratch, chunk, &mut w.hits)?;
         w.hits.sort_unstable();
+        let kb_patterns = self.prefilter_from.unwrap_or(u32::MAX);
+        if on_unmatched.is_none() && self.prefilter_from.is_some() {
+            // Nobody asked for unmatched lines: the prefilter's hits mark nothing.
+            w.hits.retain(|h| h.pattern < kb_patterns);
+        }
+        // Without a prefilter in the database, every line is a candidate.
+        let every_line = on_unmatched.is_some() && self.prefilter_from.is_none();
+        let mut all_lines = every_line.then(|| line_starts(chunk)).into_iter().flatten();
+        let mut next_line = all_lines.next();
 
         let mut json_lines = json_line_starts(chunk).peekable();
+        let mut pre = decoded.map_or(&[][..], |d| &d.lines[..]).iter().peekable();
         let mut escape_lines = escape_line_starts(chunk).peekable();
         let mut counter = LineCounter {
             pos: 0,
@@ -193,7 +372,8 @@ impl<M: Matcher> Engine<M> {
             let next_hit = w.hits.get(i).map(|h| line_start(chunk, h.end as usize));
             let next_json = json_lines.peek().copied();
             let next_escape = escape_lines.peek().copied();
-            let Some(start) = [next_hit, next_json, next_escape]
+            let next_pre = pre.peek().map(|(at, _)| *at);
+            let Some(start) = [next_hit, next_json, next_escape, next_line, next_pre]
                 .into_iter()
                 .flatten()
                 .min()
@@ -205,64 +385,119 @@ impl<M: Matcher> Engine<M> {
             if is_json {
                 json_lines.next();
             }
+            let records = match next_pre == Some(start) {
+                true => pre.next().map(|(_, r)| r.clone()),
+                false => None,
+            };
             let has_escape = next_escape == Some(start);
             if has_escape {
                 escape_lines.next();
             }
+            let mut candidate = next_line == Some(start);
+            if candidate {
+                next_line = all_lines.next();
+            }
             // The hits on this line: contiguous, since hits are sorted by end offset.
             let first = i;
             while i < w.hits.len() && (w.hits[i].end as usize) <= end {
+                candidate |= w.hits[i].pattern >= kb_patterns;
                 i += 1;
             }
             let line_no = counter.line_at(chunk, start);
             let line = &chunk[start..end];
-            if is_json {
-                let mut records = std::mem::take(&mut w.json);
-                records.clear();
-                let decoded = envelope::decode_json(line, &mut records).is_ok();
-                if decoded {
-                    for record in &mut records {
-                        // A record cut by the envelope's record limit stays marked.
-                        record.truncated |= info.truncated;
-                        strip_message(record);
-                        w.line_hits.clear();
-                        self.matcher
-                            .find(&mut w.scratch, &record.message, &mut w.line_hits)?;
-                        let hits = std::mem::take(&mut w.line_hits);
-                        self.confirm(w, &hits, record, line_no, on_hit);
-                        w.line_hits = hits;
-                    }
+            if let (Some(range), Some(d)) = (records, decoded) {
+                // Decoded already: its records, never the raw line.
+                for record in &d.records[range] {
+                    let unmatched = on_unmatched.as_deref_mut();
+                    self.message(w, record, line_no, on_hit, unmatched)?;
                 }
-                w.json = records;
-                if decoded {
-                    continue;
-                }
+                continue;
             }
+            let unmatched = on_unmatched.as_deref_mut();
+            if is_json && self.json_line(w, line, line_no, info, on_hit, unmatched)? {
+                continue;
+            }
+            let unmatched = on_unmatched.as_deref_mut();
             if has_escape {
                 // The raw line's hits (if any) are superseded by the cleaned line's.
                 let mut clean = std::mem::take(&mut w.clean);
                 strip_ansi(line, &mut clean);
                 let mut record = envelope::decode_raw(&clean);
                 record.truncated = info.truncated;
-                w.line_hits.clear();
-                self.matcher
-                    .find(&mut w.scratch, &record.message, &mut w.line_hits)?;
-                let hits = std::mem::take(&mut w.line_hits);
-                self.confirm(w, &hits, &record, line_no, on_hit);
-                w.line_hits = hits;
+                self.message(w, &record, line_no, on_hit, unmatched)?;
                 drop(record);
                 w.clean = clean;
                 continue;
             }
-            if i > first {
+            // A line whose JSON did not decode is read as text, a candidate whatever it holds.
+            let candidate = candidate || is_json;
+            let kb_hit = w.hits[first..i].iter().any(|h| h.pattern < kb_patterns);
+            if kb_hit || (candidate && unmatched.is_some()) {
                 let mut record = envelope::decode_raw(line);
                 record.truncated = info.truncated;
                 let hits = std::mem::take(&mut w.hits);
-                self.confirm(w, &hits[first..i], &record, line_no, on_hit);
+                let confirmed = self.confirm(w, &hits[first..i], &record, line_no, on_hit);
                 w.hits = hits;
+                if let (false, true, Some(f)) = (confirmed, candidate, unmatched) {
+                    f(line_no, &record);
+                }
             }
         }
         Ok(counter)
+    }
+
+    /// A JSON envelope line: each of its records scanned and confirmed on its message; `false`
+    /// when it does not decode (the caller reads it as text).
+    fn json_line(
+        &self,
+        w: &mut Worker<M>,
+        line: &[u8],
+        line_no: u64,
+        info: ChunkInfo,
+        on_hit: &mut dyn FnMut(Hit<'_>),
+        mut on_unmatched: Option<&mut OnUnmatched<'_>>,
+    ) -> Result<bool, MatchError> {
+        let mut records = std::mem::take(&mut w.json);
+        records.clear();
+        w.json_decoded += 1;
+        let decoded = envelope::decode_json(line, &mut records).is_ok();
+        let mut result = Ok(decoded);
+        if decoded {
+            for record in &mut records {
+                // A record cut by the envelope's record limit stays marked.
+                record.truncated |= info.truncated;
+                strip_message(record);
+                let unmatched = on_unmatched.as_deref_mut();
+                if let Err(e) = self.message(w, record, line_no, on_hit, unmatched) {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        w.json = records;
+        result
+    }
+
+    /// One decoded message: scanned on its own (escaping or colour codes can hide a match from
+    /// the raw bytes), its hits confirmed; unmatched when none is.
+    fn message(
+        &self,
+        w: &mut Worker<M>,
+        record: &LogRecord<'_>,
+        line_no: u64,
+        on_hit: &mut dyn FnMut(Hit<'_>),
+        on_unmatched: Option<&mut OnUnmatched<'_>>,
+    ) -> Result<(), MatchError> {
+        w.line_hits.clear();
+        self.matcher
+            .find(&mut w.scratch, &record.message, &mut w.line_hits)?;
+        let hits = std::mem::take(&mut w.line_hits);
+        let confirmed = self.confirm(w, &hits, record, line_no, on_hit);
+        w.line_hits = hits;
+        if let (false, Some(f)) = (confirmed, on_unmatched) {
+            f(line_no, record);
+        }
+        Ok(())
     }
 
     /// Confirms the raw `hits` of one line on its decoded message: one match per entry, from
@@ -275,7 +510,7 @@ impl<M: Matcher> Engine<M> {
         record: &LogRecord<'_>,
         line: u64,
         on_hit: &mut dyn FnMut(Hit<'_>),
-    ) {
+    ) -> bool {
         w.patterns.clear();
         w.patterns.extend(hits.iter().map(|h| h.pattern));
         w.patterns.sort_unstable();
@@ -323,9 +558,12 @@ impl<M: Matcher> Engine<M> {
                 also: Vec::new(),
             });
         }
+        if confirmed.is_empty() {
+            return false;
+        }
         if !self.one_event_per_line || confirmed.len() < 2 {
             confirmed.into_iter().for_each(on_hit);
-            return;
+            return true;
         }
         // Context entries are block lines: they never compete and always pass through.
         let kb = &self.kb;
@@ -355,6 +593,7 @@ impl<M: Matcher> Engine<M> {
             }
             on_hit(hit);
         }
+        true
     }
 }
 
@@ -475,6 +714,15 @@ pub fn strip_ansi(line: &[u8], out: &mut Vec<u8>) {
         }
     }
     out.extend_from_slice(&line[i..]);
+}
+
+/// Offsets of every line's first byte.
+fn line_starts(chunk: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let first = (!chunk.is_empty()).then_some(0);
+    let ends = memchr::memchr_iter(b'\n', chunk).map(|nl| nl + 1);
+    first
+        .into_iter()
+        .chain(ends.filter(move |&at| at < chunk.len()))
 }
 
 /// Offsets of the lines whose first byte is `{`: the JSON envelope candidates.

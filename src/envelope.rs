@@ -41,6 +41,23 @@ pub fn looks_like_json(line: &[u8]) -> bool {
         .is_some_and(|&b| b == b'{')
 }
 
+/// Decodes any line as the engine reads it, for a reader that wants its records' fields (the
+/// demo's stamps and job headers): a JSON envelope's records when it is one, else the raw
+/// line; `each` sees every record. Returns whether it was an envelope.
+pub fn each_record(
+    line: &[u8],
+    scratch: &mut Vec<LogRecord<'static>>,
+    each: &mut dyn FnMut(&LogRecord<'_>),
+) -> bool {
+    scratch.clear();
+    if looks_like_json(line) && decode_json(line, scratch).is_ok() {
+        scratch.iter().for_each(&mut *each);
+        return true;
+    }
+    each(&decode_raw(line));
+    false
+}
+
 /// Decodes a raw text line: strips `\r`, a CRI prefix and launcher prefixes; reads the rank and
 /// a leading timestamp.
 pub fn decode_raw(line: &[u8]) -> LogRecord<'_> {

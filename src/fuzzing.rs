@@ -354,6 +354,7 @@ pub fn kafka_record(data: &[u8]) {
     let (hs, _, _) = engines();
     let mut worker = hs.worker().expect("scratch");
     let mut scratch = Vec::new();
+    let mut json = crate::engine::JsonLines::default();
     for envelope_mode in [EnvelopeMode::Auto, EnvelopeMode::Text, EnvelopeMode::Json] {
         let input = InputConfig {
             envelope: envelope_mode,
@@ -362,7 +363,8 @@ pub fn kafka_record(data: &[u8]) {
             max_record_bytes,
         };
         let pairs = headers.iter().map(|(k, v)| (k.as_str(), v.as_deref()));
-        let d = decode_record(key, pairs, payload, &input, &mut scratch);
+        json.clear();
+        let d = decode_record(key, pairs, payload, &input, &mut json, 0);
         assert_eq!(d.job, expected_job, "the job of the key or the header");
         let p = payload.unwrap_or_default();
         match &d.disposition {

@@ -37,9 +37,10 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// Compiles `kb` and builds its enricher.
+    /// Compiles `kb` (with the unknown-line gate in its database: the match stage finds
+    /// unknown lines in the KB's own pass) and builds its enricher.
     pub fn new(kb: KnowledgeBase) -> Result<Self, ReloadError> {
-        let engine = Engine::new(kb).map_err(ReloadError::Compile)?;
+        let engine = crate::unknown::find::engine(kb, false).map_err(ReloadError::Compile)?;
         let enricher = Enricher::new(Arc::clone(&engine.kb));
         Ok(Loaded { engine, enricher })
     }

@@ -31,17 +31,17 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
-use crate::engine::{ChunkInfo, Engine, Worker};
+use crate::engine::{ChunkInfo, Engine, Hit, Worker};
 use crate::enrich::{job_of, Enricher, JobName, MatchEvent};
 use crate::incident::unrecognised::RecentUnknown;
 use crate::incident::{self, multiline, Correlator, IncidentConfig, IncidentEvent, Status};
 use crate::isolation;
 use crate::matcher::Matcher;
-use crate::record::{line_count, Provenance};
+use crate::record::{line_count, LogRecord, Provenance};
 use crate::redact::Redactor;
 use crate::sink::stdout::{JobSummary, StdoutSink};
 use crate::source::file::{self, ChunkReader, Input, InputError};
-use crate::unknown::{find::known_key, Finder, LiveMiner, OwnedLine, UnknownConfig, UnknownLine};
+use crate::unknown::{unknown_text, LiveMiner, OwnedLine, UnknownConfig, UnknownLine};
 
 /// How to scan.
 #[derive(Debug, Clone)]
@@ -250,10 +250,10 @@ struct Chunks<'a, M: Matcher> {
     redactor: Arc<Redactor>,
 }
 
-/// One worker's engine state: the matcher's, and the unknown-line finder's.
+/// One worker's engine state, and whether it hands unmatched lines to the unknown finder.
 struct Scanner<M: Matcher> {
     worker: Worker<M>,
-    finder: Option<Finder>,
+    unknown: bool,
 }
 
 /// Where a scan's results go, in input order: the printer, the per-job summaries, the
@@ -545,10 +545,9 @@ impl ScanStats {
 impl<M: Matcher> Chunks<'_, M> {
     /// A worker's engine state (with an unknown-line finder when unknown events are on).
     fn scanner(&self) -> Result<Scanner<M>, crate::matcher::MatchError> {
-        let unknown = self.opts.unknown.as_ref().is_some_and(|u| u.enabled);
         Ok(Scanner {
             worker: self.engine.worker()?,
-            finder: unknown.then(Finder::new).transpose()?,
+            unknown: self.opts.unknown.as_ref().is_some_and(|u| u.enabled),
         })
     }
 
@@ -568,13 +567,9 @@ impl<M: Matcher> Chunks<'_, M> {
             scanner,
             |scanner| {
                 let mut events = Vec::new();
-                let mut known = Vec::new();
-                let unknown_on = scanner.finder.is_some();
+                let mut unknown = Vec::new();
                 let worker = &mut scanner.worker;
-                let lines = self.engine.scan_chunk(worker, data, info, &mut |hit| {
-                    if unknown_on {
-                        known.push(known_key(hit.line, &hit.record.message));
-                    }
+                let mut on_hit = |hit: Hit<'_>| {
                     let source = Provenance::File {
                         path: input.name.clone(),
                         line: hit.line,
@@ -585,18 +580,23 @@ impl<M: Matcher> Chunks<'_, M> {
                         JobName::Guessed(&input.job_id)
                     };
                     events.push(self.enricher.event_for(&hit, job, source));
-                })?;
-                let mut unknown = Vec::new();
-                if let Some(finder) = scanner.finder.as_mut() {
-                    finder.find(data, info, &known, &mut |line, record, text| {
-                        unknown.push(OwnedLine {
-                            line,
-                            message: text.to_string(),
-                            meta: record.meta.clone(),
-                            truncated: record.truncated,
-                        });
-                    })?;
-                }
+                };
+                let lines = if scanner.unknown {
+                    let mut on_unmatched = |line: u64, record: &LogRecord<'_>| {
+                        if let Some(text) = unknown_text(record) {
+                            unknown.push(OwnedLine {
+                                line,
+                                message: text.into_owned(),
+                                meta: record.meta.clone(),
+                                truncated: record.truncated,
+                            });
+                        }
+                    };
+                    let e = self.engine;
+                    e.scan_chunk_with(worker, data, info, &mut on_hit, &mut on_unmatched)?
+                } else {
+                    self.engine.scan_chunk(worker, data, info, &mut on_hit)?
+                };
                 Ok((lines, events, unknown))
             },
             |scanner| {

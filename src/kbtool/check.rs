@@ -401,10 +401,9 @@ fn untagged_versions(entry: &crate::kb::Entry) -> Option<(String, String)> {
 
 /// An engine over `kb` that reports every entry a line hits, not only the winner.
 fn every_event<M: Matcher>(kb: &Arc<KnowledgeBase>, m: M) -> Engine<M> {
-    Engine {
-        one_event_per_line: false,
-        ..Engine::with_matcher(Arc::clone(kb), m)
-    }
+    let mut engine = Engine::with_matcher(Arc::clone(kb), m);
+    engine.one_event_per_line = false;
+    engine
 }
 
 /// The KB's patterns do not compile together in `engine`.

@@ -89,6 +89,8 @@ pub struct BatchCounts {
     pub(super) records: u64,
     pub(super) bytes: u64,
     pub(super) lines: u64,
+    /// JSON envelope lines decoded.
+    pub(super) json_lines: u64,
     /// Per [`DeadLetterReason`], in its order.
     pub(super) dead_letters: [u64; DeadLetterReason::ALL.len()],
     pub(super) scan_time: Option<Duration>,
@@ -108,6 +110,7 @@ impl BatchCounts {
             records: 0,
             bytes: 0,
             lines: 0,
+            json_lines: 0,
             dead_letters: [0; DeadLetterReason::ALL.len()],
             scan_time: None,
             log_times: Vec::new(),
@@ -126,6 +129,7 @@ impl BatchCounts {
         self.records = 0;
         self.bytes = 0;
         self.lines = 0;
+        self.json_lines = 0;
         self.dead_letters = [0; DeadLetterReason::ALL.len()];
         self.scan_time = None;
         self.log_times.clear();
@@ -140,6 +144,11 @@ impl BatchCounts {
     /// Lines scanned.
     pub fn scanned(&mut self, lines: u64) {
         self.lines += lines;
+    }
+
+    /// JSON envelope lines decoded.
+    pub fn json_decoded(&mut self, lines: u64) {
+        self.json_lines += lines;
     }
 
     /// One record dead-lettered for `reason`.

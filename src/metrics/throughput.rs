@@ -15,6 +15,7 @@ pub struct ThroughputFamilies {
     records: IntCounter,
     bytes: IntCounter,
     lines: IntCounter,
+    json_lines: IntCounter,
     dead_letters: IntCounterVec,
     batch_scan: Histogram,
     latency: Histogram,
@@ -36,6 +37,11 @@ impl ThroughputFamilies {
             lines: counter(
                 "faultline_lines_scanned_total",
                 "Log lines scanned against the knowledge base.",
+            )?,
+            json_lines: counter(
+                "faultline_json_lines_decoded_total",
+                "Lines of the scanned records decoded as JSON envelopes (each line once, however \
+                 many steps read it).",
             )?,
             dead_letters: counter_vec(
                 r,
@@ -78,6 +84,7 @@ impl ThroughputFamilies {
     pub(super) fn publish(&self, batch: &mut BatchCounts) {
         self.records.inc_by(batch.records);
         self.bytes.inc_by(batch.bytes);
+        self.json_lines.inc_by(batch.json_lines);
         self.lines.inc_by(batch.lines);
         for (reason, &n) in DeadLetterReason::ALL.iter().zip(&batch.dead_letters) {
             if n > 0 {

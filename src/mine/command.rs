@@ -8,13 +8,13 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::engine::Engine;
 use crate::kb::{KbError, KnowledgeBase};
 use crate::matcher::MatchError;
 use crate::redact::Redactor;
 use crate::sink::stdout::Format;
 use crate::source::file;
 use crate::templates::MinerConfig;
+use crate::unknown::find;
 
 use super::suggest::{self, SuggestError, SuggestOptions};
 use super::{mine, write_json, write_text, Filter, MineError, MineOptions, Mining};
@@ -115,7 +115,7 @@ pub fn templates(args: &TemplatesArgs) -> Result<ExitCode, CommandError> {
     // The KB only tells which lines are known; --all-lines does not need it.
     let engine = match filter {
         Filter::AllLines => None,
-        Filter::UnknownErrors => Some(Engine::new(load_kb(args.kb.as_deref())?)?),
+        Filter::UnknownErrors => Some(find::engine(load_kb(args.kb.as_deref())?, false)?),
     };
     // --all-lines --format json prints lines, not templates: no samples needed.
     let per_line = args.all_lines && args.format == Format::Json;
@@ -157,7 +157,7 @@ pub fn templates(args: &TemplatesArgs) -> Result<ExitCode, CommandError> {
 /// Runs `faultline kb suggest`.
 pub fn suggest(args: &SuggestArgs) -> Result<ExitCode, CommandError> {
     let (inputs, errors) = file::expand(&args.paths, None);
-    let engine = Engine::new(load_kb(args.kb.as_deref())?)?;
+    let engine = find::engine(load_kb(args.kb.as_deref())?, false)?;
     let opts = MineOptions {
         samples: 8,
         ..MineOptions::default()

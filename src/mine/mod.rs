@@ -37,7 +37,7 @@ use crate::matcher::{MatchError, Matcher};
 use crate::record::LogRecord;
 use crate::redact::Redactor;
 use crate::source::file::{self, ChunkReader, Input, InputError};
-use crate::templates::{fnv1a, looks_like_error, Miner, MinerConfig, TemplateId};
+use crate::templates::{looks_like_error, Miner, MinerConfig, TemplateId};
 
 /// Which lines are mined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,8 +87,8 @@ pub struct MineStats {
     pub inputs: u64,
     /// Lines read.
     pub lines: u64,
-    /// Messages examined (a JSON envelope can hold several; raw lines without any word an
-    /// error line needs are not decoded, see [`gate`]).
+    /// Messages examined: those no entry matched (a JSON envelope can hold several; raw
+    /// lines without any word an error line needs are not decoded, see [`gate`]).
     pub records: u64,
     /// Lines that a KB entry matched (never mined).
     pub known_lines: u64,
@@ -180,9 +180,10 @@ pub fn mine<M: Matcher>(
 ) -> Result<Mining, MineError> {
     let engine = engine.filter(|_| opts.filter == Filter::UnknownErrors);
     let mut worker = engine.map(Engine::worker).transpose()?;
-    let gate = match opts.filter {
-        Filter::UnknownErrors => Some(gate::Gate::new()?),
-        Filter::AllLines => None,
+    // Without an engine, the gate finds the candidate lines on its own.
+    let gate = match (opts.filter, engine) {
+        (Filter::UnknownErrors, None) => Some(gate::Gate::new()?),
+        _ => None,
     };
     let mut run = Run {
         opts,
@@ -193,7 +194,6 @@ pub fn mine<M: Matcher>(
             lines: Vec::new(),
             texts: IdMap::default(),
         },
-        known: Vec::new(),
         gate,
         records: Vec::new(),
         escapes: false,
@@ -239,8 +239,6 @@ enum ReadError {
 struct Run<'a> {
     opts: &'a MineOptions,
     mining: Mining,
-    /// (line number, hash of the message) of every KB hit in the current chunk.
-    known: Vec<(u64, u64)>,
     /// Which raw lines may look like errors ([`Filter::UnknownErrors`] only).
     gate: Option<gate::Gate>,
     /// Reused buffer of decoded JSON records.
@@ -271,18 +269,25 @@ impl Run<'_> {
                     return Err(ReadError::Io(e));
                 }
             };
-            self.known.clear();
             if let Some((engine, worker)) = engine.as_mut() {
-                let known = &mut self.known;
-                engine
-                    .scan_chunk(worker, chunk.data, chunk.info, &mut |hit| {
-                        known.push((hit.line, fnv1a(&hit.record.message)));
-                    })
+                // The engine's one pass says which lines an entry knows and hands over the
+                // messages it decoded that none matched: nothing is decoded twice.
+                let mut known: Vec<u64> = Vec::new();
+                let lines = engine
+                    .scan_chunk_with(
+                        worker,
+                        chunk.data,
+                        chunk.info,
+                        &mut |hit| known.push(hit.line),
+                        &mut |line, record| self.message(&record.message, line),
+                    )
                     .map_err(ReadError::Match)?;
                 known.dedup();
-                let mut lines: Vec<u64> = known.iter().map(|k| k.0).collect();
-                lines.dedup();
-                self.mining.stats.known_lines += lines.len() as u64;
+                self.mining.stats.known_lines += known.len() as u64;
+                self.mining.stats.lines += lines;
+                last_line = chunk.info.first_line + lines - 1;
+                chunks.advance_lines(lines);
+                continue;
             }
             if let Some(gate) = self.gate.as_mut() {
                 gate.scan(chunk.data).map_err(ReadError::Match)?;
@@ -359,13 +364,8 @@ impl Run<'_> {
             Ok(s) => Cow::Borrowed(s),
             Err(_) => String::from_utf8_lossy(message),
         };
-        if self.opts.filter == Filter::UnknownErrors {
-            if !looks_like_error(&text) {
-                return;
-            }
-            if !self.known.is_empty() && self.known.contains(&(line_no, fnv1a(message))) {
-                return;
-            }
+        if self.opts.filter == Filter::UnknownErrors && !looks_like_error(&text) {
+            return;
         }
         m.stats.mined += 1;
         let seen = m.miner.observe(&text);

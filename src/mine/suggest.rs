@@ -315,10 +315,8 @@ fn healthy_hits(
         .collect();
     let kb = Arc::new(KnowledgeBase::from_files(files, "<drafts>")?);
     let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
-    let engine = Engine {
-        one_event_per_line: false,
-        ..Engine::with_matcher(Arc::clone(&kb), HyperscanMatcher::compile(&sources)?)
-    };
+    let mut engine = Engine::with_matcher(Arc::clone(&kb), HyperscanMatcher::compile(&sources)?);
+    engine.one_event_per_line = false;
     let names: Vec<String> = healthy.iter().map(|p| p.display().to_string()).collect();
     let (inputs, errors) = file::expand(&names, None);
     if let Some(e) = errors.first() {

@@ -6,7 +6,7 @@
 //! [`decode_record`] is what the `kafka_record` fuzz target drives.
 
 use super::config::{EnvelopeMode, InputConfig, InvalidLimits, JobIdFrom};
-use crate::envelope;
+use crate::engine::JsonLines;
 use crate::kafka::RecordView;
 use crate::metrics::DeadLetterReason;
 
@@ -212,11 +212,15 @@ pub enum Disposition {
     Scan,
 }
 
-/// Decides whether a payload can be decoded under the input settings.
+/// Decides whether a payload can be decoded under the input settings. Under `input.envelope =
+/// json` that means decoding every line: the records are kept in `json` (the payload's lines
+/// numbered from `at`, where the payload will start in the scan buffer), so that the engine
+/// reads them there instead of decoding them again; an undecodable payload leaves nothing.
 pub fn classify(
     payload: Option<&[u8]>,
     input: &InputConfig,
-    scratch: &mut Vec<crate::record::LogRecord<'static>>,
+    json: &mut JsonLines,
+    at: usize,
 ) -> Disposition {
     let Some(p) = payload.filter(|p| !p.is_empty()) else {
         return Disposition::Skip;
@@ -236,12 +240,16 @@ pub fn classify(
             }),
         },
         EnvelopeMode::Json => {
+            let kept = json.len();
+            let mut start = at;
             for (i, line) in p.split(|&b| b == b'\n').enumerate() {
+                let line_start = start;
+                start += line.len() + 1;
                 if line.trim_ascii().is_empty() {
                     continue;
                 }
-                scratch.clear();
-                if let Err(e) = envelope::decode_json(line, scratch) {
+                if let Err(e) = json.decode(line_start, line) {
+                    json.truncate(kept);
                     return Disposition::Invalid(Invalid::NotEnvelope {
                         line: i + 1,
                         error: e.to_string(),
@@ -313,9 +321,10 @@ pub fn decode_record<'a>(
     headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
     payload: Option<&'a [u8]>,
     input: &InputConfig,
-    scratch: &mut Vec<crate::record::LogRecord<'static>>,
+    json: &mut JsonLines,
+    at: usize,
 ) -> Decoded<'a> {
-    let disposition = classify(payload, input, scratch);
+    let disposition = classify(payload, input, json, at);
     let lines = match disposition {
         Disposition::Scan => payload.map_or(0, payload_lines),
         _ => 0,
@@ -383,34 +392,34 @@ mod tests {
 
     #[test]
     fn what_cannot_be_decoded() {
-        let mut s = Vec::new();
+        let mut s = JsonLines::default();
         let auto = input(EnvelopeMode::Auto);
         let text = input(EnvelopeMode::Text);
         let json = input(EnvelopeMode::Json);
-        assert_eq!(classify(None, &auto, &mut s), Disposition::Skip);
-        assert_eq!(classify(Some(b""), &auto, &mut s), Disposition::Skip);
+        assert_eq!(classify(None, &auto, &mut s, 0), Disposition::Skip);
+        assert_eq!(classify(Some(b""), &auto, &mut s, 0), Disposition::Skip);
         assert_eq!(
-            classify(Some(b"\xff boom"), &auto, &mut s),
+            classify(Some(b"\xff boom"), &auto, &mut s, 0),
             Disposition::Scan
         );
         assert_eq!(
-            classify(Some(&[b'x'; 64]), &auto, &mut s),
+            classify(Some(&[b'x'; 64]), &auto, &mut s, 0),
             Disposition::Scan,
             "exactly input.max_record_bytes"
         );
         assert_eq!(
-            classify(Some(&[b'x'; 65]), &auto, &mut s),
+            classify(Some(&[b'x'; 65]), &auto, &mut s, 0),
             Disposition::Invalid(Invalid::TooLarge { bytes: 65, max: 64 })
         );
         assert_eq!(
-            classify(Some(b"ok \xff"), &text, &mut s),
+            classify(Some(b"ok \xff"), &text, &mut s, 0),
             Disposition::Invalid(Invalid::NotUtf8 { at: 3 })
         );
         assert_eq!(
-            classify(Some(b"{\"log\":\"x\"}\n\n"), &json, &mut s),
+            classify(Some(b"{\"log\":\"x\"}\n\n"), &json, &mut s, 0),
             Disposition::Scan
         );
-        let d = classify(Some(b"{\"log\":\"x\"}\nplain"), &json, &mut s);
+        let d = classify(Some(b"{\"log\":\"x\"}\nplain"), &json, &mut s, 0);
         assert!(
             matches!(
                 &d,
@@ -418,8 +427,16 @@ mod tests {
             ),
             "{d:?}"
         );
-        let d = classify(Some(b"{\"level\":1}"), &json, &mut s);
+        let d = classify(Some(b"{\"level\":1}"), &json, &mut s, 0);
         assert!(matches!(&d, Disposition::Invalid(i) if i.code() == "not_an_envelope"));
+        // Only the decodable records' lines are kept, numbered from where each will start.
+        assert_eq!((s.len(), s.parsed()), (1, 4));
+        s.clear();
+        let two = b"{\"message\":\"a\"}\n\n{\"message\":\"b\"}";
+        assert_eq!(classify(Some(two), &json, &mut s, 7), Disposition::Scan);
+        assert_eq!((s.len(), s.parsed()), (2, 2));
+        assert_eq!(classify(Some(two), &auto, &mut s, 40), Disposition::Scan);
+        assert_eq!(s.parsed(), 2, "auto leaves decoding to the engine");
     }
 
     #[test]
@@ -440,10 +457,10 @@ mod tests {
             None,
             "the first is empty"
         );
-        let mut s = Vec::new();
+        let mut s = JsonLines::default();
         let mut input = input(EnvelopeMode::Text);
         input.job_id = JobIdFrom::Header("trace".into());
-        let d = decode_record(None, headers, Some(b"a\nb"), &input, &mut s);
+        let d = decode_record(None, headers, Some(b"a\nb"), &input, &mut s, 0);
         assert_eq!(
             d,
             Decoded {
@@ -452,7 +469,7 @@ mod tests {
                 lines: 2
             }
         );
-        let d = decode_record(None, headers, Some(b"a\xff\n"), &input, &mut s);
+        let d = decode_record(None, headers, Some(b"a\xff\n"), &input, &mut s, 0);
         assert_eq!((d.lines, d.job), (0, Some(&b"t"[..])));
     }
 }

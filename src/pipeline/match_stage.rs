@@ -36,11 +36,11 @@ use super::quarantine::{Quarantine, Step};
 use super::settings::Config;
 use super::unknown::{BatchView, SendTo, UnknownStage};
 use super::{incidents, PipelineError, Stop};
-use crate::engine::{ChunkInfo, Worker};
+use crate::engine::{Engine, Hit, JsonLines, Worker};
 use crate::enrich::{JobName, MatchEvent};
 use crate::matcher::{HyperscanMatcher, MatchError};
 use crate::metrics::{DeadLetterReason, PanicStage};
-use crate::record::Provenance;
+use crate::record::{LogRecord, Provenance};
 use crate::redact::Redactor;
 use crate::reload::Loaded;
 use crate::runtime::queue;
@@ -82,7 +82,8 @@ pub(super) struct MatchStage {
     /// Outputs sent per record of the batch, in order.
     outputs: Vec<u32>,
     json: Vec<u8>,
-    envelopes: Vec<crate::record::LogRecord<'static>>,
+    /// The batch's lines decoded while classifying its records (`input.envelope = json`).
+    decoded: JsonLines,
     metrics: Arc<crate::metrics::Metrics>,
     /// Counted locally per batch, published once per batch.
     counts: crate::metrics::BatchCounts,
@@ -188,7 +189,7 @@ impl FaultInjection {
 
 impl MatchStage {
     pub(super) fn new(mut p: StageParts) -> Result<Self, MatchError> {
-        let unknown = UnknownStage::new(&p.config.unknown, p.redactor.clone(), &p.metrics)?;
+        let unknown = UnknownStage::new(&p.config.unknown, p.redactor.clone(), &p.metrics);
         if let (Some(u), Some(inc)) = (&unknown, p.incidents.as_mut()) {
             inc.track_unknown(u.recent());
         }
@@ -209,7 +210,7 @@ impl MatchStage {
             dispositions: Vec::new(),
             outputs: Vec::new(),
             json: Vec::new(),
-            envelopes: Vec::new(),
+            decoded: JsonLines::default(),
             metrics: p.metrics,
             tracer: p.tracer,
             redactor: p.redactor,
@@ -424,7 +425,7 @@ impl MatchStage {
         self.buf = Vec::new();
         self.spans = Vec::new();
         self.events = Vec::new();
-        self.envelopes = Vec::new();
+        self.decoded = JsonLines::default();
         self.json = Vec::new();
         Attempt::Panicked(message)
     }
@@ -615,6 +616,7 @@ impl MatchStage {
         records: &[SourceRecord],
     ) -> Result<Option<(usize, super::decode::LimitExceeded)>, PipelineError> {
         self.buf.clear();
+        self.decoded.clear();
         self.spans.clear();
         self.events.clear();
         self.dispositions.clear();
@@ -631,7 +633,8 @@ impl MatchStage {
                 header_pairs(view),
                 view.payload,
                 &self.config.input,
-                &mut self.envelopes,
+                &mut self.decoded,
+                self.buf.len(),
             );
             let d = decoded.disposition;
             match &d {
@@ -678,7 +681,8 @@ impl MatchStage {
     }
 
     /// One Hyperscan pass over the buffer: each hit enriched into an event of its record (the
-    /// job from the key or header when configured), then the unknown-line finder.
+    /// job from the key or header when configured); with `[unknown]` on, the lines no entry
+    /// matched go to the unknown stage from the same pass.
     fn scan(&mut self, batch: &Batch, records: &[SourceRecord]) -> Result<(), PipelineError> {
         let Self {
             loaded,
@@ -691,58 +695,62 @@ impl MatchStage {
             tracer,
             enricher,
             unknown,
+            incidents,
+            decoded,
             ..
         } = self;
         let job_from = &config.input.job_id;
         let default_job = &config.input.default_job_id;
-        let info = ChunkInfo {
-            first_line: 1,
-            truncated: false,
-        };
-        loaded
-            .engine
-            .scan_chunk_hits(worker, buf, info, &mut |hit| {
-                if let Some(u) = unknown.as_mut() {
-                    u.known(&hit);
-                }
-                let k = spans.partition_point(|s| s.first_line <= hit.line);
-                let Some(span) = k.checked_sub(1).map(|k| spans[k]) else {
-                    return;
-                };
-                let r = batch.view(&records[span.record]);
-                let source = Provenance::Kafka {
-                    topic: r.id.tp.topic.to_string(),
-                    partition: r.id.tp.partition,
-                    offset: r.id.offset,
-                    line: hit.line - span.first_line + 1,
-                };
-                let job = record_job(r.key, header_pairs(r), job_from).map(String::from_utf8_lossy);
-                let name = match job.as_deref() {
-                    Some(j) => JobName::Given(j),
-                    None => JobName::Guessed(default_job),
-                };
-                let mut event = enricher.event_for(&hit, name, source);
-                if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
-                    // The key or header names the job: it wins over the envelope's.
-                    event.job_id = crate::record::cap_key(job).into_owned();
-                    event.scope = crate::enrich::Scope::Job;
-                }
-                counts.matched(&event);
-                if let Some(tracer) = tracer {
-                    tracer.record(&event);
-                }
-                events.push((span.record, event));
-            })?;
-        if let Some(u) = self.unknown.as_mut() {
-            let view = BatchView {
-                buf: &self.buf,
-                spans: &self.spans,
-                batch,
-                records,
-                input: &self.config.input,
+        let spans = &spans[..];
+        let mut on_hit = |hit: Hit<'_>| {
+            let k = spans.partition_point(|s| s.first_line <= hit.line);
+            let Some(span) = k.checked_sub(1).map(|k| spans[k]) else {
+                return;
             };
-            u.find(view, self.incidents.as_mut())?;
+            let r = batch.view(&records[span.record]);
+            let source = Provenance::Kafka {
+                topic: r.id.tp.topic.to_string(),
+                partition: r.id.tp.partition,
+                offset: r.id.offset,
+                line: hit.line - span.first_line + 1,
+            };
+            let job = record_job(r.key, header_pairs(r), job_from).map(String::from_utf8_lossy);
+            let name = match job.as_deref() {
+                Some(j) => JobName::Given(j),
+                None => JobName::Guessed(default_job),
+            };
+            let mut event = enricher.event_for(&hit, name, source);
+            if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
+                // The key or header names the job: it wins over the envelope's.
+                event.job_id = crate::record::cap_key(job).into_owned();
+                event.scope = crate::enrich::Scope::Job;
+            }
+            counts.matched(&event);
+            if let Some(tracer) = tracer {
+                tracer.record(&event);
+            }
+            events.push((span.record, event));
+        };
+        let engine = &loaded.engine;
+        let before = Engine::json_lines_decoded(worker);
+        match unknown.as_mut() {
+            None => engine.scan_batch(worker, buf, decoded, &mut on_hit, None)?,
+            Some(u) => {
+                let view = BatchView {
+                    spans,
+                    batch,
+                    records,
+                    input: &config.input,
+                };
+                let mut on_unmatched = |line: u64, record: &LogRecord<'_>| {
+                    u.unmatched(&view, line, record, incidents.as_mut());
+                };
+                let on_unmatched: &mut dyn FnMut(u64, &LogRecord<'_>) = &mut on_unmatched;
+                engine.scan_batch(worker, buf, decoded, &mut on_hit, Some(on_unmatched))?;
+            }
         }
+        // Each line decoded once: by the classification (`input.envelope = json`) or the scan.
+        counts.json_decoded(decoded.parsed() + Engine::json_lines_decoded(worker) - before);
         Ok(())
     }
 

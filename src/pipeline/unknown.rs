@@ -1,8 +1,9 @@
 //! Unknown failures in `faultline run`: the match stage's batch, after its scan, through the
 //! live template miners ([`crate::unknown`]).
 //!
-//! Per batch: the scan's hits say which lines are known ([`UnknownStage::known`]); the
-//! [`Finder`] picks the other lines of the scan buffer that look like errors; each goes to its
+//! Per batch: the engine's one pass over the scan buffer hands over the decoded messages that
+//! no entry confirmed ([`crate::engine::Engine::scan_chunk_with`]); [`UnknownStage::unmatched`]
+//! keeps those that look like errors ([`unknown_text`]); each goes to its
 //! job's miner (the job named as for match events: the key or header when `input.job_id` says
 //! so, else the envelope's, else the record's default) on the job's log clock, running on at
 //! wall speed ([`crate::unknown::limit`]); the events that are due go to the output topic
@@ -21,26 +22,25 @@ use super::decode::{header_pairs, record_job, Span};
 use super::incidents::IncidentStage;
 use super::shard::EventPartitioner;
 use super::Stop;
-use crate::engine::{ChunkInfo, Hit};
 use crate::enrich::{job_of, JobName};
 use crate::incident::unrecognised::RecentUnknown;
-use crate::matcher::MatchError;
 use crate::metrics::{Metrics, UnknownFamilies};
 use crate::offsets::RecordId;
+use crate::record::LogRecord;
 use crate::record::Provenance;
 use crate::redact::Redactor;
 use crate::runtime::Health;
 use crate::sink::kafka::{KafkaSink, SinkError};
 use crate::source::kafka::{Batch, SourceRecord};
-use crate::unknown::find::known_key;
-use crate::unknown::{Finder, LiveMiner, LiveStats, UnknownConfig, UnknownEvent, UnknownLine};
+use crate::unknown::{
+    unknown_text, LiveMiner, LiveStats, UnknownConfig, UnknownEvent, UnknownLine,
+};
 
 /// The unknown-line state of the match stage.
 pub(super) struct UnknownStage {
     live: LiveMiner,
-    finder: Finder,
-    /// `(line, message hash)` of the batch's hits, in line order.
-    known: Vec<(u64, u64)>,
+    /// When the batch began: the wall clock the miners' rate limits run on.
+    wall: Instant,
     /// The batch's due events, with the index of their record, in record order.
     events: Vec<(usize, UnknownEvent)>,
     /// The first event of `events` not yet sent.
@@ -52,9 +52,8 @@ pub(super) struct UnknownStage {
     max_jobs: usize,
 }
 
-/// What [`UnknownStage::find`] reads of the batch.
+/// What [`UnknownStage::unmatched`] reads of the batch.
 pub(super) struct BatchView<'a> {
-    pub(super) buf: &'a [u8],
     pub(super) spans: &'a [Span],
     pub(super) batch: &'a Batch,
     pub(super) records: &'a [SourceRecord],
@@ -76,14 +75,13 @@ impl UnknownStage {
         cfg: &UnknownConfig,
         redactor: Option<Arc<Redactor>>,
         metrics: &Metrics,
-    ) -> Result<Option<Self>, MatchError> {
+    ) -> Option<Self> {
         if !cfg.enabled {
-            return Ok(None);
+            return None;
         }
-        Ok(Some(UnknownStage {
+        Some(UnknownStage {
             live: LiveMiner::new(cfg, redactor.clone()),
-            finder: Finder::new()?,
-            known: Vec::new(),
+            wall: Instant::now(),
             events: Vec::new(),
             next: 0,
             json: Vec::new(),
@@ -91,7 +89,7 @@ impl UnknownStage {
             published: LiveStats::default(),
             redactor,
             max_jobs: cfg.max_jobs,
-        }))
+        })
     }
 
     /// The per-job memory of unknown templates that the incident stage lists in incidents
@@ -102,77 +100,63 @@ impl UnknownStage {
 
     /// Starts a batch.
     pub(super) fn begin(&mut self) {
-        self.known.clear();
+        self.wall = Instant::now();
         self.events.clear();
         self.next = 0;
     }
 
-    /// Notes a hit of the batch's scan: its line is known.
-    pub(super) fn known(&mut self, hit: &Hit<'_>) {
-        self.known.push(known_key(hit.line, &hit.record.message));
-    }
-
-    /// Mines the batch's unknown error lines, keeping the due events and showing every line to
-    /// `incidents`.
-    pub(super) fn find(
+    /// One message of the batch that no entry confirmed on (buffer line `line`): mined when it
+    /// looks like an error, its due event kept, and shown to `incidents`.
+    pub(super) fn unmatched(
         &mut self,
-        b: BatchView<'_>,
-        mut incidents: Option<&mut IncidentStage>,
-    ) -> Result<(), MatchError> {
-        let wall = Instant::now();
-        let Self {
-            live,
-            finder,
-            known,
-            events,
-            ..
-        } = self;
-        let info = ChunkInfo {
-            first_line: 1,
-            truncated: false,
+        b: &BatchView<'_>,
+        line: u64,
+        record: &LogRecord<'_>,
+        incidents: Option<&mut IncidentStage>,
+    ) {
+        let Some(text) = unknown_text(record) else {
+            return;
         };
-        finder.find(b.buf, info, known, &mut |line, record, text| {
-            let k = b.spans.partition_point(|s| s.first_line <= line);
-            let Some(span) = k.checked_sub(1).map(|k| b.spans[k]) else {
-                return;
-            };
-            let Some(source_record) = b.records.get(span.record) else {
-                return;
-            };
-            let r = b.batch.view(source_record);
-            let named =
-                record_job(r.key, header_pairs(r), &b.input.job_id).map(String::from_utf8_lossy);
-            let job: Cow<'_, str> = match (&named, &b.input.job_id) {
-                // The key or header names the job: it wins over the envelope's.
-                (Some(j), JobIdFrom::Key | JobIdFrom::Header(_)) => crate::record::cap_key(j),
-                (Some(j), _) => job_of(&record.meta, JobName::Given(j)).0,
-                (None, _) => job_of(&record.meta, JobName::Guessed(&b.input.default_job_id)).0,
-            };
-            let unknown = UnknownLine {
-                job_id: &job,
-                message: text,
-                meta: &record.meta,
-                truncated: record.truncated,
-            };
-            let out = live.observe(&unknown, Some(wall));
-            if let Some(inc) = incidents.as_deref_mut() {
-                if let Some(seen) = live.seen(&job, &out) {
-                    inc.observe_unknown(&seen);
-                }
+        let k = b.spans.partition_point(|s| s.first_line <= line);
+        let Some(span) = k.checked_sub(1).map(|k| b.spans[k]) else {
+            return;
+        };
+        let Some(source_record) = b.records.get(span.record) else {
+            return;
+        };
+        let r = b.batch.view(source_record);
+        let named =
+            record_job(r.key, header_pairs(r), &b.input.job_id).map(String::from_utf8_lossy);
+        let job: Cow<'_, str> = match (&named, &b.input.job_id) {
+            // The key or header names the job: it wins over the envelope's.
+            (Some(j), JobIdFrom::Key | JobIdFrom::Header(_)) => crate::record::cap_key(j),
+            (Some(j), _) => job_of(&record.meta, JobName::Given(j)).0,
+            (None, _) => job_of(&record.meta, JobName::Guessed(&b.input.default_job_id)).0,
+        };
+        let unknown = UnknownLine {
+            job_id: &job,
+            message: &text,
+            meta: &record.meta,
+            truncated: record.truncated,
+        };
+        let out = self.live.observe(&unknown, Some(self.wall));
+        if let Some(inc) = incidents {
+            if let Some(seen) = self.live.seen(&job, &out) {
+                inc.observe_unknown(&seen);
             }
-            if out.emit.is_none() {
-                return;
-            }
-            let source = Provenance::Kafka {
-                topic: r.id.tp.topic.to_string(),
-                partition: r.id.tp.partition,
-                offset: r.id.offset,
-                line: line - span.first_line + 1,
-            };
-            if let Some(event) = live.event(&unknown, &out, source) {
-                events.push((span.record, event));
-            }
-        })
+        }
+        if out.emit.is_none() {
+            return;
+        }
+        let source = Provenance::Kafka {
+            topic: r.id.tp.topic.to_string(),
+            partition: r.id.tp.partition,
+            offset: r.id.offset,
+            line: line - span.first_line + 1,
+        };
+        if let Some(event) = self.live.event(&unknown, &out, source) {
+            self.events.push((span.record, event));
+        }
     }
 
     /// Sends the unknown events of record `record` (index in the batch), counting each in

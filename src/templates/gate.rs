@@ -27,7 +27,11 @@ pub const TRIGGERS: &str = "(?i)err|fail|fatal|abort|exception|panic|segfault|cr
 /// The glog severity prefix of an `E` or `F` line: `E1129 21:42:00.429 ...`.
 pub const GLOG: &str = r"[EF]\d{4} \d\d";
 
-/// The compiled gate and its per-chunk state.
+/// The gate's patterns, as [`crate::unknown::find::engine`] compiles them into the KB's database.
+pub const PATTERNS: &[&str] = &[TRIGGERS, GLOG];
+
+/// The compiled gate and its per-chunk state (`faultline templates`, which mines without the
+/// KB's engine in `--all-lines` mode and reads the gate on its own).
 pub struct Gate {
     matcher: HyperscanMatcher,
     scratch: <HyperscanMatcher as Matcher>::Scratch,
@@ -40,7 +44,7 @@ pub struct Gate {
 impl Gate {
     /// Compiles [`TRIGGERS`] and [`GLOG`].
     pub fn new() -> Result<Gate, MatchError> {
-        let matcher = HyperscanMatcher::compile(&[TRIGGERS, GLOG])?;
+        let matcher = HyperscanMatcher::compile(PATTERNS)?;
         let scratch = matcher.scratch()?;
         Ok(Gate {
             matcher,

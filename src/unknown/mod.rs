@@ -35,7 +35,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 pub use config::{RawUnknownConfig, UnknownConfig};
-pub use find::Finder;
+pub use find::unknown_text;
 pub use limit::Change;
 
 use crate::enrich::SCHEMA_VERSION;

@@ -83,6 +83,17 @@ fn ids<'a>(values: impl IntoIterator<Item = &'a Value>) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn role_all_produces_unknown_events_counts_them_and_lists_them_on_the_incident() {
+    role_all(None).await;
+}
+
+/// `input.envelope = json` decodes every line to validate its record: the engine and the
+/// unknown-line finder read those records, and no line is decoded twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_envelopes_are_decoded_once_with_unknown_mining_on() {
+    role_all(Some("json")).await;
+}
+
+async fn role_all(envelope: Option<&str>) {
     let cluster = Cluster::start(1);
     let input = cluster.topic("logs", 1).await;
     let output = cluster.topic("events", 1).await;
@@ -99,6 +110,7 @@ async fn role_all_produces_unknown_events_counts_them_and_lists_them_on_the_inci
     raw.incidents.topic = Some(topic.clone());
     raw.incidents.window_ms = Some(3_000);
     raw.incidents.quiet_ms = Some(3_000);
+    raw.input.envelope = envelope.map(str::to_string);
     let running = start(raw, &builtin_kb()).await;
 
     let events = consume_until(&cluster.bootstrap, &output, 1, |r| {
@@ -147,6 +159,13 @@ async fn role_all_produces_unknown_events_counts_them_and_lists_them_on_the_inci
     );
     assert_eq!(value(&text, "faultline_unknown_templates"), Some(2.0));
     assert_eq!(value(&text, "faultline_unknown_events_total"), Some(2.0));
+    // One record, one JSON line each: each decoded once, whoever reads it (the envelope
+    // check, the engine, the unknown-line finder).
+    assert_eq!(
+        value(&text, "faultline_json_lines_decoded_total"),
+        Some(records.len() as f64),
+        "{text}"
+    );
 }
 
 /// Two clusters whose jobs fall on different shards of `partitions`.
