@@ -30,7 +30,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
 use crate::config::{Config, RawConfig};
-use crate::incident::config::Role;
+use crate::incident::config::ProcessRole;
 use crate::pipeline::{self, PipelineError};
 use crate::record::Origin;
 use crate::sink::stdout::{Format, TerminalSafe};
@@ -213,7 +213,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     );
     let anchor = earliest_dated(&jobs);
     let loaded = {
-        let c = config(&bootstrap, &args, Role::Match, anchor)?;
+        let c = config(&bootstrap, &args, ProcessRole::Match, anchor)?;
         tokio::task::spawn_blocking(move || pipeline::load_kb(&c))
             .await
             .map_err(|_| PipelineError::Panicked)?
@@ -224,7 +224,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     // One registry for the whole demo, as for one process: the match members count lines,
     // matches per error code and unknown templates into it, the correlator its incidents, and
     // the one admin endpoint (the correlator's) serves them all.
-    let correlator_config = config(&bootstrap, &args, Role::Correlate, anchor)?;
+    let correlator_config = config(&bootstrap, &args, ProcessRole::Correlate, anchor)?;
     let metrics = Arc::new(
         crate::metrics::Metrics::new(correlator_config.metrics.clone())
             .map_err(PipelineError::from)?,
@@ -243,7 +243,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     }
     let mut matchers = Vec::new();
     for _ in 0..args.matchers {
-        let c = config(&bootstrap, &args, Role::Match, anchor)?;
+        let c = config(&bootstrap, &args, ProcessRole::Match, anchor)?;
         matchers.push(
             pipeline::start_shared(c, Arc::clone(&loaded), Some(Arc::clone(&metrics))).await?,
         );
@@ -385,7 +385,7 @@ pub fn earliest_dated(jobs: &[Sample]) -> Option<crate::time::Millis> {
 fn config(
     bootstrap: &str,
     args: &DemoArgs,
-    role: Role,
+    role: ProcessRole,
     anchor: Option<crate::time::Millis>,
 ) -> Result<Config, DemoError> {
     let mut raw = RawConfig::default();
@@ -404,10 +404,10 @@ fn config(
     // The correlator serves the demo's admin endpoint; the members run without one (they count
     // into the same registry).
     raw.admin.listen = Some(match role {
-        Role::Correlate => args.admin_listen.clone(),
+        ProcessRole::Correlate => args.admin_listen.clone(),
         _ => "off".into(),
     });
-    if role == Role::Correlate {
+    if role == ProcessRole::Correlate {
         raw.alertmanager.url.clone_from(&args.alertmanager);
     }
     let mut config = Config::from_raw(raw)?;

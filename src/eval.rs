@@ -50,7 +50,7 @@ pub enum EvalError {
     Match(#[from] crate::matcher::MatchError),
     /// The incident settings are invalid.
     #[error(transparent)]
-    Incident(#[from] crate::incident::ConfigError),
+    Incident(#[from] crate::incident::IncidentConfigError),
 }
 
 /// What a set's score means.
@@ -251,7 +251,7 @@ pub struct Tally {
 
 /// The whole evaluation.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Report {
+pub struct SetScore {
     /// The set evaluated, when its directory says what it is (`set.toml`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub set: Option<SetInfo>,
@@ -357,7 +357,7 @@ pub fn evaluate<M: Matcher>(
     engine: &Engine<M>,
     excerpts: &[Excerpt],
     root: &Path,
-) -> Result<Report, EvalError> {
+) -> Result<SetScore, EvalError> {
     let enricher = Enricher::new(Arc::clone(&engine.kb));
     let aliases: BTreeMap<&str, &str> = engine
         .kb
@@ -370,7 +370,7 @@ pub fn evaluate<M: Matcher>(
         })
         .collect();
     let cfg = IncidentConfig::default();
-    let mut report = Report::default();
+    let mut report = SetScore::default();
     let mut sources = std::collections::BTreeSet::new();
     for ex in excerpts {
         sources.insert(ex.source.clone());
@@ -440,7 +440,7 @@ pub fn evaluate<M: Matcher>(
 
 /// The report for people: the set and what its figure means, per label, overall, then every
 /// miss.
-pub fn render_text(r: &Report) -> String {
+pub fn render_text(r: &SetScore) -> String {
     let pct = |n: u64, d: u64| {
         if d == 0 {
             0.0

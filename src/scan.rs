@@ -159,7 +159,7 @@ pub enum ScanError {
     Output(io::Error),
     /// The incident settings are inconsistent.
     #[error(transparent)]
-    Incident(#[from] incident::ConfigError),
+    Incident(#[from] incident::IncidentConfigError),
 }
 
 /// The incidents of one scan: the correlator and the latest state of each incident.
@@ -172,7 +172,7 @@ struct Incidents {
 }
 
 impl Incidents {
-    fn new(cfg: IncidentConfig) -> Result<Self, incident::ConfigError> {
+    fn new(cfg: IncidentConfig) -> Result<Self, incident::IncidentConfigError> {
         let max_waiting = cfg.max_open_incidents;
         Ok(Incidents {
             correlator: Correlator::new(cfg)?,

@@ -31,7 +31,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use crate::config::{Config, ConfigError, RawConfig};
-use crate::incident::config::Role;
+use crate::incident::config::ProcessRole;
 use crate::pipeline::{self, PipelineError, Running};
 use crate::reload::Loaded;
 
@@ -180,7 +180,7 @@ pub async fn run(opts: &LatencyOptions) -> Result<LatencyReport, LatencyError> {
         let c = config(
             &bootstrap,
             opts,
-            Role::Match,
+            ProcessRole::Match,
             "bench-latency",
             EVENTS,
             INCIDENTS,
@@ -195,7 +195,7 @@ pub async fn run(opts: &LatencyOptions) -> Result<LatencyReport, LatencyError> {
         config(
             &bootstrap,
             opts,
-            Role::Correlate,
+            ProcessRole::Correlate,
             "bench-latency",
             EVENTS,
             INCIDENTS,
@@ -209,7 +209,7 @@ pub async fn run(opts: &LatencyOptions) -> Result<LatencyReport, LatencyError> {
         let c = config(
             &bootstrap,
             opts,
-            Role::Match,
+            ProcessRole::Match,
             "bench-latency",
             EVENTS,
             INCIDENTS,
@@ -272,7 +272,7 @@ pub async fn run(opts: &LatencyOptions) -> Result<LatencyReport, LatencyError> {
 fn config(
     bootstrap: &str,
     opts: &LatencyOptions,
-    role: Role,
+    role: ProcessRole,
     group: &str,
     events: &str,
     incidents: &str,
@@ -561,7 +561,7 @@ async fn correlator_capacity(
     let config = config(
         bootstrap,
         opts,
-        Role::Correlate,
+        ProcessRole::Correlate,
         "bench-correlator",
         CORRELATOR_EVENTS,
         CORRELATOR_INCIDENTS,

@@ -511,7 +511,7 @@ pub fn incidents(
     jobs: u64,
     cascades: u32,
     step_ms: i64,
-) -> Result<IncidentBench, crate::incident::ConfigError> {
+) -> Result<IncidentBench, crate::incident::IncidentConfigError> {
     use crate::incident::{Correlator, IncidentConfig};
 
     let templates = Templates::new();

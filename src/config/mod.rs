@@ -1,8 +1,8 @@
 //! `faultline run` settings: `faultline.toml` as written ([`RawConfig`]) -> validated [`Config`].
 //!
 //! Each component owns its table ([`crate::section`] says how): `[kafka]` in [`crate::kafka`],
-//! `[input]` and `[dead_letter]` in [`crate::pipeline::decode`], `[pipeline]` in
-//! [`crate::pipeline`], `[output]` in [`crate::sink::kafka`], `[kb]` in [`crate::reload`],
+//! `[input]`, `[dead_letter]` and `[pipeline]` in [`crate::pipeline::config`] (read by
+//! [`crate::pipeline::decode`]), `[output]` in [`crate::sink::kafka`], `[kb]` in [`crate::reload`],
 //! `[admin]` in [`crate::server`], `[redact]` in [`crate::redact`], `[metrics]` in
 //! [`crate::metrics`], `[telemetry]` in [`crate::telemetry`], `[incidents]` in
 //! [`crate::incident::config`], `[webhook]` in [`crate::sink::webhook`], `[alertmanager]` in
@@ -471,7 +471,7 @@ impl Config {
         }
         let correlating = incidents
             .as_ref()
-            .is_some_and(|i| i.role == crate::incident::config::Role::Correlate);
+            .is_some_and(|i| i.role == crate::incident::config::ProcessRole::Correlate);
         if correlating {
             // The correlator reads the events topic: it may not write there.
             for (field, topic) in [

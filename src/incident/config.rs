@@ -1,5 +1,5 @@
 //! `[incidents]`: correlation in `faultline run`, the incidents topic, how long an open
-//! incident may hold the commit, and the scale-out roles ([`Role`]): one process matching and
+//! incident may hold the commit, and the scale-out roles ([`ProcessRole`]): one process matching and
 //! correlating (the default), or match members feeding a correlator through the events topic.
 //! Setting `topic` turns incidents on.
 
@@ -37,7 +37,7 @@ pub struct RawIncidentsConfig {
     pub restart_loop_after: Option<u32>,
     /// How long an open incident may hold the commit.
     pub max_hold_ms: Option<u64>,
-    /// `all` (match and correlate in one process), `match` or `correlate` ([`Role`]).
+    /// `all` (match and correlate in one process), `match` or `correlate` ([`ProcessRole`]).
     pub role: Option<String>,
     /// The correlator's consumer group (role `correlate`); default `<kafka.group_id>-correlator`.
     pub group_id: Option<String>,
@@ -48,7 +48,7 @@ pub struct RawIncidentsConfig {
 
 /// What a `faultline run` process does ([`IncidentsConfig::role`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Role {
+pub enum ProcessRole {
     /// Match and correlate in one process: incidents from the partitions it owns.
     #[default]
     All,
@@ -59,13 +59,13 @@ pub enum Role {
     Correlate,
 }
 
-impl Role {
+impl ProcessRole {
     /// Parses `all`, `match` or `correlate`.
-    pub fn parse(s: &str) -> Option<Role> {
+    pub fn parse(s: &str) -> Option<ProcessRole> {
         match s {
-            "all" => Some(Role::All),
-            "match" => Some(Role::Match),
-            "correlate" => Some(Role::Correlate),
+            "all" => Some(ProcessRole::All),
+            "match" => Some(ProcessRole::Match),
+            "correlate" => Some(ProcessRole::Correlate),
             _ => None,
         }
     }
@@ -73,9 +73,9 @@ impl Role {
     /// The name in `faultline.toml` and `--role`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Role::All => "all",
-            Role::Match => "match",
-            Role::Correlate => "correlate",
+            ProcessRole::All => "all",
+            ProcessRole::Match => "match",
+            ProcessRole::Correlate => "correlate",
         }
     }
 }
@@ -98,7 +98,7 @@ pub struct IncidentsConfig {
     /// How long an open incident may hold the commit.
     pub max_hold: Duration,
     /// What this process does.
-    pub role: Role,
+    pub role: ProcessRole,
     /// The correlator's consumer group when set; see [`IncidentsConfig::correlator_group`].
     pub group_id: Option<String>,
     /// How events are spread over correlator shards; `None`: one shard.
@@ -134,10 +134,10 @@ impl IncidentsConfig {
             errors.push("max_hold_ms", "must be positive");
         }
         let role = match inc.role.as_deref() {
-            None => Role::All,
-            Some(r) => Role::parse(r).unwrap_or_else(|| {
+            None => ProcessRole::All,
+            Some(r) => ProcessRole::parse(r).unwrap_or_else(|| {
                 errors.push("role", format!("{r:?}: expected all, match or correlate"));
-                Role::All
+                ProcessRole::All
             }),
         };
         if inc.group_id.as_deref().is_some_and(|g| g.trim().is_empty()) {

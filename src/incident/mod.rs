@@ -147,7 +147,7 @@ impl Default for IncidentConfig {
 
 /// An [`IncidentConfig`] that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+pub enum IncidentConfigError {
     /// A setting that must be positive is not; carries its name.
     #[error("incident setting {0} must be greater than zero")]
     NotPositive(&'static str),
@@ -174,7 +174,7 @@ pub enum ConfigError {
 impl IncidentConfig {
     /// Checks that every bound is positive, the quiet period at least the window and `max_jobs`
     /// at least `max_open_incidents`.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), IncidentConfigError> {
         let positive: [(&'static str, i128); 14] = [
             ("node_join", self.node_join_ms.into()),
             ("window", self.window_ms.into()),
@@ -202,17 +202,17 @@ impl IncidentConfig {
         ];
         for (name, value) in positive {
             if value <= 0 {
-                return Err(ConfigError::NotPositive(name));
+                return Err(IncidentConfigError::NotPositive(name));
             }
         }
         if self.quiet_ms < self.window_ms {
-            return Err(ConfigError::QuietShorterThanWindow {
+            return Err(IncidentConfigError::QuietShorterThanWindow {
                 quiet_ms: self.quiet_ms,
                 window_ms: self.window_ms,
             });
         }
         if self.max_jobs < self.max_open_incidents {
-            return Err(ConfigError::FewerJobsThanIncidents {
+            return Err(IncidentConfigError::FewerJobsThanIncidents {
                 max_jobs: self.max_jobs,
                 max_open: self.max_open_incidents,
             });

@@ -17,7 +17,7 @@ use crate::matcher::{HyperscanMatcher, MatchError, Matcher, RegexMatcher};
 
 /// The outcome of a check.
 #[derive(Debug, Default)]
-pub struct Report {
+pub struct CheckReport {
     /// Problems that fail the check (`kb check` exits non-zero).
     pub errors: Vec<Problem>,
     /// Problems reported without failing it: an example that also hits another entry, a missing
@@ -31,7 +31,7 @@ pub struct Report {
     pub examples: usize,
 }
 
-impl Report {
+impl CheckReport {
     /// True when there is no error (warnings allowed).
     pub fn ok(&self) -> bool {
         self.errors.is_empty()
@@ -39,9 +39,9 @@ impl Report {
 }
 
 /// Checks the KB made of `files`.
-pub fn check(files: Vec<KbFile>, origin: &str) -> Report {
+pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
     let (kb, mut errors) = KnowledgeBase::build(files, origin);
-    let mut report = Report {
+    let mut report = CheckReport {
         entries: kb.entries.len(),
         patterns: kb.patterns.len(),
         ..Default::default()

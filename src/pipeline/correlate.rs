@@ -49,7 +49,6 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::sync::watch;
 
-use super::settings::Config;
 use super::{incidents, PipelineError, Stop};
 use crate::enrich::{Diagnosis, MatchEvent, Scope, SCHEMA_VERSION};
 use crate::incident::lru::LruOrder;
@@ -63,6 +62,7 @@ use crate::runtime::{queue, Health};
 use crate::sink::kafka::KafkaSink;
 use crate::source::kafka::{forget, Batch};
 use crate::time::Millis;
+use crate::unknown::UnknownConfig;
 
 /// (events partition, input topic, input partition) whose last source position is kept.
 pub const MAX_SOURCES: usize = 100_000;
@@ -119,7 +119,7 @@ struct WireDiagnosis {
 
 /// What an events-topic record is.
 #[derive(Debug)]
-pub enum Decoded {
+pub enum EventsRecord {
     /// A match event; `known`: the correlator's KB has its entry.
     Match {
         /// The event, with the entry's diagnosis attached.
@@ -179,14 +179,14 @@ impl UnknownNote {
 }
 
 /// Reads an `unknown` event's fields.
-fn unknown_note(w: Wire) -> Result<Decoded, String> {
+fn unknown_note(w: Wire) -> Result<EventsRecord, String> {
     let missing = |field: &str| format!("no {field}");
     let id = w.template_id.ok_or_else(|| missing("template_id"))?;
     let template_id = Some(&id)
         .filter(|id| id.len() == 16)
         .and_then(|id| u64::from_str_radix(id, 16).ok())
         .ok_or_else(|| format!("template_id {id:?} is not 16 hex digits"))?;
-    Ok(Decoded::Unknown(Box::new(UnknownNote {
+    Ok(EventsRecord::Unknown(Box::new(UnknownNote {
         job_id: w.job_id.ok_or_else(|| missing("job_id"))?,
         template_id,
         template: w.template.ok_or_else(|| missing("template"))?,
@@ -198,12 +198,15 @@ fn unknown_note(w: Wire) -> Result<Decoded, String> {
 }
 
 /// Reads one events-topic payload; the error says why it is not a readable match event.
-pub fn decode_event(payload: &[u8], enricher: &crate::enrich::Enricher) -> Result<Decoded, String> {
+pub fn decode_event(
+    payload: &[u8],
+    enricher: &crate::enrich::Enricher,
+) -> Result<EventsRecord, String> {
     let mut w: Wire = serde_json::from_slice(payload).map_err(|e| format!("not JSON: {e}"))?;
     let unknown = match w.kind.as_deref() {
         Some("match") => false,
         Some("unknown") => true,
-        Some(_) => return Ok(Decoded::Other),
+        Some(_) => return Ok(EventsRecord::Other),
         None => return Err("no \"type\"".into()),
     };
     let version = w.schema_version.ok_or("no schema_version")?;
@@ -250,7 +253,7 @@ pub fn decode_event(payload: &[u8], enricher: &crate::enrich::Enricher) -> Resul
         also: w.also,
         cluster: w.cluster,
     };
-    Ok(Decoded::Match {
+    Ok(EventsRecord::Match {
         event: Box::new(event),
         known,
     })
@@ -341,7 +344,10 @@ impl Dedupe {
 
 /// What the correlate stage is built from.
 pub(super) struct CorrelateParts {
-    pub(super) config: Arc<Config>,
+    /// `[unknown]`: whether unknown events are noted, and for how many jobs.
+    pub(super) unknown: UnknownConfig,
+    /// How long a stop waits for the sink (`kafka.drain_timeout_ms`).
+    pub(super) drain_timeout: Duration,
     pub(super) sink: Arc<KafkaSink>,
     pub(super) health: Arc<Health>,
     pub(super) stop: Arc<Stop>,
@@ -367,9 +373,9 @@ pub(super) struct CorrelateStage {
 
 impl CorrelateStage {
     pub(super) fn new(mut p: CorrelateParts) -> Self {
-        let unknown = p.config.unknown.enabled;
+        let unknown = p.unknown.enabled;
         if unknown {
-            let recent = RecentUnknown::new(p.config.unknown.max_jobs, p.redactor.clone());
+            let recent = RecentUnknown::new(p.unknown.max_jobs, p.redactor.clone());
             p.incidents.track_unknown(recent);
         }
         CorrelateStage {
@@ -407,7 +413,7 @@ impl CorrelateStage {
             }
             self.p.incidents.tick(self.p.health.input_current());
         }
-        if let Err(e) = self.p.sink.flush(self.p.config.kafka.drain_timeout) {
+        if let Err(e) = self.p.sink.flush(self.p.drain_timeout) {
             tracing::warn!(error = %e, "flushing the producer");
         }
     }
@@ -435,9 +441,9 @@ impl CorrelateStage {
     ) -> (CorrelatorResult, Option<(&'static str, String)>) {
         let r = &records[i];
         match decode_event(payload, &self.p.loaded.enricher) {
-            Ok(Decoded::Other) => (CorrelatorResult::Skipped, None),
-            Ok(Decoded::Unknown(_)) if !self.unknown => (CorrelatorResult::Skipped, None),
-            Ok(Decoded::Unknown(note)) => {
+            Ok(EventsRecord::Other) => (CorrelatorResult::Skipped, None),
+            Ok(EventsRecord::Unknown(_)) if !self.unknown => (CorrelatorResult::Skipped, None),
+            Ok(EventsRecord::Unknown(note)) => {
                 if self.unknown_dedupe.seen(r.id.tp.partition, &note.source) {
                     (CorrelatorResult::Duplicate, None)
                 } else {
@@ -448,7 +454,7 @@ impl CorrelateStage {
                 }
             }
             Err(why) => (CorrelatorResult::Invalid, Some(("invalid_event", why))),
-            Ok(Decoded::Match { event, known }) => {
+            Ok(EventsRecord::Match { event, known }) => {
                 if self.dedupe.seen(r.id.tp.partition, &event.source) {
                     (CorrelatorResult::Duplicate, None)
                 } else {
@@ -600,7 +606,7 @@ mod tests {
             .expect("scans");
         let original = events.pop().expect("the Xid matched");
         let json = serde_json::to_vec(&original).expect("serialises");
-        let Decoded::Match { event, known } = decode_event(&json, enricher).expect("decodes")
+        let EventsRecord::Match { event, known } = decode_event(&json, enricher).expect("decodes")
         else {
             panic!("a match event");
         };
@@ -611,7 +617,7 @@ mod tests {
         // An entry this KB lacks keeps the event's own diagnosis.
         let mut v: serde_json::Value = serde_json::from_slice(&json).expect("json");
         v["kb_id"] = "vendor/new-entry".into();
-        let Decoded::Match { event, known } =
+        let EventsRecord::Match { event, known } =
             decode_event(v.to_string().as_bytes(), enricher).expect("decodes")
         else {
             panic!("a match event");
@@ -622,7 +628,7 @@ mod tests {
 
         assert!(matches!(
             decode_event(br#"{"type":"kb_reload","schema_version":1}"#, enricher),
-            Ok(Decoded::Other)
+            Ok(EventsRecord::Other)
         ));
         for bad in [
             &b"not json"[..],
@@ -670,7 +676,7 @@ mod tests {
             "the shard key travels"
         );
         let json = serde_json::to_vec(&event).expect("serialises");
-        let Decoded::Unknown(note) = decode_event(&json, enricher).expect("decodes") else {
+        let EventsRecord::Unknown(note) = decode_event(&json, enricher).expect("decodes") else {
             panic!("an unknown event");
         };
         assert_eq!(note.job_id, "job-42");
@@ -702,7 +708,7 @@ mod tests {
         let clock = crate::time::parse("2024-11-29T12:00:00Z").and_then(|s| s.millis());
         let mut v: serde_json::Value = serde_json::from_slice(&json).expect("json");
         v["timestamp"] = "Nov 29 11:59:00".into();
-        let Ok(Decoded::Unknown(yearless)) = decode_event(v.to_string().as_bytes(), enricher)
+        let Ok(EventsRecord::Unknown(yearless)) = decode_event(v.to_string().as_bytes(), enricher)
         else {
             panic!("an unknown event");
         };
@@ -711,7 +717,8 @@ mod tests {
             crate::time::parse("2024-11-29T11:59:00Z").and_then(|s| s.millis())
         );
         v["timestamp"] = serde_json::Value::Null;
-        let Ok(Decoded::Unknown(untimed)) = decode_event(v.to_string().as_bytes(), enricher) else {
+        let Ok(EventsRecord::Unknown(untimed)) = decode_event(v.to_string().as_bytes(), enricher)
+        else {
             panic!("an unknown event");
         };
         assert_eq!(untimed.at(clock), clock);

@@ -554,7 +554,7 @@ impl IncidentStage {
 pub enum StartError {
     /// The incident settings are inconsistent.
     #[error(transparent)]
-    Config(#[from] crate::incident::ConfigError),
+    Config(#[from] crate::incident::IncidentConfigError),
     /// An output could not be built.
     #[error(transparent)]
     Output(#[from] OutputError),

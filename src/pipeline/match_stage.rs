@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::config::JobIdFrom;
+use super::config::{InputConfig, InvalidLimits, JobIdFrom};
 use super::decode::{decode_record, header_pairs, record_job, Disposition, InvalidCounter, Span};
 use super::quarantine::{Quarantine, Step};
 use super::settings::Config;
@@ -47,10 +47,34 @@ use crate::runtime::queue;
 use crate::runtime::Health;
 use crate::sink::kafka::KafkaSink;
 use crate::source::kafka::{forget, Batch, SourceRecord};
+use crate::unknown::UnknownConfig;
+
+/// The settings the match stage reads, and nothing else of the configuration: `[input]`,
+/// `[unknown]`, the invalid-record limits of `[dead_letter]`, and how long a stop waits for the
+/// sink (`kafka.drain_timeout_ms`).
+#[derive(Debug, Clone)]
+pub(super) struct MatchSettings {
+    pub(super) input: InputConfig,
+    pub(super) unknown: UnknownConfig,
+    pub(super) invalid: InvalidLimits,
+    pub(super) drain_timeout: Duration,
+}
+
+impl MatchSettings {
+    /// The match stage's part of `config`.
+    pub(super) fn of(config: &Config) -> Self {
+        MatchSettings {
+            input: config.input.clone(),
+            unknown: config.unknown.clone(),
+            invalid: config.dead_letter.limits,
+            drain_timeout: config.kafka.drain_timeout,
+        }
+    }
+}
 
 /// What the match stage is built from ([`MatchStage::new`]).
 pub(super) struct StageParts {
-    pub(super) config: Arc<Config>,
+    pub(super) settings: MatchSettings,
     pub(super) sink: Arc<KafkaSink>,
     pub(super) health: Arc<Health>,
     pub(super) stop: Arc<Stop>,
@@ -67,7 +91,7 @@ pub(super) struct StageParts {
 
 /// The matching stage: decode, scan, enrich, produce; resolve each record in the tracker.
 pub(super) struct MatchStage {
-    config: Arc<Config>,
+    settings: MatchSettings,
     sink: Arc<KafkaSink>,
     health: Arc<Health>,
     stop: Arc<Stop>,
@@ -189,16 +213,16 @@ impl FaultInjection {
 
 impl MatchStage {
     pub(super) fn new(mut p: StageParts) -> Result<Self, MatchError> {
-        let unknown = UnknownStage::new(&p.config.unknown, p.redactor.clone(), &p.metrics);
+        let unknown = UnknownStage::new(&p.settings.unknown, p.redactor.clone(), &p.metrics);
         if let (Some(u), Some(inc)) = (&unknown, p.incidents.as_mut()) {
             inc.track_unknown(u.recent());
         }
         Ok(MatchStage {
-            counter: InvalidCounter::new(p.config.dead_letter.limits),
+            counter: InvalidCounter::new(p.settings.invalid),
             worker: p.loaded.engine.worker()?,
             enricher: p.loaded.enricher.clone().with_redactor(p.redactor.clone()),
             counts: p.metrics.batch(),
-            config: p.config,
+            settings: p.settings,
             sink: p.sink,
             health: p.health,
             stop: p.stop,
@@ -275,7 +299,7 @@ impl MatchStage {
                 }
             }
         }
-        if let Err(e) = self.sink.flush(self.config.kafka.drain_timeout) {
+        if let Err(e) = self.sink.flush(self.settings.drain_timeout) {
             tracing::warn!(error = %e, "flushing the producer");
         }
     }
@@ -632,7 +656,7 @@ impl MatchStage {
                 view.key,
                 header_pairs(view),
                 view.payload,
-                &self.config.input,
+                &self.settings.input,
                 &mut self.decoded,
                 self.buf.len(),
             );
@@ -690,7 +714,7 @@ impl MatchStage {
             spans,
             events,
             buf,
-            config,
+            settings,
             counts,
             tracer,
             enricher,
@@ -699,8 +723,8 @@ impl MatchStage {
             decoded,
             ..
         } = self;
-        let job_from = &config.input.job_id;
-        let default_job = &config.input.default_job_id;
+        let job_from = &settings.input.job_id;
+        let default_job = &settings.input.default_job_id;
         let spans = &spans[..];
         let mut on_hit = |hit: Hit<'_>| {
             let k = spans.partition_point(|s| s.first_line <= hit.line);
@@ -740,7 +764,7 @@ impl MatchStage {
                     spans,
                     batch,
                     records,
-                    input: &config.input,
+                    input: &settings.input,
                 };
                 let mut on_unmatched = |line: u64, record: &LogRecord<'_>| {
                     u.unmatched(&view, line, record, incidents.as_mut());

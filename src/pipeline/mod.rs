@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::incident::config::Role;
+use crate::incident::config::ProcessRole;
 use crate::kafka::{kafka_settings, KafkaConfig};
 use crate::matcher::MatchError;
 use crate::reload::{self, KbSource, Loaded, ReloadError};
@@ -63,7 +63,7 @@ mod unknown;
 
 pub use decode::LimitExceeded;
 pub use match_stage::{FaultInjection, FaultPoint};
-use match_stage::{MatchStage, StageParts};
+use match_stage::{MatchSettings, MatchStage, StageParts};
 
 /// How long role `match` waits for the events topic's metadata at start.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
@@ -206,7 +206,7 @@ pub struct Running {
 
 /// What `faultline run` reports when it stops.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub struct StopReport {
     /// What it did.
     pub stats: Stats,
 }
@@ -285,7 +285,10 @@ pub async fn start_with(
     let mut tasks = Vec::new();
     let admin = serve_admin(&shared, &mut tasks).await?;
     let (kb_rx, reload_tx) = shared.watch_kb(&loaded, &mut tasks);
-    let role = config.incidents.as_ref().map_or(Role::All, |i| i.role);
+    let role = config
+        .incidents
+        .as_ref()
+        .map_or(ProcessRole::All, |i| i.role);
     let kafka = input_of(config, role);
     let settings = kafka_settings(&kafka);
     let links = shared.broker_links();
@@ -299,7 +302,7 @@ pub async fn start_with(
         links,
     )?;
     let (incidents, delivery) = match &config.incidents {
-        Some(c) if role != Role::Match => {
+        Some(c) if role != ProcessRole::Match => {
             let list = build_outputs(config, admin, stop, extras.outputs)?;
             let (mut stage, threads) = shared.incident_stage(c, list, &sink)?;
             stage.adopt(&adopt_open_incidents(&settings, c).await);
@@ -363,7 +366,7 @@ struct Shared {
 
 /// What the matcher or correlator thread is built from, besides [`Shared`].
 struct StageInputs {
-    role: Role,
+    role: ProcessRole,
     sink: Arc<KafkaSink>,
     kb: watch::Receiver<Arc<Loaded>>,
     loaded: Arc<Loaded>,
@@ -499,12 +502,13 @@ impl Shared {
         let config = &self.config;
         let redactor = config.redact.enabled.then(|| Arc::clone(&self.rules));
         let correlator = match p.role {
-            Role::Correlate => p.incidents.take(),
+            ProcessRole::Correlate => p.incidents.take(),
             _ => None,
         };
         if let Some(incidents) = correlator {
             let stage = correlate::CorrelateStage::new(correlate::CorrelateParts {
-                config: Arc::clone(config),
+                unknown: config.unknown.clone(),
+                drain_timeout: config.kafka.drain_timeout,
                 sink: p.sink,
                 health: Arc::clone(&self.health),
                 stop: Arc::clone(&self.stop),
@@ -526,7 +530,7 @@ impl Shared {
         };
         let partitioner = event_partitioner(config, p.role, &p.sink).await?;
         let stage = MatchStage::new(StageParts {
-            config: Arc::clone(config),
+            settings: MatchSettings::of(config),
             sink: p.sink,
             health: Arc::clone(&self.health),
             stop: Arc::clone(&self.stop),
@@ -581,9 +585,9 @@ async fn serve_admin(
 
 /// What this process reads: the input topics, or, for a correlator, the events topic in its own
 /// group.
-fn input_of(config: &Config, role: Role) -> KafkaConfig {
+fn input_of(config: &Config, role: ProcessRole) -> KafkaConfig {
     match (&config.incidents, role) {
-        (Some(inc), Role::Correlate) => KafkaConfig {
+        (Some(inc), ProcessRole::Correlate) => KafkaConfig {
             topics: vec![crate::kafka::TopicSpec::Name(config.output.topic.clone())],
             group_id: inc.correlator_group(&config.kafka.group_id),
             ..config.kafka.clone()
@@ -595,10 +599,10 @@ fn input_of(config: &Config, role: Role) -> KafkaConfig {
 /// A match member places its events by correlator shard; other roles produce them unkeyed.
 async fn event_partitioner(
     config: &Config,
-    role: Role,
+    role: ProcessRole,
     sink: &Arc<KafkaSink>,
 ) -> Result<Option<shard::EventPartitioner>, PipelineError> {
-    let (Some(inc), Role::Match) = (&config.incidents, role) else {
+    let (Some(inc), ProcessRole::Match) = (&config.incidents, role) else {
         return Ok(None);
     };
     let (s, topic) = (Arc::clone(sink), config.output.topic.clone());
@@ -732,7 +736,7 @@ impl Running {
     }
 
     /// Waits for the pipeline to stop (after [`Running::shutdown`] or an error).
-    pub async fn wait(self) -> Result<Report, PipelineError> {
+    pub async fn wait(self) -> Result<StopReport, PipelineError> {
         let Running {
             health,
             stop,
@@ -772,14 +776,14 @@ impl Running {
         if !joined {
             return Err(PipelineError::Panicked);
         }
-        Ok(Report {
+        Ok(StopReport {
             stats: health.stats(),
         })
     }
 }
 
 /// `faultline run`: start, then stop gracefully on SIGTERM or SIGINT, reload on SIGHUP.
-pub async fn run(config: Config) -> Result<Report, PipelineError> {
+pub async fn run(config: Config) -> Result<StopReport, PipelineError> {
     let c = config.clone();
     let loaded = tokio::task::spawn_blocking(move || load_kb(&c))
         .await

@@ -34,7 +34,7 @@ use crate::incident::{IncidentEvent, Status};
 use crate::metrics::{OutputCounters, OutputFamilies, OutputResult};
 use crate::offsets::Release;
 use crate::sink::kafka::{KafkaSink, UndeliveredRecord};
-use crate::sink::output::{IncidentOutput, Report, Undelivered};
+use crate::sink::output::{IncidentOutput, Outcome, Undelivered};
 
 /// A change for an output's worker, with the release its handling helps.
 type Job = (Arc<IncidentEvent>, Option<Arc<Release>>);
@@ -170,7 +170,7 @@ fn work(
                 Err(RecvTimeoutError::Timeout) => {
                     next_tick = every.map(|e| Instant::now() + e);
                     if !dead.stop.requested() {
-                        let mut report = Report::default();
+                        let mut report = Outcome::default();
                         output.tick(&mut report);
                         account(c, output.name(), &report, &mut Vec::new(), dead);
                     }
@@ -197,7 +197,7 @@ fn work(
             continue;
         }
         let changes: Vec<Arc<IncidentEvent>> = jobs.iter().map(|(c, _)| Arc::clone(c)).collect();
-        let mut report = Report::default();
+        let mut report = Outcome::default();
         output.deliver(&changes, &mut report);
         let mut releases: Vec<Option<Arc<Release>>> = jobs.into_iter().map(|(_, r)| r).collect();
         account(c, output.name(), &report, &mut releases, dead);
@@ -209,7 +209,7 @@ fn work(
 fn account(
     c: &OutputCounters,
     name: &'static str,
-    report: &Report,
+    report: &Outcome,
     releases: &mut [Option<Arc<Release>>],
     dead: &DeadLetters,
 ) {

@@ -40,7 +40,7 @@ use crate::section::{Errors, Printer};
 use crate::sink::http::{HttpClient, HttpError, Pause, RetryPolicy, Sleep};
 use crate::sink::incident_url;
 use crate::sink::output::{
-    IncidentOutput, OutputContext, OutputError, OutputSection, Report, Undelivered,
+    IncidentOutput, Outcome, OutputContext, OutputError, OutputSection, Undelivered,
 };
 use crate::time::{format_ms, Millis};
 
@@ -694,7 +694,7 @@ impl IncidentOutput for Alerter {
         MAX_ALERTS_PER_POST
     }
 
-    fn deliver(&mut self, changes: &[Arc<IncidentEvent>], report: &mut Report) {
+    fn deliver(&mut self, changes: &[Arc<IncidentEvent>], report: &mut Outcome) {
         let before = self.sink.stats();
         let outcome = self.changes(changes, SystemTime::now());
         for u in self.take_undelivered() {
@@ -725,7 +725,7 @@ impl IncidentOutput for Alerter {
         Some(self.sink.cfg.resend_interval)
     }
 
-    fn tick(&mut self, report: &mut Report) {
+    fn tick(&mut self, report: &mut Outcome) {
         let before = self.sink.stats();
         if let Err(e) = self.resend(SystemTime::now()) {
             tracing::warn!(attempts = e.attempts, error = %e.error,
@@ -736,7 +736,7 @@ impl IncidentOutput for Alerter {
 }
 
 impl Alerter {
-    fn report_stats(&self, before: AlertStats, report: &mut Report) {
+    fn report_stats(&self, before: AlertStats, report: &mut Outcome) {
         report.retries += self.sink.stats().retries - before.retries;
         report.open = Some(self.open());
     }

@@ -174,7 +174,7 @@ pub enum SinkError {
 
 /// What a delivery report acknowledges.
 #[derive(Debug)]
-pub enum Delivery {
+pub enum Acked {
     /// A match event or a dead letter: one output of `record`.
     Output {
         /// The input record the output came from.
@@ -233,13 +233,13 @@ impl ClientContext for SinkContext {
 }
 
 impl ProducerContext for SinkContext {
-    type DeliveryOpaque = Box<Delivery>;
+    type DeliveryOpaque = Box<Acked>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Delivery>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Box<Acked>) {
         match (result, *delivery) {
             (
                 Ok(_),
-                Delivery::Output {
+                Acked::Output {
                     record,
                     dead_letter,
                 },
@@ -252,12 +252,12 @@ impl ProducerContext for SinkContext {
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
             }
-            (Ok(_), Delivery::Undelivered { release, .. }) => {
+            (Ok(_), Acked::Undelivered { release, .. }) => {
                 if let Some(r) = release {
                     r.done();
                 }
             }
-            (Ok(_), Delivery::Incident { release, .. }) => {
+            (Ok(_), Acked::Incident { release, .. }) => {
                 if let Some(r) = release {
                     r.done();
                 }
@@ -269,15 +269,15 @@ impl ProducerContext for SinkContext {
                     error: error.to_string(),
                 };
                 match delivery {
-                    Delivery::Output { record, .. } => {
+                    Acked::Output { record, .. } => {
                         tracing::error!(error = %e, source = %record.tp, offset = record.offset,
                             "output lost; stopping so that the record is processed again after a restart");
                     }
-                    Delivery::Incident { fingerprint, .. } => {
+                    Acked::Incident { fingerprint, .. } => {
                         tracing::error!(error = %e, fingerprint = %fingerprint,
                             "incident change lost; stopping so that its records are read again after a restart");
                     }
-                    Delivery::Undelivered { fingerprint, .. } => {
+                    Acked::Undelivered { fingerprint, .. } => {
                         tracing::error!(error = %e, fingerprint = %fingerprint,
                             "undeliverable ticket change or alert lost; stopping so that its records are read again after a restart");
                     }
@@ -365,7 +365,7 @@ impl KafkaSink {
     ) -> Result<(), SinkError> {
         let mut r = BaseRecord::with_opaque_to(
             &self.output_topic,
-            Box::new(Delivery::Output {
+            Box::new(Acked::Output {
                 record: record.clone(),
                 dead_letter: false,
             }),
@@ -416,7 +416,7 @@ impl KafkaSink {
     ) -> Result<(), SinkError> {
         let r = BaseRecord::with_opaque_to(
             topic,
-            Box::new(Delivery::Incident {
+            Box::new(Acked::Incident {
                 fingerprint: fingerprint.to_string(),
                 release,
             }),
@@ -481,7 +481,7 @@ impl KafkaSink {
         );
         let mut r = BaseRecord::with_opaque_to(
             &self.dead_letter_topic,
-            Box::new(Delivery::Output {
+            Box::new(Acked::Output {
                 record: record.id.clone(),
                 dead_letter: true,
             }),
@@ -524,7 +524,7 @@ impl KafkaSink {
         );
         let r = BaseRecord::with_opaque_to(
             topic,
-            Box::new(Delivery::Undelivered {
+            Box::new(Acked::Undelivered {
                 fingerprint: record.fingerprint.to_string(),
                 release,
             }),
@@ -537,7 +537,7 @@ impl KafkaSink {
 
     fn send<K, P>(
         &self,
-        mut record: BaseRecord<'_, K, P, Box<Delivery>>,
+        mut record: BaseRecord<'_, K, P, Box<Acked>>,
         stop: &Shutdown,
     ) -> Result<(), SinkError>
     where

@@ -48,8 +48,8 @@ pub trait IncidentOutput: Send {
 
     /// Delivers `changes` (at least one, at most [`IncidentOutput::max_batch`]), retrying as
     /// its settings say, and reports the outcome into `report`. A change it gives up on goes
-    /// into [`Report::undelivered`], to be produced to the dead-letter topic.
-    fn deliver(&mut self, changes: &[Arc<IncidentEvent>], report: &mut Report);
+    /// into [`Outcome::undelivered`], to be produced to the dead-letter topic.
+    fn deliver(&mut self, changes: &[Arc<IncidentEvent>], report: &mut Outcome);
 
     /// How often [`IncidentOutput::tick`] runs when no change arrives; `None`: never.
     fn tick_every(&self) -> Option<Duration> {
@@ -57,7 +57,7 @@ pub trait IncidentOutput: Send {
     }
 
     /// Periodic work (a resend of what the receiver keeps alive).
-    fn tick(&mut self, _report: &mut Report) {}
+    fn tick(&mut self, _report: &mut Outcome) {}
 }
 
 /// An output with the size of its queue: what `faultline run` starts a worker for.
@@ -70,7 +70,7 @@ fn every(_: &IncidentEvent) -> bool {
 
 /// What one [`IncidentOutput::deliver`] or [`IncidentOutput::tick`] did.
 #[derive(Debug, Default)]
-pub struct Report {
+pub struct Outcome {
     /// Changes the receiver accepted.
     pub delivered: u64,
     /// Changes not accepted after the retries that the output sends again itself later.

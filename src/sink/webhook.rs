@@ -37,7 +37,7 @@ use crate::sink::alertmanager::label_set;
 use crate::sink::http::{HttpClient, HttpError, Pause, RetryPolicy, Sleep};
 use crate::sink::incident_url;
 use crate::sink::output::{
-    IncidentOutput, OutputContext, OutputError, OutputSection, Report, Undelivered,
+    IncidentOutput, Outcome, OutputContext, OutputError, OutputSection, Undelivered,
 };
 
 /// The body shape.
@@ -141,7 +141,7 @@ pub struct DeadLetterRecord {
 
 /// The outcome of one [`WebhookSink::send`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delivery {
+pub enum TicketOutcome {
     /// No ticket raised for this incident (yet): nothing sent.
     Skipped,
     /// Delivered with a 2xx response.
@@ -246,10 +246,10 @@ impl WebhookSink {
 
     /// Delivers one incident change if its ticket is raised; retries, then dead-letters.
     /// Errors only when the dead letter itself cannot be written.
-    pub fn send(&mut self, incident: &IncidentEvent) -> Result<Delivery, WebhookError> {
+    pub fn send(&mut self, incident: &IncidentEvent) -> Result<TicketOutcome, WebhookError> {
         if !incident.ticket.raised {
             self.stats.skipped += 1;
-            return Ok(Delivery::Skipped);
+            return Ok(TicketOutcome::Skipped);
         }
         let key = idempotency_key(incident);
         let payload = match self.cfg.format {
@@ -299,7 +299,7 @@ impl WebhookSink {
         let error = match result {
             Ok(_) => {
                 self.stats.delivered += 1;
-                return Ok(Delivery::Delivered { attempts });
+                return Ok(TicketOutcome::Delivered { attempts });
             }
             Err(failed) => failed.error,
         };
@@ -332,7 +332,7 @@ impl WebhookSink {
                 })?;
             }
         }
-        Ok(Delivery::DeadLettered { attempts, error })
+        Ok(TicketOutcome::DeadLettered { attempts, error })
     }
 }
 
@@ -658,17 +658,17 @@ impl IncidentOutput for WebhookSink {
         ticketed
     }
 
-    fn deliver(&mut self, changes: &[std::sync::Arc<IncidentEvent>], report: &mut Report) {
+    fn deliver(&mut self, changes: &[std::sync::Arc<IncidentEvent>], report: &mut Outcome) {
         for (i, change) in changes.iter().enumerate() {
             let retries = self.stats.retries;
             match self.send(change) {
-                Ok(Delivery::Delivered { .. }) => report.delivered += 1,
-                Ok(Delivery::DeadLettered { attempts, error }) => {
+                Ok(TicketOutcome::Delivered { .. }) => report.delivered += 1,
+                Ok(TicketOutcome::DeadLettered { attempts, error }) => {
                     report.dead_lettered += 1;
                     tracing::error!(fingerprint = %change.fingerprint, attempts, error = %error,
                         "webhook change dead-lettered");
                 }
-                Ok(Delivery::Skipped) => {}
+                Ok(TicketOutcome::Skipped) => {}
                 Err(e) => {
                     report.dead_lettered += 1;
                     tracing::error!(fingerprint = %change.fingerprint, error = %e,
@@ -798,11 +798,11 @@ mod tests {
         let events = incidents();
         assert!(events.len() >= 4);
         for e in &events {
-            assert!(matches!(s.send(e), Ok(Delivery::Delivered { .. })));
+            assert!(matches!(s.send(e), Ok(TicketOutcome::Delivered { .. })));
         }
         // A redelivery of every change (a replay after a crash) changes nothing.
         for e in &events {
-            assert!(matches!(s.send(e), Ok(Delivery::Delivered { .. })));
+            assert!(matches!(s.send(e), Ok(TicketOutcome::Delivered { .. })));
         }
         let tickets = server.tickets.lock().expect("lock");
         assert_eq!(tickets.len(), 2, "one ticket per incident: {tickets:?}");
@@ -845,7 +845,7 @@ mod tests {
         let outcome = s.send(&events[0]).expect("dead letter written");
         assert!(matches!(
             outcome,
-            Delivery::DeadLettered { attempts: 4, .. }
+            TicketOutcome::DeadLettered { attempts: 4, .. }
         ));
         assert_eq!(
             *waits.0.lock().expect("lock"),
@@ -894,7 +894,7 @@ mod tests {
         let events = incidents();
         assert!(matches!(
             s.send(&events[0]),
-            Ok(Delivery::DeadLettered { attempts: 1, .. })
+            Ok(TicketOutcome::DeadLettered { attempts: 1, .. })
         ));
         assert_eq!(*seen.lock().expect("lock"), vec!["HTTP 400".to_string()]);
         assert!(waits.0.lock().expect("lock").is_empty());
@@ -903,7 +903,7 @@ mod tests {
         let (mut s, waits) = sink(&server.url, PayloadFormat::Generic, DeadLetter::Drop);
         assert!(matches!(
             s.send(&events[0]),
-            Ok(Delivery::Delivered { attempts: 2 })
+            Ok(TicketOutcome::Delivered { attempts: 2 })
         ));
         // Retry-After: 7 is capped by max_backoff (1 s).
         assert_eq!(*waits.0.lock().expect("lock"), vec![Duration::from_secs(1)]);
@@ -922,7 +922,7 @@ mod tests {
             PayloadFormat::Generic,
             DeadLetter::Drop,
         );
-        assert_eq!(s.send(&out[0]).expect("skips"), Delivery::Skipped);
+        assert_eq!(s.send(&out[0]).expect("skips"), TicketOutcome::Skipped);
         assert_eq!(s.stats().attempts, 0);
         let bad = WebhookSink::new(
             WebhookConfig::new("ftp://x", PayloadFormat::Generic),

@@ -3,7 +3,7 @@
 //! false alarm fails CI. The numbers come from running the real evaluation (library and
 //! binary), never from a table in this file.
 
-use faultline::eval::{self, Report};
+use faultline::eval::{self, SetScore};
 
 use crate::support::{hyperscan, repo};
 
@@ -12,14 +12,14 @@ const MIN_FAILURES: u64 = 386;
 const MIN_HEALTHY: u64 = 73;
 const MIN_SOURCES: u64 = 445;
 
-fn report() -> Report {
+fn report() -> SetScore {
     let dir = repo().join("tests/corpus/real");
     let excerpts = eval::read_corpus(&dir).expect("the corpus parses");
     eval::evaluate(&hyperscan(), &excerpts, &dir).expect("evaluates")
 }
 
 /// Every miss, as `faultline eval` lists them, for the failure message.
-fn misses(r: &Report) -> String {
+fn misses(r: &SetScore) -> String {
     let text = eval::render_text(r);
     text.split_once("\nmisses:\n")
         .map_or_else(String::new, |(_, m)| m.to_string())

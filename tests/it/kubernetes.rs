@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use clap::Parser;
 use faultline::cli::{Cli, Command};
 use faultline::config::{Config, RawConfig};
-use faultline::incident::config::Role;
+use faultline::incident::config::ProcessRole;
 use serde::Deserialize;
 use serde_norway::Value;
 
@@ -93,8 +93,8 @@ fn each_deployment_runs_its_role_on_the_configmap() {
     .expect("write");
 
     for (name, role) in [
-        ("faultline-match", Role::Match),
-        ("faultline-correlate", Role::Correlate),
+        ("faultline-match", ProcessRole::Match),
+        ("faultline-correlate", ProcessRole::Correlate),
     ] {
         let d = get(&m, &format!("Deployment/{name}"));
         let pod = &d["spec"]["template"];

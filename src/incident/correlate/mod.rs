@@ -13,6 +13,7 @@
 //! exposed for tests and, later, metrics: [`Correlator::stats`], [`Correlator::sizes`].
 
 mod adopt;
+mod late;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use super::lifecycle::Incident;
 use super::lru::LruOrder;
 use super::multiline::{self, Appended, StreamKey, Streams};
 use super::nodes::{self, NodeEvent, Nodes};
-use super::{ConfigError, IncidentConfig, IncidentEvent, Resolution, Status};
+use super::{IncidentConfig, IncidentConfigError, IncidentEvent, Resolution, Status};
 use crate::enrich::{MatchEvent, Scope};
 use crate::time::Millis;
 
@@ -46,6 +47,8 @@ struct JobState {
     tick: u64,
     /// Boxed: an incident is large and moves in and out of here.
     incident: Option<Box<Incident>>,
+    /// The last resolved incident, which late lines revise ([`late`]).
+    closed: Option<late::Closed>,
     streams: Streams,
     history: VecDeque<Past>,
     /// Hosts the job's lines named, in order (bounded by `max_hosts_per_incident`).
@@ -124,7 +127,7 @@ pub struct Correlator {
 
 impl Correlator {
     /// A correlator with no state; fails when `cfg` does not [validate](IncidentConfig::validate).
-    pub fn new(cfg: IncidentConfig) -> Result<Self, ConfigError> {
+    pub fn new(cfg: IncidentConfig) -> Result<Self, IncidentConfigError> {
         cfg.validate()?;
         Ok(Correlator {
             fleet: Fleet::new(cfg.max_hosts, cfg.bad_node_half_life_ms),
@@ -311,6 +314,9 @@ impl Correlator {
             if self.node_fits(&job, &ev) {
                 self.join_node(&job, &ev, out);
                 ev.claimed_by.push(job);
+            } else if let Some(t) = self.node_revises(&job, &ev) {
+                self.revise(&job, &ev.event, t, ev.arrival, out);
+                ev.claimed_by.push(job);
             }
         }
         if let Some(overflow) = self.nodes.hold(host, ev) {
@@ -404,11 +410,12 @@ impl Correlator {
 
         if self.is_restart_marker(event) {
             self.resolve(&key, Resolution::Restart, out);
-            return;
+            return self.restarted(&key, t);
         }
         let (new_hosts, new_places) = self.learn_placements(&key, event, t);
 
         let window = self.cfg.window_ms;
+        let slack = self.slack();
         let max_backdate = self.cfg.max_backdate_ms;
         let effective = log_ms.map(|l| l - backdate(event, max_backdate));
         let (appended, joins, has_incident) = {
@@ -433,16 +440,24 @@ impl Correlator {
             } else {
                 // Does the match belong to the open incident?
                 let effective = t - backdate(event, max_backdate);
-                let joins = job
-                    .incident
-                    .as_ref()
-                    .is_some_and(|inc| effective <= inc.last_ms + window);
+                let joins = job.incident.as_ref().is_some_and(|inc| {
+                    effective <= inc.last_ms + window
+                        && (log_ms.is_none() || !late::before(inc, t, slack))
+                });
                 (appended, joins, job.incident.is_some())
             }
         };
         if multiline::is_block_only(event) {
             // Context lines ride along with the incident's next event.
             return;
+        }
+        let late = log_ms.filter(|_| !joins).and_then(|l| self.late(&key, l));
+        match late {
+            Some(late::Late::Revise) => return self.revise(&key, event, t, arrival, out),
+            Some(late::Late::Earlier) => {
+                return self.earlier_incident(&key, event, t, arrival, out)
+            }
+            None => {}
         }
         let mut opened = false;
         if !joins {
@@ -755,6 +770,7 @@ impl Correlator {
         }
         self.stats.resolved += 1;
         out.push(inc.snapshot(Status::Resolved, Some(why), &self.cfg));
+        job.closed = Some(late::Closed::new(inc, why));
     }
 
     /// Resolves incidents whose quiet period has passed on the clock.
@@ -803,6 +819,7 @@ impl Correlator {
                 key: Arc::clone(&key),
                 tick,
                 incident: None,
+                closed: None,
                 streams: Streams::new(
                     self.cfg.max_context_streams_per_job,
                     self.cfg.max_context_lines,

@@ -449,3 +449,69 @@ fn an_adopted_id_is_taken_by_the_same_failure_only() {
     let z = other.iter().find(|e| e.job_id == "z").expect("z opens");
     assert_ne!(z.id, "fp2:00000000000000bb");
 }
+
+/// A node's Xid as its kernel log reports it: no job, the host's.
+fn node_xid(host: &str, sec: i64) -> MatchEvent {
+    let mut e = xid(&format!("node:{host}"), host, sec);
+    e.scope = Scope::Node;
+    e
+}
+
+#[test]
+fn late_lines_revise_the_failure_they_belong_to_not_a_later_one() {
+    let mut c = corr(IncidentConfig::default());
+    // Failure A: NCCL timeouts at 10:10 (10-minute timeout: the failure began at 10:00), on
+    // node-00's ranks; resolved quiet when the clock moves 40 minutes on.
+    let out = feed(&mut c, &[timeout("j", 1, 600), timeout("j", 2, 601)]);
+    let a = out[0].id.clone();
+    assert_eq!(out[0].root.error_code, "NCCL_TIMEOUT");
+    let out = feed(&mut c, &[timeout("other", 0, 600 + 40 * 60)]);
+    assert!(out
+        .iter()
+        .any(|e| e.id == a && e.status == Status::Resolved));
+    // Failure B of the same job, hours later.
+    let out = feed(&mut c, &[timeout("j", 3, 6 * 3600)]);
+    let b = out
+        .iter()
+        .find(|e| e.job_id == "j" && e.status == Status::Open)
+        .expect("B opens")
+        .id
+        .clone();
+    assert_ne!(a, b);
+
+    // A's Xid (10:00, node-00's kernel log) and the job's own ECC line arrive now: they revise
+    // A under its id, its root re-elected, then resolved again; B is left alone.
+    let ecc = event("CUDA_ECC_UNCORRECTABLE", Role::Root, "gpu_memory_ecc")
+        .job("j")
+        .rank(1)
+        .host("node-00")
+        .ts(&ts(1))
+        .build();
+    let out = feed(&mut c, &[node_xid("node-00", 0), ecc]);
+    assert!(out.iter().all(|e| e.id == a), "{out:#?}");
+    let statuses: Vec<Status> = out.iter().map(|e| e.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            Status::Updated,
+            Status::Resolved,
+            Status::Updated,
+            Status::Resolved
+        ]
+    );
+    assert_eq!(out[0].root.error_code, "XID_79", "the late Xid is A's root");
+    assert_eq!(out[3].first_seen.as_deref(), Some(ts(0).as_str()));
+    assert_eq!(out[3].last_seen.as_deref(), Some(ts(601).as_str()));
+    let now = c.current("j").expect("B is open");
+    assert_eq!(
+        (now.id.as_str(), now.root.error_code.as_str()),
+        (b.as_str(), "NCCL_TIMEOUT")
+    );
+
+    // A line of a failure before A, in no window: an incident of its own, B still untouched.
+    let out = feed(&mut c, &[timeout("j", 4, -3 * 3600)]);
+    let statuses: Vec<Status> = out.iter().map(|e| e.status).collect();
+    assert_eq!(statuses, [Status::Open, Status::Resolved]);
+    assert!(out.iter().all(|e| e.id != a && e.id != b));
+    assert_eq!(c.open_incidents(), 1);
+}

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use faultline::incident::{IncidentEvent, Status};
 use faultline::pipeline;
-use faultline::sink::output::{IncidentOutput, Report};
+use faultline::sink::output::{IncidentOutput, Outcome};
 
 use super::*;
 
@@ -25,7 +25,7 @@ impl IncidentOutput for Recorder {
         "recorder"
     }
 
-    fn deliver(&mut self, changes: &[Arc<IncidentEvent>], report: &mut Report) {
+    fn deliver(&mut self, changes: &[Arc<IncidentEvent>], report: &mut Outcome) {
         for c in changes {
             let _ = self.arrived.send(c.status);
             if c.status == Status::Resolved {
@@ -51,7 +51,7 @@ impl IncidentOutput for Uninterested {
         |_| false
     }
 
-    fn deliver(&mut self, _: &[Arc<IncidentEvent>], _: &mut Report) {
+    fn deliver(&mut self, _: &[Arc<IncidentEvent>], _: &mut Outcome) {
         panic!("handed a change it does not want");
     }
 }
