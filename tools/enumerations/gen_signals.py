@@ -185,6 +185,15 @@ TEMPLATES = {
         "examples": ["Fatal Python error: {WORD}"],
         "supersedes": [],
     },
+    # GNU time (time.c: 'Command terminated by signal %d', 'Command exited with non-zero status %d') and
+    # the same WTERMSIG idiom in many wrappers and CI runners ('command terminated by signal %d', code index).
+    "wtermsig": {
+        "patterns": [r"(?i)command terminated by signal {N}\b",
+                     r"Command exited with non-zero status {EXIT}\b"],
+        "examples": ["Command terminated by signal {N}", "Errors: command terminated by signal {N}",
+                     "Command exited with non-zero status {EXIT}"],
+        "supersedes": [],
+    },
     # The 128+N and -N conventions in the words around them: Horovod's runner ('Process %d exit with
     # status code %d.'), Docker/containerd ('exited with code'), CPython ('returned non-zero exit
     # status %d.'), IDEs ('exit code 137 (interrupted by signal 9: SIGKILL)').
