@@ -163,6 +163,37 @@ TEMPLATES = {
         "examples": ["*** {NAME} received at time=1700000000 on cpu 12 ***"],
         "supersedes": [],
     },
+    # GDB gdb/infrun.c print_signal_received_reason: '\nThread ' + thread id + ' "name"' (or
+    # '\nProgram') + ' received signal ' + SIGNAME + ', ' + gdb's own meaning + '.'; and
+    # print_signal_exited_reason / corelow.c: 'Program terminated with signal %s, %s.'. gdb's
+    # meanings are its own table (SIGFPE is 'Arithmetic exception'), so only the name is matched.
+    "gdb": {
+        "patterns": [
+            r'(?:Program|Thread [0-9.]{1,12}(?: "[^"\n]{0,64}")?) received signal {NAME}, ',
+            r"Program terminated with signal {NAME}, ",
+        ],
+        "examples": ['Thread 787 "imagenet_fake_d" received signal {NAME}, {WORD}.',
+                     "Program received signal {NAME}, {WORD}.",
+                     "Program terminated with signal {NAME}, {WORD}."],
+        "supersedes": [],
+    },
+    # CPython Modules/faulthandler.c faulthandler_fatal_error: 'Fatal Python error: ' + the
+    # handler's name ('Segmentation fault', 'Floating point exception', 'Aborted', 'Bus error',
+    # 'Illegal instruction'), then the Python stack of every thread.
+    "faulthandler": {
+        "pattern": r"Fatal Python error: {WORD}\b",
+        "examples": ["Fatal Python error: {WORD}"],
+        "supersedes": [],
+    },
+    # GNU time (time.c: 'Command terminated by signal %d', 'Command exited with non-zero status %d') and
+    # the same WTERMSIG idiom in many wrappers and CI runners ('command terminated by signal %d', code index).
+    "wtermsig": {
+        "patterns": [r"(?i)command terminated by signal {N}\b",
+                     r"Command exited with non-zero status {EXIT}\b"],
+        "examples": ["Command terminated by signal {N}", "Errors: command terminated by signal {N}",
+                     "Command exited with non-zero status {EXIT}"],
+        "supersedes": [],
+    },
     # The 128+N and -N conventions in the words around them: Horovod's runner ('Process %d exit with
     # status code %d.'), Docker/containerd ('exited with code'), CPython ('returned non-zero exit
     # status %d.'), IDEs ('exit code 137 (interrupted by signal 9: SIGKILL)').

@@ -58,10 +58,17 @@ WRAPPERS = [
     # The NCCLCHECK macro of NCCL's documentation examples, copied into many programs (TensorRT-LLM's
     # "Failed: NCCL error %s:%d '%s'", benchmarks, kernels): printf("Failed, NCCL error %s:%d '%s'\n", ...).
     r"\bFailed[,:] NCCL error [^\n]{1,200}:\d{1,6} '",
+    # PyTorch torch/csrc/cuda/nccl.cpp throw_nccl_error (torch.cuda.nccl, the NCCL of DataParallel
+    # broadcast/reduce and of early vLLM's tensor parallelism): "NCCL Error " << status << ": " << string.
+    r"\bNCCL Error \d{1,2}:",
+    # CuPy cupy_backends/cuda/libs/nccl.pyx NcclError: '%s: %s' % (ERROR_NAMES[status], string), e.g.
+    # "NCCL_ERROR_INVALID_USAGE: invalid usage" (cupy.cuda.nccl, used by Ray's collective and Chainer).
+    r"\bNCCL_ERROR_[A-Z_]{3,40}:",
 ]
 WRAP = "(?:" + "|".join(WRAPPERS) + ")"
 
-# Example lines, one per wrapper, built from the format strings above ({w}: the wording, {n}: number).
+# Example lines, one per wrapper, built from the format strings above ({w}: the wording, {n}: number,
+# {c}: CuPy's name of the result, NCCL_ERROR_ + the enum name in upper snake case).
 NCCL_EXAMPLES = [
     "INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:297: NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: {w}",
     "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: NCCL operation ncclGroupEnd() failed: {w}. Last NCCL warning(error) log entry (may be unrelated) 'Cuda failure 1 'invalid argument''.",
@@ -72,6 +79,8 @@ NCCL_EXAMPLES = [
     "ExternalError: NCCL error({n}), {w}. ",
     "node-3: Test NCCL failure common.cu:1005 '{w} / '",
     "Failed, NCCL error /workspace/app/allreduce.cu:60 '{w}'",
+    "[2023-07-11 15:20:41,680 E 42067 42067] logging.cc:97: Unhandled exception: St13runtime_error. what(): NCCL Error {n}: {w}",
+    "cupy_backends.cuda.libs.nccl.NcclError: {c}: {w}",
 ]
 
 
@@ -162,7 +171,8 @@ def nccl_blocks(rows):
             if r["nccl_versions"].startswith("real log"):
                 continue
             for t in NCCL_EXAMPLES:
-                e = t.format(w=r["wording"], n=r["number"])
+                c = "NCCL_ERROR_" + re.sub(r"(?<!^)(?=[A-Z])", "_", r["name"][4:]).upper()
+                e = t.format(w=r["wording"], n=r["number"], c=c)
                 if e not in seen:
                     seen.add(e)
                     exs.append(e)
