@@ -77,7 +77,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
     let sources: Vec<String> = kb.patterns.iter().map(|p| p.source.clone()).collect();
     let kb = Arc::new(kb);
     let oracle = match RegexMatcher::compile(&sources) {
-        Ok(m) => every_event(&kb, m),
+        Ok(m) => Probe::new(every_event(&kb, m)),
         Err(e) => {
             errors.push(whole_kb_problem(&kb, "regex", &e));
             report.errors = errors;
@@ -86,7 +86,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
     };
     let hyperscan = if hs_ok {
         match HyperscanMatcher::compile(&sources) {
-            Ok(m) => Some(every_event(&kb, m)),
+            Ok(m) => Some(Probe::new(every_event(&kb, m))),
             Err(e) => {
                 errors.push(whole_kb_problem(&kb, "Hyperscan", &e));
                 None
@@ -102,8 +102,8 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
         for (i, example) in entry.examples.iter().enumerate() {
             report.examples += 1;
             let field = format!("examples[{i}]");
-            let by_regex = entries_hit(&oracle, example);
-            let by_hs = hyperscan.as_ref().map(|h| entries_hit(h, example));
+            let by_regex = oracle.hits(example);
+            let by_hs = hyperscan.as_ref().map(|h| h.hits(example));
             let own = |hits: &[(usize, usize)]| hits.iter().any(|(x, _)| *x == e);
             if !own(&by_regex) {
                 errors.push(problem(
@@ -178,7 +178,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
         }
         for (i, negative) in entry.negative_examples.iter().enumerate() {
             let field = format!("negative_examples[{i}]");
-            let by_regex = entries_hit(&oracle, negative);
+            let by_regex = oracle.hits(negative);
             if by_regex.iter().any(|(x, _)| *x == e) {
                 errors.push(problem(
                     &kb,
@@ -188,7 +188,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
                 ));
             }
             if let Some(h) = &hyperscan {
-                if entries_hit(h, negative).iter().any(|(x, _)| *x == e) {
+                if h.hits(negative).iter().any(|(x, _)| *x == e) {
                     errors.push(problem(
                         &kb,
                         e,
@@ -416,20 +416,37 @@ fn whole_kb_problem(kb: &KnowledgeBase, engine: &str, e: &MatchError) -> Problem
     }
 }
 
-/// (entry, dense pattern id) for every entry `line` hits.
-fn entries_hit<M: Matcher>(engine: &Engine<M>, line: &str) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let Ok(mut worker) = engine.worker() else {
-        return out;
-    };
-    let info = ChunkInfo {
-        first_line: 1,
-        truncated: false,
-    };
-    let _ = engine.scan_chunk(&mut worker, line.as_bytes(), info, &mut |hit| {
-        out.push((hit.entry, hit.pattern));
-    });
-    out
+/// An engine and the one worker every probe reuses (a worker holds a capture slot per
+/// pattern: making one per example cost more than scanning it).
+struct Probe<M: Matcher> {
+    engine: Engine<M>,
+    worker: std::cell::RefCell<Option<crate::engine::Worker<M>>>,
+}
+
+impl<M: Matcher> Probe<M> {
+    fn new(engine: Engine<M>) -> Self {
+        let worker = std::cell::RefCell::new(engine.worker().ok());
+        Probe { engine, worker }
+    }
+
+    /// (entry, dense pattern id) for every entry `line` hits.
+    fn hits(&self, line: &str) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut worker = self.worker.borrow_mut();
+        let Some(worker) = worker.as_mut() else {
+            return out;
+        };
+        let info = ChunkInfo {
+            first_line: 1,
+            truncated: false,
+        };
+        let _ = self
+            .engine
+            .scan_chunk(worker, line.as_bytes(), info, &mut |hit| {
+                out.push((hit.entry, hit.pattern));
+            });
+        out
+    }
 }
 
 fn entry_set(hits: &[(usize, usize)]) -> Vec<usize> {

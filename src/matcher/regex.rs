@@ -29,6 +29,9 @@ impl RegexMatcher {
         let set = RegexSetBuilder::new(patterns.iter().map(AsRef::as_ref))
             .unicode(false)
             .size_limit(256 << 20)
+            // Room for the lazy DFA's states over a thousand patterns: with the default it
+            // gives up and every line runs through the PikeVM (`kb check`'s main cost).
+            .dfa_size_limit(64 << 20)
             .build()
             .map_err(|e| MatchError::Database {
                 engine: ENGINE,
