@@ -48,7 +48,8 @@ struct JobState {
     incident: Option<Box<Incident>>,
     streams: Streams,
     history: VecDeque<Past>,
-    /// Hosts the job's lines named, in order (bounded by `max_hosts_per_incident`).
+    /// Hosts the job's lines named, in order (bounded by `max_hosts_per_incident`), kept until a
+    /// restart marker.
     hosts: Vec<Arc<str>>,
     /// Where each rank ran, as the job's lines said (bounded by `max_ranks_per_incident`).
     placements: BTreeMap<u32, Arc<str>>,
@@ -404,6 +405,7 @@ impl Correlator {
 
         if self.is_restart_marker(event) {
             self.resolve(&key, Resolution::Restart, out);
+            self.forget_hosts(&key);
             return;
         }
         let (new_hosts, new_places) = self.learn_placements(&key, event, t);
@@ -546,6 +548,20 @@ impl Correlator {
             self.nodes.saw_job(host, key, t);
         }
         (new_hosts, new_places)
+    }
+
+    /// A restart (requeue, elastic restart, replica restart): the job's next attempt may run on
+    /// other hosts, so the hosts and rank placements its lines named so far are forgotten and
+    /// learned again from the new attempt's lines. Until then the job keeps its hosts for its
+    /// whole life, however long its ranks stay quiet.
+    fn forget_hosts(&mut self, key: &Arc<str>) {
+        let Some(job) = self.jobs.get_mut(key) else {
+            return;
+        };
+        job.placements.clear();
+        for host in std::mem::take(&mut job.hosts) {
+            self.nodes.forget_job(&host, key);
+        }
     }
 
     /// Joins the waiting node events of `host` that fit job `key`'s open incident.
