@@ -1,17 +1,17 @@
 //! `faultline report`: reads logs (scanned in-process, as `faultline scan` would) or a scan's
-//! JSON output, builds the [`super::Report`] and prints it.
+//! JSON output, builds the [`crate::report::Report`] and prints it.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::input::{self, Fact, Input, InputError};
-use super::render::{self, Format};
-use super::{build, Options};
 use crate::engine::Engine;
 use crate::incident::IncidentConfig;
 use crate::kb::{KbError, KnowledgeBase};
 use crate::matcher::MatchError;
+use crate::report::input::{self, Fact, Input, InputError};
+use crate::report::render::{self, Format};
+use crate::report::{build, Options};
 use crate::scan::{self, ScanError, ScanOptions};
 use crate::sink::stdout::{self, StdoutSink};
 use crate::source::file;
