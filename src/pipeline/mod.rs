@@ -563,11 +563,15 @@ async fn serve_admin(
         .map_err(|error| PipelineError::Admin { addr, error })?;
     let bound = listener.local_addr().unwrap_or(addr);
     let (h, m) = (Arc::clone(&shared.health), Arc::clone(&shared.metrics));
+    let live = shared.store.clone();
     let mut routes = server::health_routes(move || h.readiness()).route("/metrics", move || {
-        server::Reply::new(200, crate::metrics::CONTENT_TYPE, m.render())
+        let report = live.as_deref().map(server::report::families);
+        let body = m.render() + report.as_deref().unwrap_or("");
+        server::Reply::new(200, crate::metrics::CONTENT_TYPE, body)
     });
     if let Some(store) = &shared.store {
         routes = server::incidents::routes(routes, Arc::clone(store));
+        routes = server::report::routes(routes, Arc::clone(store));
     }
     tasks.push(tokio::spawn(server::serve(
         listener,
@@ -575,7 +579,7 @@ async fn serve_admin(
         shared.stop.subscribe(),
     )));
     tracing::info!(addr = %bound, incidents = shared.store.is_some(),
-        "admin server listening (/healthz, /readyz, /metrics, /incidents, /api/v1/incidents)");
+        "admin server listening (/healthz, /readyz, /metrics, /incidents, /api/v1/incidents, /report)");
     Ok(Some(bound))
 }
 

@@ -197,11 +197,13 @@ pub fn poisson_sf(k: usize, lambda: f64) -> f64 {
 }
 
 /// Hours each host spent in jobs' attempts, from the start-up lines.
+///
+/// In host order, so that sums over it do not depend on a hash's order.
 pub fn exposure<'a>(
     jobs: &[JobCost],
     hosts_of: &HashMap<&str, Vec<&'a [String]>>,
-) -> HashMap<&'a str, f64> {
-    let mut out: HashMap<&'a str, f64> = HashMap::new();
+) -> BTreeMap<&'a str, f64> {
+    let mut out: BTreeMap<&'a str, f64> = BTreeMap::new();
     for j in jobs {
         let Some(attempts) = hosts_of.get(j.job_id.as_str()) else {
             continue;
@@ -219,7 +221,7 @@ pub fn exposure<'a>(
 pub fn lemons(
     jobs_all: &[JobCost],
     node_facts: &[&Fact],
-    exposure: &HashMap<&str, f64>,
+    exposure: &BTreeMap<&str, f64>,
     t: &Thresholds,
 ) -> Vec<Lemon> {
     let mut blamed: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();

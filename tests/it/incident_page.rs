@@ -63,7 +63,7 @@ fn incident_changes(paths: &[&Path]) -> Vec<IncidentEvent> {
 }
 
 /// Runs headless chromium with `args` then `url`; its stdout. Killed after a minute.
-fn chromium(binary: &Path, profile: &Path, args: &[&str], url: &str) -> String {
+pub(crate) fn chromium(binary: &Path, profile: &Path, args: &[&str], url: &str) -> String {
     let mut child = Command::new(binary)
         .args([
             "--headless",
