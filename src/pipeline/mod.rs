@@ -213,7 +213,7 @@ pub struct Report {
 
 /// Loads the KB (blocking; call from a blocking context or before the runtime is busy).
 pub fn load_kb(config: &Config) -> Result<Loaded, ReloadError> {
-    KbSource::from_dir(config.kb.dir.as_deref()).load()
+    KbSource::from_config(&config.kb).load()
 }
 
 /// Starts every stage: the admin server (bound before anything reads), the KB watcher, the
@@ -419,7 +419,7 @@ impl Shared {
         let (kb_tx, kb_rx) = watch::channel(Arc::clone(loaded));
         let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
         tasks.push(tokio::spawn(reload::watch(
-            KbSource::from_dir(kb.dir.as_deref()),
+            KbSource::from_config(kb),
             kb.dir.as_ref().and(kb.watch_interval),
             kb_tx,
             reload_rx,

@@ -68,10 +68,10 @@ fn value_end(s: &[u8], at: usize) -> Option<usize> {
 /// The spans of the top-level values of the object `line` whose keys `slot` numbers (a key's
 /// text as written, without its quotes), at those numbers; an empty span for a key not there;
 /// `None` when `line` is not an object this can walk.
-pub fn fields<'a, const N: usize>(
-    line: &'a [u8],
+pub fn fields<const N: usize>(
+    line: &[u8],
     slot: impl Fn(&[u8]) -> Option<usize>,
-) -> Option<[&'a [u8]; N]> {
+) -> Option<[&[u8]; N]> {
     let mut out: [&[u8]; N] = [&[]; N];
     let mut i = skip_ws(line, 0);
     if line.get(i) != Some(&b'{') {

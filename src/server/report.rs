@@ -155,8 +155,11 @@ fn table(b: &mut String, r: &Report) {
     b.push_str("</svg>");
 }
 
-/// GPU-hours lost per time bin and bucket.
-fn bins(r: &Report) -> Option<(Millis, Millis, Vec<Vec<(Bucket, f64)>>)> {
+/// GPU-hours lost per bucket in one time bin.
+type Bin = Vec<(Bucket, f64)>;
+
+/// The first bin's start, the bins' width, and GPU-hours lost per time bin and bucket.
+fn bins(r: &Report) -> Option<(Millis, Millis, Vec<Bin>)> {
     let all: Vec<_> = r.jobs.iter().flat_map(|j| &j.interruptions).collect();
     let first = all.iter().map(|i| i.failure).min()?;
     let last = all.iter().map(|i| i.failure).max()?;
@@ -168,7 +171,7 @@ fn bins(r: &Report) -> Option<(Millis, Millis, Vec<Vec<(Bucket, f64)>>)> {
     };
     let n = (((last - first) / width) + 1).clamp(1, 400) as usize;
     let width = ((last - first) / n as Millis + 1).max(width);
-    let mut out = vec![Vec::<(Bucket, f64)>::new(); n];
+    let mut out: Vec<Bin> = vec![Vec::new(); n];
     for i in all {
         let k = (((i.failure - first) / width) as usize).min(n - 1);
         match out[k].iter_mut().find(|(b, _)| *b == i.bucket) {
