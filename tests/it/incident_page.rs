@@ -206,7 +206,7 @@ async fn chromium_shows_the_list_the_timeline_and_hostile_lines_as_text() {
             assert!(list.contains(job), "{job} not listed");
         }
     }
-    assert!(list.contains(&format!("href=\"/incidents/{}\"", xid.fingerprint)));
+    assert!(list.contains(&format!("href=\"/incidents/{}\"", xid.id)));
 
     // The detail page draws the timeline: rows, the root mark, the cascade band.
     assert!(
