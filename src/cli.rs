@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod kb_commands;
+pub mod report;
 
 use crate::engine::Engine;
 use crate::incident::IncidentConfig;
@@ -132,7 +133,7 @@ Examples:
   faultline report --format markdown --since 2026-01-01T00:00:00Z logs/
   faultline scan --format json logs/ > scan.jsonl && faultline report --from-json scan.jsonl
   faultline report --format json logs/ | jq '.table'")]
-    Report(crate::report::command::ReportArgs),
+    Report(report::ReportArgs),
     /// Generate benchmark inputs (see scripts/bench-scan.sh).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -243,6 +244,13 @@ Examples:
   faultline bench fleet --seed 7 /tmp/fleet && faultline report /tmp/fleet
   faultline bench fleet --seed 1 --jobs 50 --days 3 /tmp/small-fleet")]
     Fleet(crate::bench::fleet::FleetArgs),
+    /// `faultline report` on a million incidents: writes them with their facts as scan JSON
+    /// lines, then times reading and building the report on one core (docs/report.md).
+    #[command(after_help = "\
+Examples:
+  faultline bench report
+  faultline bench report --incidents 100000 --file /tmp/report-bench.jsonl --json")]
+    Report(crate::bench::report::ReportBenchArgs),
     /// Match members and a correlator on an embedded broker: the maximum rate, the latency from
     /// a log line to its match event and to its incident at 10/50/90% of it, and the
     /// correlator's matches per second per core (see docs/scale-out.md).
@@ -515,7 +523,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Templates(args) => Ok(crate::mine::command::templates(&args)?),
-        Command::Report(args) => Ok(crate::report::command::run(&args)?),
+        Command::Report(args) => Ok(report::run(&args)?),
         Command::Kb(KbCommand::Suggest(args)) => Ok(crate::mine::command::suggest(&args)?),
         Command::Kb(KbCommand::Check { dir, warnings }) => kb_commands::check(dir, warnings),
         Command::Kb(KbCommand::List { kb, format }) => {
@@ -655,6 +663,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Fleet(args)) => crate::bench::fleet::command(&args),
+        Command::Bench(BenchCommand::Report(args)) => crate::bench::report::command(&args),
         Command::Bench(BenchCommand::Latency {
             kb,
             matchers,

@@ -40,6 +40,9 @@
 //! - [`unknown`]: error lines no entry knows -> per-job templates -> rate-limited `unknown`
 //!   events (and the templates an incident without a known root lists), its `[unknown]` table.
 //! - [`metrics`]: every Prometheus family, one file per group; [`telemetry`]: OTLP spans.
+//! - [`report`]: what failures cost a fleet: the interruption table, GPU-hours lost, ETTR,
+//!   lemon nodes and fix outcomes, from a scan's matches and incidents (the `faultline report`
+//!   command is `cli::report`, the live page the admin server's `/report`).
 //! - [`kafka`]: librdkafka settings in one function, the log bridge, the record view, lag.
 //! - [`source`]: [`source::file`], [`source::kafka`]; [`sink`]: [`sink::stdout`],
 //!   [`sink::kafka`], [`sink::webhook`], [`sink::alertmanager`], and [`sink::http`] under the
@@ -54,8 +57,6 @@
 //! - [`explain`]: `faultline kb explain`: one line's matches, trust level and advice.
 //! - [`mine`]: `faultline templates` (unknown error lines -> templates) and `kb suggest`
 //!   (templates -> KB drafts), over the same readers and engine as `scan`.
-//! - [`report`]: `faultline report`: the interruption table, GPU-hours lost, ETTR, lemon nodes
-//!   and fix outcomes, from a scan's matches and incidents.
 //! - [`config`]: composes every component's table into `faultline.toml`.
 //! - [`eval`]: recognition measured on the real-log corpus.
 //! - [`demo`]: the whole pipeline on an embedded broker; [`bench`]: benchmark inputs and

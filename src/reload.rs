@@ -45,6 +45,13 @@ impl Loaded {
         Ok(Loaded { engine, enricher })
     }
 
+    /// [`Loaded::new`] keeping the training-progress entries ([`Engine::with_progress`]).
+    pub fn with_progress_lines(kb: KnowledgeBase) -> Result<Self, ReloadError> {
+        let engine = Engine::with_progress(kb).map_err(ReloadError::Compile)?;
+        let enricher = Enricher::new(Arc::clone(&engine.kb));
+        Ok(Loaded { engine, enricher })
+    }
+
     /// The KB's content hash, named by every event it produced.
     pub fn version(&self) -> &str {
         &self.engine.kb.version
@@ -70,13 +77,15 @@ pub enum ReloadError {
     Compile(MatchError),
 }
 
-/// Where the KB comes from.
+/// Where the KB comes from, and whether its training-progress entries are compiled.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KbSource {
-    /// Built into the binary: never changes.
-    Embedded,
-    /// A directory of `*.toml` entries, polled for changes.
-    Dir(PathBuf),
+pub struct KbSource {
+    /// A directory of `*.toml` entries, polled for changes; `None`: built into the binary,
+    /// never changes.
+    pub dir: Option<PathBuf>,
+    /// Match the training-progress lines (KB category `progress`, one event per step) too:
+    /// what the live report's ETTR and GPU-hours lost are measured with (`kb.progress_lines`).
+    pub progress_lines: bool,
 }
 
 /// Where a passed `kb check` of exactly `files` is remembered: a file named after a hash of
@@ -104,16 +113,34 @@ fn checked_marker(files: &[kb::KbFile]) -> Option<PathBuf> {
 const CHECK_RULES: &str = "2026-12-01 commands, tags";
 
 impl KbSource {
-    /// The directory if one is given, else the embedded KB.
+    /// The directory if one is given, else the embedded KB; progress lines left out.
     pub fn from_dir(dir: Option<&Path>) -> Self {
-        dir.map_or(KbSource::Embedded, |d| KbSource::Dir(d.to_path_buf()))
+        KbSource {
+            dir: dir.map(Path::to_path_buf),
+            progress_lines: false,
+        }
+    }
+
+    /// What `[kb]` says.
+    pub fn from_config(kb: &KbConfig) -> Self {
+        KbSource {
+            progress_lines: kb.progress_lines,
+            ..KbSource::from_dir(kb.dir.as_deref())
+        }
+    }
+
+    fn compile(&self, kb: KnowledgeBase) -> Result<Loaded, ReloadError> {
+        match self.progress_lines {
+            true => Loaded::with_progress_lines(kb),
+            false => Loaded::new(kb),
+        }
     }
 
     /// Loads, checks and compiles. Blocking: call it from a blocking thread.
     pub fn load(&self) -> Result<Loaded, ReloadError> {
-        match self {
-            KbSource::Embedded => Loaded::new(KnowledgeBase::embedded()?),
-            KbSource::Dir(dir) => {
+        match &self.dir {
+            None => self.compile(KnowledgeBase::embedded()?),
+            Some(dir) => {
                 let files = kb::read_dir(dir)?;
                 if files.is_empty() {
                     return Err(kb::KbError::Empty(dir.clone()).into());
@@ -137,7 +164,7 @@ impl KbSource {
                             .and_then(|()| std::fs::write(m, b"passed kb check\n"));
                     }
                 }
-                Loaded::new(KnowledgeBase::from_files(files, &origin)?)
+                self.compile(KnowledgeBase::from_files(files, &origin)?)
             }
         }
     }
@@ -145,9 +172,7 @@ impl KbSource {
     /// A cheap fingerprint of the directory: changes when a `*.toml` file is added, removed,
     /// resized or touched.
     pub fn fingerprint(&self) -> Option<u64> {
-        let KbSource::Dir(dir) = self else {
-            return None;
-        };
+        let dir = self.dir.as_ref()?;
         let mut entries = Vec::new();
         let mut stack = vec![dir.clone()];
         while let Some(d) = stack.pop() {
@@ -179,6 +204,8 @@ pub struct RawKb {
     pub dir: Option<PathBuf>,
     /// How often the directory is checked for changes; 0 disables.
     pub watch_interval_ms: Option<u64>,
+    /// Also match training-progress lines (one `info` event per step) for the live report.
+    pub progress_lines: Option<bool>,
 }
 
 /// Validated `[kb]`.
@@ -188,6 +215,8 @@ pub struct KbConfig {
     pub dir: Option<PathBuf>,
     /// `None`: the directory is not watched (SIGHUP still reloads).
     pub watch_interval: Option<Duration>,
+    /// Match training-progress lines too (off by default: one event per training step).
+    pub progress_lines: bool,
 }
 
 impl KbConfig {
@@ -200,6 +229,7 @@ impl KbConfig {
         KbConfig {
             dir: raw.dir,
             watch_interval: (watch_ms > 0).then(|| Duration::from_millis(watch_ms)),
+            progress_lines: raw.progress_lines.unwrap_or(false),
         }
     }
 
@@ -214,6 +244,7 @@ impl KbConfig {
             "watch_interval_ms",
             self.watch_interval.map_or(0, |d| d.as_millis()),
         );
+        p.number("progress_lines", self.progress_lines);
     }
 }
 
@@ -289,6 +320,29 @@ pub async fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_lines_are_compiled_only_when_kb_progress_lines_says_so() {
+        let progress = |on: bool| -> usize {
+            let mut found = Vec::new();
+            let mut errors = Errors::new("kb", &mut found);
+            let raw = RawKb {
+                progress_lines: Some(on),
+                ..RawKb::default()
+            };
+            let kb = KbConfig::from_raw(raw, &mut errors);
+            let loaded = KbSource::from_config(&kb).load().expect("loads");
+            loaded
+                .engine
+                .kb
+                .entries
+                .iter()
+                .filter(|e| e.category == crate::kb::PROGRESS_CATEGORY)
+                .count()
+        };
+        assert_eq!(progress(false), 0, "left out by default");
+        assert!(progress(true) >= 5, "the training-progress entries");
+    }
 
     #[test]
     fn a_kb_is_checked_again_whenever_a_byte_of_it_changes() {

@@ -13,6 +13,7 @@ use crate::kb::KnowledgeBase;
 
 pub mod fleet;
 pub mod latency;
+pub mod report;
 
 /// A small deterministic generator (xorshift64*), so a corpus is reproducible from its seed.
 #[derive(Debug, Clone)]

@@ -130,6 +130,14 @@ impl Nodes {
         state.jobs.insert(Arc::clone(job), t);
     }
 
+    /// Forgets that `job` ran on `host` (the job restarted; its next attempt names its hosts
+    /// again).
+    pub fn forget_job(&mut self, host: &str, job: &str) {
+        if let Some(state) = self.hosts.get_mut(host) {
+            state.jobs.remove(job);
+        }
+    }
+
     /// The jobs seen on `host`.
     pub fn jobs_on(&self, host: &str) -> Vec<Arc<str>> {
         let mut jobs: Vec<Arc<str>> = self

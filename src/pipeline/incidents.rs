@@ -294,6 +294,9 @@ impl IncidentStage {
                     None => last.push(id),
                 }
                 self.correlator.observe(event, &mut self.changes);
+                if let Some(store) = &self.store {
+                    store.observe_match(event);
+                }
                 if event.scope == crate::enrich::Scope::Node {
                     self.hold_node(id);
                 }

@@ -213,7 +213,7 @@ pub struct StopReport {
 
 /// Loads the KB (blocking; call from a blocking context or before the runtime is busy).
 pub fn load_kb(config: &Config) -> Result<Loaded, ReloadError> {
-    KbSource::from_dir(config.kb.dir.as_deref()).load()
+    KbSource::from_config(&config.kb).load()
 }
 
 /// Starts every stage: the admin server (bound before anything reads), the KB watcher, the
@@ -422,7 +422,7 @@ impl Shared {
         let (kb_tx, kb_rx) = watch::channel(Arc::clone(loaded));
         let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
         tasks.push(tokio::spawn(reload::watch(
-            KbSource::from_dir(kb.dir.as_deref()),
+            KbSource::from_config(kb),
             kb.dir.as_ref().and(kb.watch_interval),
             kb_tx,
             reload_rx,
@@ -567,11 +567,15 @@ async fn serve_admin(
         .map_err(|error| PipelineError::Admin { addr, error })?;
     let bound = listener.local_addr().unwrap_or(addr);
     let (h, m) = (Arc::clone(&shared.health), Arc::clone(&shared.metrics));
+    let live = shared.store.clone();
     let mut routes = server::health_routes(move || h.readiness()).route("/metrics", move || {
-        server::Reply::new(200, crate::metrics::CONTENT_TYPE, m.render())
+        let report = live.as_deref().map(server::report::families);
+        let body = m.render() + report.as_deref().unwrap_or("");
+        server::Reply::new(200, crate::metrics::CONTENT_TYPE, body)
     });
     if let Some(store) = &shared.store {
         routes = server::incidents::routes(routes, Arc::clone(store));
+        routes = server::report::routes(routes, Arc::clone(store));
     }
     tasks.push(tokio::spawn(server::serve(
         listener,
@@ -579,7 +583,7 @@ async fn serve_admin(
         shared.stop.subscribe(),
     )));
     tracing::info!(addr = %bound, incidents = shared.store.is_some(),
-        "admin server listening (/healthz, /readyz, /metrics, /incidents, /api/v1/incidents)");
+        "admin server listening (/healthz, /readyz, /metrics, /incidents, /api/v1/incidents, /report)");
     Ok(Some(bound))
 }
 

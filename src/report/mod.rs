@@ -1,16 +1,18 @@
 //! `faultline report`: what failures cost a fleet, from its logs alone.
 //!
-//! A layer above [`crate::scan`]: it reads the matches and incidents of a scan (run in-process
-//! over log files, or read back from `scan --format json`) and turns them into the questions a
+//! It reads the matches and incidents of a scan (run in-process over log files by
+//! `faultline report`, `crate::cli::report`; read back from `scan --format json`; or kept by the
+//! correlator of `faultline run` for its `/report` page) and turns them into the questions a
 //! fleet's operators ask after the fact: the interruption table by root-cause bucket
 //! ([`taxonomy`]), the GPU-hours each interruption cost, the effective training time ratio
 //! (ETTR) per job and fleet-wide, the mean time to failure by job size, the lemon nodes, and what
 //! the next attempt did after each root code. docs/report.md says how each number is estimated.
 
-pub mod command;
 pub mod input;
 pub mod jobs;
+pub mod live;
 pub mod render;
+pub mod skim;
 pub mod summary;
 pub mod taxonomy;
 
@@ -115,7 +117,7 @@ pub fn build(input: &Input, opts: &Options) -> Report {
         }
     }
     let mut costs: Vec<JobCost> = Vec::new();
-    let mut hosts_of: HashMap<&str, Vec<Vec<String>>> = HashMap::new();
+    let mut hosts_of: HashMap<&str, Vec<&[String]>> = HashMap::new();
     for (id, job) in &timelines {
         if !in_range(job.attempts[0].start, opts) {
             continue;
@@ -125,7 +127,7 @@ pub fn build(input: &Input, opts: &Options) -> Report {
         cost.interruptions.retain(|i| in_range(i.failure, opts));
         hosts_of.insert(
             id.as_str(),
-            job.attempts.iter().map(|a| a.hosts.clone()).collect(),
+            job.attempts.iter().map(|a| a.hosts.as_slice()).collect(),
         );
         costs.push(cost);
     }

@@ -27,7 +27,7 @@ pub fn render(report: &Report, format: Format) -> String {
 }
 
 /// The Prometheus text exposition of the interruptions, GPU-hours lost and fleet ETTR.
-fn prometheus(report: &Report) -> String {
+pub fn prometheus(report: &Report) -> String {
     let names: Vec<&str> = BUCKETS.iter().map(|b| b.name()).collect();
     let Ok(families) = ReportFamilies::new(&names) else {
         // The names are fixed and distinct: registering them cannot fail.

@@ -1,7 +1,7 @@
 //! Fleet-wide figures from the jobs' costs: the interruption table, fleet ETTR, mean time to
 //! failure by job size, lemon nodes and fix outcomes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -197,18 +197,20 @@ pub fn poisson_sf(k: usize, lambda: f64) -> f64 {
 }
 
 /// Hours each host spent in jobs' attempts, from the start-up lines.
-pub fn exposure(
+///
+/// In host order, so that sums over it do not depend on a hash's order.
+pub fn exposure<'a>(
     jobs: &[JobCost],
-    hosts_of: &HashMap<&str, Vec<Vec<String>>>,
-) -> HashMap<String, f64> {
-    let mut out: HashMap<String, f64> = HashMap::new();
+    hosts_of: &HashMap<&str, Vec<&'a [String]>>,
+) -> BTreeMap<&'a str, f64> {
+    let mut out: BTreeMap<&'a str, f64> = BTreeMap::new();
     for j in jobs {
         let Some(attempts) = hosts_of.get(j.job_id.as_str()) else {
             continue;
         };
         for (hosts, (a, b)) in attempts.iter().zip(&j.runtimes) {
-            for h in hosts {
-                *out.entry(h.clone()).or_default() += (b - a) as f64 / HOUR;
+            for h in hosts.iter() {
+                *out.entry(h.as_str()).or_default() += (b - a) as f64 / HOUR;
             }
         }
     }
@@ -219,7 +221,7 @@ pub fn exposure(
 pub fn lemons(
     jobs_all: &[JobCost],
     node_facts: &[&Fact],
-    exposure: &HashMap<String, f64>,
+    exposure: &BTreeMap<&str, f64>,
     t: &Thresholds,
 ) -> Vec<Lemon> {
     let mut blamed: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
@@ -243,7 +245,7 @@ pub fn lemons(
             .sum();
         let hours: f64 = exposure
             .iter()
-            .filter(|(h, _)| !flagged.contains(h.as_str()))
+            .filter(|(h, _)| !flagged.contains(**h))
             .map(|(_, x)| x)
             .sum();
         let unflagged = hosts_seen.saturating_sub(flagged.len()).max(1);
@@ -263,6 +265,7 @@ pub fn lemons(
         }
         flagged = next;
     }
+    let mut histories = histories(&flagged, jobs_all, node_facts);
     let mut out: Vec<Lemon> = flagged
         .iter()
         .map(|host| {
@@ -273,7 +276,7 @@ pub fn lemons(
                 jobs,
                 expected,
                 p_value: poisson_sf(jobs, expected),
-                history: history(host, jobs_all, node_facts),
+                history: histories.remove(host).unwrap_or_default(),
             }
         })
         .collect();
@@ -281,35 +284,51 @@ pub fn lemons(
     out
 }
 
-fn history(host: &str, jobs: &[JobCost], node_facts: &[&Fact]) -> Vec<Event> {
-    let mut events: Vec<(Millis, Event)> = jobs
-        .iter()
-        .flat_map(|j| &j.interruptions)
-        .filter(|i| i.host.as_deref() == Some(host) && i.bucket.blames_host())
-        .map(|i| {
-            let e = Event {
-                time: format_ms(i.failure),
-                code: i.code.clone().unwrap_or_default(),
-                job: Some(i.job_id.clone()),
-            };
-            (i.failure, e)
-        })
-        .collect();
-    for f in node_facts
-        .iter()
-        .filter(|f| f.host.as_deref() == Some(host))
-    {
-        if !events.iter().any(|(t, e)| *t == f.t && e.code == f.code) {
+/// The hardware history of each of `hosts`, in one pass over the interruptions and the node
+/// lines: the interruptions that blamed it, and its node root lines that are not one of them.
+fn histories<'a>(
+    hosts: &BTreeSet<&'a str>,
+    jobs: &[JobCost],
+    node_facts: &[&Fact],
+) -> HashMap<&'a str, Vec<Event>> {
+    let mut events: HashMap<&'a str, Vec<(Millis, Event)>> = HashMap::new();
+    let mut seen: HashSet<(&str, Millis, &str)> = HashSet::new();
+    for i in jobs.iter().flat_map(|j| &j.interruptions) {
+        let Some(host) = i.host.as_deref().and_then(|h| hosts.get(h)) else {
+            continue;
+        };
+        if !i.bucket.blames_host() {
+            continue;
+        }
+        let code = i.code.as_deref().unwrap_or_default();
+        seen.insert((host, i.failure, code));
+        let e = Event {
+            time: format_ms(i.failure),
+            code: code.to_string(),
+            job: Some(i.job_id.clone()),
+        };
+        events.entry(host).or_default().push((i.failure, e));
+    }
+    for f in node_facts {
+        let Some(host) = f.host.as_deref().and_then(|h| hosts.get(h)) else {
+            continue;
+        };
+        if seen.insert((host, f.t, f.code.as_str())) {
             let e = Event {
                 time: format_ms(f.t),
                 code: f.code.clone(),
                 job: None,
             };
-            events.push((f.t, e));
+            events.entry(host).or_default().push((f.t, e));
         }
     }
-    events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.code.cmp(&b.1.code)));
-    events.into_iter().map(|(_, e)| e).collect()
+    events
+        .into_iter()
+        .map(|(host, mut list)| {
+            list.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.code.cmp(&b.1.code)));
+            (host, list.into_iter().map(|(_, e)| e).collect())
+        })
+        .collect()
 }
 
 /// Per root code: what the job's next attempt did.
@@ -320,10 +339,16 @@ pub fn fix_outcomes(jobs: &[JobCost], t: &Thresholds) -> Vec<Fix> {
             let (Some(code), Some(restart)) = (&i.code, i.restart) else {
                 continue;
             };
-            let e = out.entry(code.clone()).or_insert_with(|| Fix {
-                code: code.clone(),
-                ..Fix::default()
-            });
+            if !out.contains_key(code.as_str()) {
+                let fix = Fix {
+                    code: code.clone(),
+                    ..Fix::default()
+                };
+                out.insert(code.clone(), fix);
+            }
+            let Some(e) = out.get_mut(code.as_str()) else {
+                continue;
+            };
             e.n += 1;
             let next = j.interruptions[k + 1..]
                 .iter()

@@ -11,12 +11,15 @@
 //! - [`incidents`]: `/api/v1/incidents` (JSON) and `/incidents` (HTML), with filters.
 //! - [`page`]: the HTML of the list and the detail page; [`chart`]: its timeline, inline SVG;
 //!   [`html`]: escaping, which every text from a log goes through.
+//! - [`report`]: `/report` and `/api/v1/report`, the fleet report over the store's live input,
+//!   and the report's families for `/metrics`.
 
 pub mod chart;
 pub mod config;
 pub mod html;
 pub mod incidents;
 pub mod page;
+pub mod report;
 pub mod store;
 
 use std::collections::BTreeMap;

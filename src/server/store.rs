@@ -9,11 +9,18 @@
 //! counted) and `max_resolved` resolved ones (`admin.resolved_incidents`; the oldest leaves
 //! first). Each entry is the incident object as the incidents topic carries it plus its
 //! timeline (at most 512 rows), shared by `Arc` with the sinks.
+//!
+//! It also keeps the report's live input ([`crate::report::live`]): every incident change, and
+//! the match events the stage hands it ([`IncidentStore::observe_match`]), for `/report` and
+//! the report's families on `/metrics` ([`super::report`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use crate::enrich::MatchEvent;
 use crate::incident::{IncidentEvent, Status};
+use crate::report::live::LiveInput;
+use crate::report::{Options, Report};
 
 /// Which incidents a query wants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +85,7 @@ struct Inner {
 #[derive(Debug)]
 pub struct IncidentStore {
     inner: Mutex<Inner>,
+    report: Mutex<LiveInput>,
     max_open: usize,
     max_resolved: usize,
 }
@@ -88,6 +96,7 @@ impl IncidentStore {
     pub fn new(max_open: usize, max_resolved: usize) -> Arc<Self> {
         Arc::new(IncidentStore {
             inner: Mutex::new(Inner::default()),
+            report: Mutex::new(LiveInput::default()),
             max_open: max_open.max(1),
             max_resolved: max_resolved.max(1),
         })
@@ -103,8 +112,31 @@ impl IncidentStore {
         self.record_shared(Arc::new(change.clone()));
     }
 
+    fn live(&self) -> std::sync::MutexGuard<'_, LiveInput> {
+        self.report.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands a match event the correlator consumed to the report's live input.
+    pub fn observe_match(&self, event: &MatchEvent) {
+        self.live().observe_match(event);
+    }
+
+    /// The report over the live input ([`crate::report::live`]).
+    pub fn report(&self, opts: &Options) -> Report {
+        let input = self.live().input();
+        crate::report::build(&input, opts)
+    }
+
+    /// What the report's live input holds and forgot.
+    pub fn report_sizes(&self) -> crate::report::live::LiveSizes {
+        self.live().sizes()
+    }
+
     /// [`IncidentStore::record`] of a change already behind an `Arc`.
     pub fn record_shared(&self, change: Arc<IncidentEvent>) {
+        if let Ok(json) = serde_json::to_vec(&*change) {
+            self.live().observe_incident_json(&json);
+        }
         let mut inner = self.lock();
         inner.seq += 1;
         let seq = inner.seq;

@@ -350,3 +350,150 @@ fn the_examples_give_one_incident_per_failed_job() {
         "one incident per job: {heads:#?}"
     );
 }
+
+/// NCCL's start-up line of `rank` (of 32, 8 per host) on `host`, with NCCL's `host:pid:tid`
+/// prefix.
+fn nccl_init(host: &str, rank: u32) -> String {
+    format!(
+        "{host}:{}:{} [{}] NCCL INFO comm 0x55d0c8a0 rank {rank} nranks 32 cudaDev {} nvmlDev {} \
+         busId 3b000 commId 0x7f3a - Init COMPLETE",
+        4000 + rank,
+        4100 + rank,
+        rank % 8,
+        rank % 8,
+        rank % 8
+    )
+}
+
+/// One attempt of job `job` on `hosts` (8 ranks each) from second `from`: every rank's start-up
+/// line, then only rank 0's Megatron progress every 10 minutes until second `to`.
+fn quiet_attempt(job: &str, hosts: &[&str], from: i64, to: i64) -> Vec<String> {
+    let mut lines: Vec<String> = (0..32u32)
+        .map(|r| {
+            let host = hosts[(r / 8) as usize];
+            vector(Some(job), host, Some(r), from, &nccl_init(host, r))
+        })
+        .collect();
+    let mut t = from + 600;
+    let mut step = 1;
+    while t < to {
+        lines.push(vector(
+            Some(job),
+            hosts[0],
+            Some(0),
+            t,
+            &format!(
+                " iteration {step:>8}/  100000 | consumed samples: {:>12} | elapsed time per \
+                 iteration (ms): 812.5 | learning rate: 1.500000E-04 | global batch size:    32 \
+                 | lm loss: 2.123456E+00 |",
+                step * 32
+            ),
+        ));
+        t += 600;
+        step += 1;
+    }
+    lines
+}
+
+/// The job's collective timeouts at second `at` from ranks 0-7 (the first host): the other
+/// hosts say nothing.
+fn hang(job: &str, host: &str, at: i64, seq: u64) -> Vec<String> {
+    (0..8)
+        .map(|r| vector(Some(job), host, Some(r), at, &timeout(r, seq)))
+        .collect()
+}
+
+/// `faultline scan --format json` (the shipped defaults: progress lines not matched) over
+/// `lines` in one file: the final incident states.
+fn scan_cli(lines: &[String]) -> Vec<Value> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = write(dir.path(), "fleet.jsonl", lines);
+    let out = Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .current_dir(repo())
+        .env_remove("FAULTLINE_KB")
+        .args(["scan", "--no-summary", "--format", "json"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    String::from_utf8(out.stdout)
+        .expect("utf8")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON lines"))
+        .filter(|o| o["type"] == "incident")
+        .collect()
+}
+
+/// A node's own kernel line as its log shipper sends it: the host, no job.
+fn node(host: &str, sec: i64, message: &str) -> String {
+    vector(None, host, None, sec, &format!("kernel: {message}"))
+}
+
+const QUIET: [&str; 4] = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"];
+const HOUR: i64 = 3600;
+
+/// Issue 30: a long job whose ranks on gpu-b..gpu-d print only their start-up lines, then five
+/// hours of rank 0's progress on gpu-a; an Xid 79 on the quiet gpu-c, then the job's NCCL
+/// timeouts ten minutes later. The host was learned from the start-up lines (matched in the
+/// default scan, unlike the progress lines) and kept for the job's life: the Xid is the root of
+/// the job's failure, not a node incident of its own.
+#[test]
+fn a_node_event_on_a_host_quiet_since_start_up_joins_the_jobs_failure() {
+    for (what, node_line) in [
+        ("Xid 79", node("gpu-c", 5 * HOUR, XID)),
+        (
+            "host OOM kill",
+            node(
+                "gpu-c",
+                5 * HOUR,
+                "[18211.661823] Out of memory: Killed process 48213 (python) total-vm:912334112kB, \
+                 anon-rss:402348812kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:801224kB \
+                 oom_score_adj:0",
+            ),
+        ),
+    ] {
+        let mut lines = quiet_attempt("pretrain-7", &QUIET, 0, 5 * HOUR);
+        lines.push(node_line);
+        lines.extend(hang("pretrain-7", "gpu-a", 5 * HOUR + 600, 90_211));
+        let incidents = scan_cli(&lines);
+        assert_eq!(incidents.len(), 1, "{what}: one incident: {incidents:#?}");
+        let i = &incidents[0];
+        assert_eq!(i["job_id"], "pretrain-7", "{what}");
+        assert_eq!(i["root_known"], true, "{what}: {i:#}");
+        assert_eq!(i["root"]["host"], "gpu-c", "{what}: {}", i["root"]);
+    }
+}
+
+/// The other half: a restart under the same job id on other hosts (after Slurm's requeue)
+/// replaces the job's hosts, so an Xid on a host of the first attempt, hours later, is not the
+/// root of the second attempt's hang: it stays a node incident.
+#[test]
+fn a_restart_elsewhere_replaces_the_jobs_hosts() {
+    let job = "pretrain-8";
+    let mut lines = quiet_attempt(job, &QUIET, 0, 2 * HOUR);
+    lines.push(vector(
+        Some(job),
+        "gpu-a",
+        None,
+        2 * HOUR,
+        "slurmstepd: error: *** JOB 4821 ON gpu-a CANCELLED AT 2024-11-30T22:53:20 DUE TO JOB \
+         REQUEUE ***",
+    ));
+    let moved = ["gpu-e", "gpu-f", "gpu-g", "gpu-h"];
+    lines.extend(quiet_attempt(job, &moved, 2 * HOUR + 900, 7 * HOUR));
+    lines.push(node("gpu-c", 7 * HOUR, XID));
+    lines.extend(hang(job, "gpu-e", 7 * HOUR + 600, 51_002));
+    let incidents = scan_cli(&lines);
+    let of_job: Vec<&Value> = incidents.iter().filter(|i| i["job_id"] == job).collect();
+    assert_eq!(of_job.len(), 1, "{incidents:#?}");
+    assert_eq!(
+        of_job[0]["root_known"], false,
+        "gpu-c left the job at the restart: {:#}",
+        of_job[0]["root"]
+    );
+    assert!(
+        incidents
+            .iter()
+            .any(|i| i["job_id"] == "node:gpu-c" && i["root"]["error_code"] == "XID_79"),
+        "the Xid is gpu-c's own incident: {incidents:#?}"
+    );
+}

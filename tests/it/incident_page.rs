@@ -63,7 +63,7 @@ fn incident_changes(paths: &[&Path]) -> Vec<IncidentEvent> {
 }
 
 /// Runs headless chromium with `args` then `url`; its stdout. Killed after a minute.
-fn chromium(binary: &Path, profile: &Path, args: &[&str], url: &str) -> String {
+pub(crate) fn chromium(binary: &Path, profile: &Path, args: &[&str], url: &str) -> String {
     let mut child = Command::new(binary)
         .args([
             "--headless",
@@ -206,7 +206,7 @@ async fn chromium_shows_the_list_the_timeline_and_hostile_lines_as_text() {
             assert!(list.contains(job), "{job} not listed");
         }
     }
-    assert!(list.contains(&format!("href=\"/incidents/{}\"", xid.fingerprint)));
+    assert!(list.contains(&format!("href=\"/incidents/{}\"", xid.id)));
 
     // The detail page draws the timeline: rows, the root mark, the cascade band.
     assert!(

@@ -23,6 +23,7 @@ mod recognition;
 mod redact;
 mod redact_envelopes;
 mod report;
+mod report_page;
 mod scan;
 mod support;
 mod telemetry;

@@ -476,6 +476,20 @@ impl Exporter {
         .flat_map(|l| support::events_of_line(&engine, l))
         .collect();
         assert_eq!(events.len(), 2, "both sample lines match");
+        // What the report reads of a job besides its incident: rank 0's start-up (16 GPUs)
+        // and a progress line.
+        let job_facts: Vec<_> = [
+            "gpu-a:4242:4300 [0] NCCL INFO comm 0x55d0c8a0 rank 0 nranks 16 cudaDev 0 nvmlDev 0 \
+             busId 18000 commId 0x7f3a - Init COMPLETE",
+            " iteration      100/  100000 | consumed samples:         3200 | elapsed time per \
+             iteration (ms): 812.5 | learning rate: 1.500000E-04 | global batch size:    32 | lm \
+             loss: 2.123456E+00 |",
+        ]
+        .iter()
+        .flat_map(|l| support::events_of_line(&engine, l))
+        .collect();
+        assert_eq!(job_facts.len(), 2, "both report lines match");
+        let store = faultline::server::store::IncidentStore::new(1_000, 1_000);
         let flag = std::sync::Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
             let mut batch = metrics.batch();
@@ -514,15 +528,30 @@ impl Exporter {
                     }
                 }
                 metrics.flush(&mut batch);
-                // One failure per scrape: a job whose GPU fell off the bus on a node.
+                // One failure per scrape: a job that started, trained for 20 minutes and lost
+                // a GPU on a node. The correlator's live report input (what `faultline run`'s
+                // admin server keeps) sees its facts and incident, as in the service.
+                let t0 = 1_767_225_600_000 + scrape as i64 * 3_600_000;
+                let at = |ms: i64| Some(faultline::time::format_ms(t0 + ms));
+                for (e, ms) in job_facts.iter().zip([0, 600_000]) {
+                    let mut e = e.clone();
+                    e.job_id = format!("job-{scrape}");
+                    e.timestamp = at(ms);
+                    store.observe_match(&e);
+                }
                 let mut changes = Vec::new();
                 for e in &events {
                     let mut e = e.clone();
                     e.job_id = format!("job-{scrape}");
                     e.host = Some(format!("node-{}", scrape % 3));
+                    e.timestamp = at(1_800_000);
                     correlator.observe(&e, &mut changes);
+                    store.observe_match(&e);
                 }
                 correlator.resolve_all(&mut changes);
+                for c in &changes {
+                    store.record(c);
+                }
                 for c in &changes {
                     match c.status {
                         faultline::incident::Status::Open => metrics.incidents().opened(c),
@@ -536,7 +565,7 @@ impl Exporter {
                     metrics.kb_reload(ReloadResult::Failure);
                 }
                 metrics.set_partition("fleet.logs", 0, 1_500, Some(98_000));
-                let body = metrics.render();
+                let body = metrics.render() + &faultline::server::report::families(&store);
                 let _ = write!(
                     stream,
                     "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\n\
@@ -663,6 +692,15 @@ fn every_promql_expression_runs_against_a_real_prometheus() {
         if !promql.contains("offset 1d") {
             assert!(!result.is_empty(), "panel {panel:?} has no data: {promql}");
         }
+    }
+    // The report's families come from the live report: interruptions, and GPU-hours lost
+    // by the GPU bucket (16 GPUs x 20 minutes of work per failed job).
+    for promql in [
+        "sum(faultline_interruptions_total{cause=\"gpu\"}) > 0",
+        "sum(faultline_gpu_hours_lost_total{cause=\"gpu\"}) > 5",
+    ] {
+        let r = server.query(promql).expect("query");
+        assert!(!r.is_empty(), "{promql}: no data");
     }
     // The template variables' metric and labels exist.
     for var in ["error_code", "domain"] {

@@ -11,7 +11,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use faultline::bench::fleet::{write_fleet, FleetOptions, Truth};
-use faultline::report::{self, command::scan_logs, Options, Report};
+use faultline::cli::report::scan_logs;
+use faultline::report::{self, Options, Report};
 
 use crate::support::repo;
 

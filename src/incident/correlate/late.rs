@@ -102,10 +102,19 @@ impl Correlator {
         (fits && before_open).then_some(t)
     }
 
-    /// A restart marker of job `key` at log time `t`: its resolved incident's window ends there.
+    /// A restart marker of job `key` at log time `t`: its resolved incident's window ends
+    /// there, and the job's hosts are forgotten (the next attempt may run elsewhere: an old
+    /// host's node event no longer joins it).
     pub(super) fn restarted(&mut self, key: &Arc<str>, t: Millis) {
-        if let Some(closed) = self.jobs.get_mut(key).and_then(|j| j.closed.as_mut()) {
+        let Some(job) = self.jobs.get_mut(key) else {
+            return;
+        };
+        if let Some(closed) = job.closed.as_mut() {
             closed.until = Some(closed.until.map_or(t, |u| u.min(t)));
+        }
+        job.placements.clear();
+        for host in std::mem::take(&mut job.hosts) {
+            self.nodes.forget_job(&host, key);
         }
     }
 

@@ -51,7 +51,8 @@ struct JobState {
     closed: Option<late::Closed>,
     streams: Streams,
     history: VecDeque<Past>,
-    /// Hosts the job's lines named, in order (bounded by `max_hosts_per_incident`).
+    /// Hosts the job's lines named, in order (bounded by `max_hosts_per_incident`), kept until a
+    /// restart marker.
     hosts: Vec<Arc<str>>,
     /// Where each rank ran, as the job's lines said (bounded by `max_ranks_per_incident`).
     placements: BTreeMap<u32, Arc<str>>,

@@ -126,13 +126,28 @@ async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
     .await;
 
     let admin = running.admin_addr().expect("admin listens");
-    let text = tokio::task::spawn_blocking(move || {
-        crate::observability::http_get(admin, "/metrics").map(|(_, body)| body)
+    let (text, report) = tokio::task::spawn_blocking(move || {
+        let get = |path| crate::observability::http_get(admin, path).map(|(_, body)| body);
+        (get("/metrics"), get("/api/v1/report"))
     })
     .await
-    .expect("joins")
-    .expect("/metrics answers");
+    .expect("joins");
+    let text = text.expect("/metrics answers");
     running.shutdown();
+    // The correlator's live report: the failure is one interruption of the GPU bucket, on
+    // /api/v1/report and in the report's families on /metrics.
+    let report: serde_json::Value =
+        serde_json::from_str(&report.expect("/api/v1/report answers")).expect("JSON");
+    assert_eq!(report["fleet"]["interruptions"], 1, "{report}");
+    assert_eq!(report["table"][0]["bucket"], "gpu", "{report}");
+    assert_eq!(
+        metric(
+            &text,
+            "faultline_interruptions_total{cause=\"gpu\",error_code=\"XID_79\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
     running.wait().await.expect("clean stop, spans flushed");
     // Changes are counted as they are produced, so the scrape saw both.
     assert_eq!(

@@ -1,17 +1,17 @@
 //! `faultline report`: reads logs (scanned in-process, as `faultline scan` would) or a scan's
-//! JSON output, builds the [`super::Report`] and prints it.
+//! JSON output, builds the [`crate::report::Report`] and prints it.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::input::{self, Fact, Input, InputError};
-use super::render::{self, Format};
-use super::{build, Options};
 use crate::engine::Engine;
 use crate::incident::IncidentConfig;
 use crate::kb::{KbError, KnowledgeBase};
 use crate::matcher::MatchError;
+use crate::report::input::{self, Fact, Input, InputError};
+use crate::report::render::{self, Format};
+use crate::report::{build, Options};
 use crate::scan::{self, ScanError, ScanOptions};
 use crate::sink::stdout::{self, StdoutSink};
 use crate::source::file;
@@ -33,8 +33,8 @@ pub struct ReportArgs {
     #[arg(long, value_name = "TIME")]
     pub until: Option<String>,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
     /// A next attempt that runs this long without failing counts as a fix that worked.
     #[arg(long, default_value = "1h", value_name = "DURATION")]
     pub fix_threshold: String,
@@ -47,6 +47,21 @@ pub struct ReportArgs {
     /// Knowledge-base directory (when scanning); the KB built into the binary when absent.
     #[arg(long, env = "FAULTLINE_KB", value_name = "DIR")]
     pub kb: Option<PathBuf>,
+}
+
+/// `--format`: the report's renderings, and the admin server's page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns.
+    Text,
+    /// Markdown tables.
+    Markdown,
+    /// One JSON object.
+    Json,
+    /// The report's Prometheus families.
+    Prometheus,
+    /// The admin server's `/report` page, with its charts.
+    Html,
 }
 
 /// Why a report could not be made.
@@ -127,7 +142,13 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode, ReportError> {
         None => scan_logs(&args.paths, args.kb.as_deref())?,
     };
     let report = build(&input, &opts);
-    let text = render::render(&report, args.format);
+    let text = match args.format {
+        OutputFormat::Html => crate::server::report::page(&report),
+        OutputFormat::Text => render::render(&report, Format::Text),
+        OutputFormat::Markdown => render::render(&report, Format::Markdown),
+        OutputFormat::Json => render::render(&report, Format::Json),
+        OutputFormat::Prometheus => render::render(&report, Format::Prometheus),
+    };
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(ReportError::Write(e)),

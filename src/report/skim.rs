@@ -1,0 +1,143 @@
+//! A JSON line's top-level fields by name, found without parsing the rest.
+//!
+//! A scan's match and incident lines are mostly text the report never reads (each carries its
+//! entry's diagnosis: root cause, workarounds, references). [`fields`] walks the top-level
+//! object, jumps over each value (strings with `memchr`, nested values by their brackets) and
+//! hands back the byte span of the values asked for; [`super::input`] parses only those with
+//! serde. It does not validate what it jumps over: a line it cannot walk, or whose wanted spans
+//! do not parse, is parsed whole by serde instead, which names the error.
+
+use memchr::memchr2;
+
+/// The end (exclusive) of the string whose opening quote is at `at`.
+fn string_end(s: &[u8], at: usize) -> Option<usize> {
+    let mut i = at + 1;
+    loop {
+        let j = i + memchr2(b'"', b'\\', s.get(i..)?)?;
+        if s[j] == b'"' {
+            return Some(j + 1);
+        }
+        i = j + 2;
+    }
+}
+
+fn skip_ws(s: &[u8], mut i: usize) -> usize {
+    while i < s.len() && s[i].is_ascii_whitespace() {
+        i += 1;
+    }
+    i
+}
+
+/// The end (exclusive) of the value starting at `at` (no leading whitespace).
+fn value_end(s: &[u8], at: usize) -> Option<usize> {
+    match *s.get(at)? {
+        b'"' => string_end(s, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            while i < s.len() {
+                match s[i] {
+                    b'"' => {
+                        i = string_end(s, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => {
+            let mut i = at;
+            while i < s.len() && !matches!(s[i], b',' | b'}' | b']') && !s[i].is_ascii_whitespace()
+            {
+                i += 1;
+            }
+            (i > at).then_some(i)
+        }
+    }
+}
+
+/// The spans of the top-level values of the object `line` whose keys `slot` numbers (a key's
+/// text as written, without its quotes), at those numbers; an empty span for a key not there;
+/// `None` when `line` is not an object this can walk.
+pub fn fields<const N: usize>(
+    line: &[u8],
+    slot: impl Fn(&[u8]) -> Option<usize>,
+) -> Option<[&[u8]; N]> {
+    let mut out: [&[u8]; N] = [&[]; N];
+    let mut i = skip_ws(line, 0);
+    if line.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(line, i + 1);
+    if line.get(i) == Some(&b'}') {
+        return Some(out);
+    }
+    loop {
+        if line.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(line, i)?;
+        let key = &line[i + 1..key_end - 1];
+        i = skip_ws(line, key_end);
+        if line.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(line, i + 1);
+        let end = value_end(line, i)?;
+        if let Some(k) = slot(key).filter(|k| *k < N) {
+            out[k] = &line[i..end];
+        }
+        i = skip_ws(line, end);
+        match line.get(i) {
+            Some(b',') => i = skip_ws(line, i + 1),
+            Some(b'}') => return Some(out),
+            _ => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_fields_asked_for_and_jumps_over_the_rest() {
+        let line = br#"{"type":"match","diagnosis":{"text":"a \"quoted\" } ] {","list":[1,{"x":[]}]},"rank":12,"ok":true,"host":null, "job_id" : "j\\1" }"#;
+        let names = ["type", "rank", "host", "job_id", "ok", "absent"];
+        let slot = |k: &[u8]| names.iter().position(|n| n.as_bytes() == k);
+        let [kind, rank, host, job, ok, none] = fields(line, slot).expect("walks");
+        assert_eq!(kind, br#""match""#);
+        assert_eq!(rank, b"12");
+        assert_eq!(host, b"null");
+        assert_eq!(job, br#""j\\1""#);
+        assert_eq!(ok, b"true");
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_line_it_cannot_walk_is_none() {
+        for bad in [
+            &b"{\"type\":"[..],
+            b"[1,2]",
+            b"{\"a\":\"unterminated}",
+            b"{\"a\":{\"b\":1}",
+            b"{\"a\" 1}",
+        ] {
+            let slot = |k: &[u8]| (k == b"a").then_some(0);
+            assert!(
+                fields::<1>(bad, slot).is_none(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}
