@@ -126,13 +126,22 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
             ("tests/corpus/blind/batch2".to_string(), "blind".to_string()),
             ("tests/corpus/blind/batch3".to_string(), "blind".to_string()),
             ("tests/corpus/blind/batch4".to_string(), "blind".to_string()),
-            ("tests/corpus/blind/batch5".to_string(), "held-out".to_string()),
+            (
+                "tests/corpus/blind/batch5".to_string(),
+                "held-out".to_string()
+            ),
             ("tests/corpus/real".to_string(), "in-sample".to_string()),
         ]
     );
     // (detected, top-1, false alarms at most) as measured on 2026-12-02 (tests/corpus/README.md),
     // in-sample figures since each batch was released; batch5 held out, scored once.
-    let floors = [(157, 155, 1), (71, 69, 0), (90, 88, 0), (75, 75, 0), (63, 61, 0)];
+    let floors = [
+        (157, 155, 1),
+        (71, 69, 0),
+        (90, 88, 0),
+        (75, 75, 0),
+        (63, 61, 0),
+    ];
     for (report, (detected, top1, alarms)) in reports.iter().zip(floors) {
         let o = &report["overall"];
         let dir = report["set"]["dir"].as_str().unwrap_or("");
