@@ -26,8 +26,8 @@
 //!   faultline's settings is, and the one redaction of URLs and secret values),
 //!   [`section`] (what every configuration table shares).
 //! - [`envelope`]: raw lines and shipper JSON envelopes -> [`record::LogRecord`].
-//! - [`kb`]: the knowledge base: format ([`kb::spec`] -> [`kb::entry`]), `kb check`, listing,
-//!   importers.
+//! - [`kb`]: the knowledge base: format ([`kb::spec`] -> [`kb::entry`]), the rules on its
+//!   text that need no engine (pattern cost, safe commands), listing.
 //! - [`matcher`]: the multi-pattern engines behind one trait (Hyperscan, and the `regex` oracle).
 //! - [`engine`]: a chunk of lines -> confirmed hits with captures.
 //! - [`kbtool`]: what a KB author runs over the engines: `kb check` and the seed importer.

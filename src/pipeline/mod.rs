@@ -285,10 +285,7 @@ pub async fn start_with(
     let mut tasks = Vec::new();
     let admin = serve_admin(&shared, &mut tasks).await?;
     let (kb_rx, reload_tx) = shared.watch_kb(&loaded, &mut tasks);
-    let role = config
-        .incidents
-        .as_ref()
-        .map_or(ProcessRole::All, |i| i.role);
+    let role = role_of(config);
     let kafka = input_of(config, role);
     let settings = kafka_settings(&kafka);
     let links = shared.broker_links();
@@ -585,6 +582,12 @@ async fn serve_admin(
     tracing::info!(addr = %bound, incidents = shared.store.is_some(),
         "admin server listening (/healthz, /readyz, /metrics, /incidents, /api/v1/incidents, /report)");
     Ok(Some(bound))
+}
+
+/// What this process does: `incidents.role`, or match and correlate when incidents are off.
+fn role_of(config: &Config) -> ProcessRole {
+    let incidents = config.incidents.as_ref();
+    incidents.map_or(ProcessRole::All, |i| i.role)
 }
 
 /// What this process reads: the input topics, or, for a correlator, the events topic in its own

@@ -128,28 +128,59 @@ fn table(b: &mut String, r: &Report) {
         );
     }
     b.push_str("</table>");
-    let max = r.table.iter().map(|x| x.count).max().unwrap_or(1).max(1) as f64;
-    let (w, row_h) = (760.0, 22.0);
-    let h = row_h * r.table.len() as f64 + 10.0;
+    let bars = r.table.iter().map(|row| Bar {
+        label: row.label,
+        value: row.count as u64,
+        fill: colour(row.bucket),
+        text: row.count.to_string(),
+    });
+    bar_chart(
+        b,
+        ("chart-table", "interruptions by root cause"),
+        (760.0, 200.0),
+        bars,
+    );
+}
+
+/// One bar of a [`bar_chart`].
+struct Bar<'a> {
+    label: &'a str,
+    value: u64,
+    fill: &'a str,
+    /// Printed after the bar.
+    text: String,
+}
+
+/// A horizontal bar chart as inline SVG: `(id, aria label)`, `(width, where the bars start)`,
+/// one row per bar, scaled to the largest value.
+fn bar_chart<'a>(
+    b: &mut String,
+    (id, aria): (&str, &str),
+    (w, x0): (f64, f64),
+    bars: impl ExactSizeIterator<Item = Bar<'a>> + Clone,
+) {
+    let max = bars.clone().map(|x| x.value).max().unwrap_or(1).max(1) as f64;
+    let row_h = 22.0;
+    let h = row_h * bars.len() as f64 + 10.0;
     let _ = write!(
         b,
-        "<svg id=\"chart-table\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" \
-         role=\"img\" aria-label=\"interruptions by root cause\">"
+        "<svg id=\"{id}\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" \
+         role=\"img\" aria-label=\"{aria}\">"
     );
-    for (i, row) in r.table.iter().enumerate() {
+    for (i, bar) in bars.enumerate() {
         let y = 5.0 + i as f64 * row_h;
-        let len = (w - 260.0) * row.count as f64 / max;
+        let len = (w - x0 - 60.0) * bar.value as f64 / max;
         let _ = write!(
             b,
-            "<text x=\"4\" y=\"{:.1}\">{}</text><rect class=\"bar\" x=\"200\" y=\"{y:.1}\" \
+            "<text x=\"4\" y=\"{:.1}\">{}</text><rect class=\"bar\" x=\"{x0}\" y=\"{y:.1}\" \
              width=\"{len:.1}\" height=\"{:.1}\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
             y + 15.0,
-            esc(row.label),
+            esc(bar.label),
             row_h - 6.0,
-            colour(row.bucket),
-            204.0 + len,
+            bar.fill,
+            x0 + 4.0 + len,
             y + 15.0,
-            row.count
+            esc(&bar.text)
         );
     }
     b.push_str("</svg>");
@@ -287,38 +318,15 @@ fn lemons(b: &mut String, r: &Report) {
         b.push_str("<p class=\"muted\">No host was blamed by more jobs than chance explains.</p>");
         return;
     }
-    let max = r
-        .lemon_nodes
-        .iter()
-        .map(|l| l.jobs)
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let (w, row_h) = (620.0, 22.0);
-    let h = row_h * r.lemon_nodes.len() as f64 + 10.0;
-    let _ = write!(
-        b,
-        "<svg id=\"chart-lemons\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" \
-         role=\"img\" aria-label=\"lemon nodes\">"
-    );
-    for (i, l) in r.lemon_nodes.iter().enumerate() {
-        let y = 5.0 + i as f64 * row_h;
-        let len = (w - 240.0) * l.jobs as f64 / max;
-        let _ = write!(
-            b,
-            "<text x=\"4\" y=\"{:.1}\">{}</text><rect class=\"bar\" x=\"180\" y=\"{y:.1}\" \
-             width=\"{len:.1}\" height=\"{:.1}\" fill=\"#b71c1c\"/><text x=\"{:.1}\" y=\"{:.1}\">{} \
-             jobs</text>",
-            y + 15.0,
-            esc(&l.host),
-            row_h - 6.0,
-            184.0 + len,
-            y + 15.0,
-            l.jobs
-        );
-    }
+    let bars = r.lemon_nodes.iter().map(|l| Bar {
+        label: &l.host,
+        value: l.jobs as u64,
+        fill: "#b71c1c",
+        text: format!("{} jobs", l.jobs),
+    });
+    bar_chart(b, ("chart-lemons", "lemon nodes"), (620.0, 180.0), bars);
     b.push_str(
-        "</svg><table id=\"lemon-table\"><tr><th>Host</th><th>Jobs blamed</th><th>Expected</th>\
+        "<table id=\"lemon-table\"><tr><th>Host</th><th>Jobs blamed</th><th>Expected</th>\
          <th>p</th><th>History</th></tr>",
     );
     for l in &r.lemon_nodes {
