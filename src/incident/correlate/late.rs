@@ -28,7 +28,7 @@ use crate::incident::elect::{self, Candidate, Standing};
 use crate::incident::lifecycle::Incident;
 use crate::incident::multiline::Streams;
 use crate::incident::nodes::NodeEvent;
-use crate::incident::{IncidentEvent, Resolution, Status};
+use crate::incident::{IncidentConfig, IncidentEvent, Resolution, Status};
 use crate::time::Millis;
 
 /// A job's last resolved incident, kept so that its late lines revise it.
@@ -71,6 +71,13 @@ pub(super) enum Late {
 /// first error.
 pub(super) fn before(inc: &Incident, t: Millis, slack: Millis) -> bool {
     t < span(inc).0 - slack
+}
+
+/// Counts late `event`, read at log time `t`, into `inc`.
+fn count_at(inc: &mut Incident, event: &MatchEvent, t: Millis, cfg: &IncidentConfig) {
+    let host: Option<Arc<str>> = event.host.as_deref().map(Arc::from);
+    inc.count(event, event.any_rank(), host.as_ref(), t, Some(t), cfg);
+    inc.note_root(event);
 }
 
 /// From how long before an incident's first error to how long after its last match a line
@@ -155,10 +162,8 @@ impl Correlator {
             return;
         };
         let inc = &mut closed.inc;
-        let host: Option<Arc<str>> = event.host.as_deref().map(Arc::from);
+        count_at(inc, event, t, cfg);
         let log_ms = Some(t);
-        inc.count(event, event.any_rank(), host.as_ref(), t, log_ms, cfg);
-        inc.note_root(event);
         let standing = Standing::of(event, log_ms, arrival);
         if elect::can_initiate(event)
             && inc
@@ -199,9 +204,7 @@ impl Correlator {
         let cfg = &self.cfg;
         if let Some(job) = self.jobs.get_mut(key) {
             if let Some(inc) = job.incident.as_mut() {
-                let host: Option<Arc<str>> = event.host.as_deref().map(Arc::from);
-                inc.count(event, event.any_rank(), host.as_ref(), t, Some(t), cfg);
-                inc.note_root(event);
+                count_at(inc, event, t, cfg);
                 for (r, h) in &job.placements {
                     inc.ranks.place(*r, h);
                 }
