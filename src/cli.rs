@@ -379,6 +379,10 @@ pub struct ScanArgs {
     /// for `faultline report --from-json` (docs/report.md).
     #[arg(long)]
     pub progress_lines: bool,
+    /// How much of its entry's diagnosis each match carries: `reference` (title and cause
+    /// class; the incident carries the whole) by default, `full` with `--no-incidents`.
+    #[arg(long, value_enum, value_name = "DETAIL")]
+    pub diagnosis: Option<crate::enrich::Detail>,
 }
 
 /// When `scan` shows a progress bar on stderr.
@@ -792,6 +796,10 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
         print_matches: args.matches || args.format == Format::Json || args.no_incidents,
         redactor,
         unknown: (!args.no_unknown).then(crate::unknown::UnknownConfig::default),
+        diagnosis: args.diagnosis.unwrap_or(match args.no_incidents {
+            true => crate::enrich::Detail::Full,
+            false => crate::enrich::Detail::Reference,
+        }),
     };
     let stdout = io::stdout().lock();
     let mut sink = StdoutSink::new(

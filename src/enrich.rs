@@ -60,6 +60,49 @@ pub struct Diagnosis {
     /// This diagnosis as JSON, rendered once: every event of the entry carries the same text.
     #[serde(skip)]
     pub rendered: Rendered,
+    /// How much of it a match event carries ([`Detail`]); incidents always carry all of it.
+    #[serde(skip)]
+    pub detail: Detail,
+    /// The [`Detail::Reference`] form as JSON, rendered once.
+    #[serde(skip)]
+    pub rendered_reference: Rendered,
+}
+
+/// How much of its entry's diagnosis a match event carries.
+///
+/// A failure of a 1,024-rank job is a thousand cascade events of one entry; carrying the whole
+/// diagnosis (advice, dead ends, versions, references: most of an event's bytes) in each of them
+/// repeated it a thousand times. By reference, an event carries the headline fields and the
+/// incident carries the diagnosis once; `faultline kb show <kb_id>` and the admin server's
+/// `/api/v1/kb/<kb_id>` give it for any event (docs/output.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Detail {
+    /// The whole diagnosis in every event: for a consumer that reads events without incidents
+    /// (and what a diagnosis is until an enricher says otherwise).
+    #[default]
+    Full,
+    /// The title and cause class, and the rest by reference (`kb_id` at `kb_version`): the
+    /// default of `run` and of `scan` with incidents.
+    Reference,
+}
+
+impl Detail {
+    /// The name in configuration and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Detail::Full => "full",
+            Detail::Reference => "reference",
+        }
+    }
+}
+
+/// The fields of a diagnosis an event carries by reference.
+#[derive(Serialize)]
+struct ReferenceForm<'a> {
+    title: &'a str,
+    cause_class: crate::kb::CauseClass,
+    detail: &'static str,
 }
 
 /// A diagnosis's JSON, rendered on first use ([`serialize_diagnosis`]). Equal to any other:
@@ -79,24 +122,52 @@ impl std::fmt::Debug for Rendered {
     }
 }
 
-/// Serialises a shared diagnosis from its JSON rendered once (events carry their entry's
-/// diagnosis verbatim; rendering it per event was the largest cost of writing events). For
-/// JSON output only: the rendered text is spliced in as is.
+/// Serialises an event's diagnosis from its JSON rendered once (events of an entry carry the
+/// same text; rendering it per event was the largest cost of writing events): the whole of it,
+/// or its [`Detail::Reference`] form, as the enricher was set. For JSON output only: the
+/// rendered text is spliced in as is.
 pub fn serialize_diagnosis<S: serde::Serializer>(
     d: &Arc<Diagnosis>,
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    if d.rendered.0.get().is_none() {
-        match serde_json::value::to_raw_value(&**d) {
-            Ok(raw) => {
-                let _ = d.rendered.0.set(raw);
-            }
-            Err(_) => return d.serialize(s),
+    match d.detail {
+        Detail::Full => serialize_full_diagnosis(d, s),
+        Detail::Reference => {
+            let reference = ReferenceForm {
+                title: &d.title,
+                cause_class: d.cause_class,
+                detail: Detail::Reference.as_str(),
+            };
+            rendered(&d.rendered_reference, &reference, s)
         }
     }
-    match d.rendered.0.get() {
+}
+
+/// Serialises the whole diagnosis, whatever the events carry: an incident's root diagnosis.
+pub fn serialize_full_diagnosis<S: serde::Serializer>(
+    d: &Arc<Diagnosis>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    rendered(&d.rendered, &**d, s)
+}
+
+/// `value` from `cache`, rendering it there first.
+fn rendered<T: Serialize, S: serde::Serializer>(
+    cache: &Rendered,
+    value: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    if cache.0.get().is_none() {
+        match serde_json::value::to_raw_value(value) {
+            Ok(raw) => {
+                let _ = cache.0.set(raw);
+            }
+            Err(_) => return value.serialize(s),
+        }
+    }
+    match cache.0.get() {
         Some(raw) => raw.serialize(s),
-        None => d.serialize(s),
+        None => value.serialize(s),
     }
 }
 
@@ -289,6 +360,8 @@ impl Diagnosis {
             dead_ends,
             references: entry.references.clone(),
             rendered: Rendered::default(),
+            detail: Detail::Full,
+            rendered_reference: Rendered::default(),
         }
     }
 
@@ -326,12 +399,16 @@ pub struct MatchEvent {
     /// The job of the line: the envelope's, else the input's default.
     pub job_id: String,
     /// Rank of the line's process: the envelope's or launcher prefix's (see [`Self::any_rank`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
     /// Host the line came from, when the envelope said.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     /// Kubernetes pod, when the envelope said.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
     /// The line's timestamp as text, when the line or its envelope had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<String>,
     /// Where the line was read.
     pub source: Provenance,
@@ -340,6 +417,7 @@ pub struct MatchEvent {
     pub line: String,
     /// The line was cut, at the input's line-length limit or at the event's, or a capture was
     /// cut at [`MAX_CAPTURE_BYTES`].
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
     /// Named groups of the confirming pattern that took part in the match, secrets redacted, each
     /// at most [`MAX_CAPTURE_BYTES`].
@@ -447,6 +525,26 @@ impl Enricher {
     pub fn entry(&self, kb_id: &str) -> Option<(&crate::kb::Entry, &Arc<Diagnosis>)> {
         let &i = self.by_id.get(kb_id)?;
         Some((&self.kb.entries[i], &self.diagnoses[i]))
+    }
+
+    /// Events carry their diagnosis as `detail` says ([`Detail::Full`] when built).
+    pub fn with_detail(mut self, detail: Detail) -> Self {
+        if self.diagnoses.first().is_some_and(|d| d.detail == detail) {
+            return self;
+        }
+        self.diagnoses = self
+            .diagnoses
+            .iter()
+            .map(|d| {
+                Arc::new(Diagnosis {
+                    detail,
+                    rendered: Rendered::default(),
+                    rendered_reference: Rendered::default(),
+                    ..(**d).clone()
+                })
+            })
+            .collect();
+        self
     }
 
     /// Replaces the redactor (extra rules), or turns redaction off with `None`.

@@ -69,6 +69,9 @@ pub struct ScanOptions {
     /// Mine the error lines that no entry knows into `unknown` events (on by default);
     /// `None`: `--no-unknown`.
     pub unknown: Option<UnknownConfig>,
+    /// How much of its entry's diagnosis each match carries: whole by default, by reference
+    /// when the incidents printed after the matches carry it (`scan --diagnosis`).
+    pub diagnosis: crate::enrich::Detail,
 }
 
 impl Default for ScanOptions {
@@ -84,6 +87,7 @@ impl Default for ScanOptions {
             threads: 1,
             redactor: Some(Redactor::builtin()),
             unknown: Some(UnknownConfig::default()),
+            diagnosis: crate::enrich::Detail::Full,
         }
     }
 }
@@ -281,7 +285,9 @@ pub fn scan_inputs<M: Matcher, W: Write>(
 ) -> Result<ScanStats, ScanError> {
     let chunks = Chunks {
         engine,
-        enricher: Enricher::new(Arc::clone(&engine.kb)).with_redactor(opts.redactor.clone()),
+        enricher: Enricher::new(Arc::clone(&engine.kb))
+            .with_redactor(opts.redactor.clone())
+            .with_detail(opts.diagnosis),
         opts,
         redactor: Redactor::builtin(),
     };

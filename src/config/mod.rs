@@ -653,6 +653,17 @@ listen = "localhost"
     }
 
     #[test]
+    fn events_carry_the_diagnosis_by_reference_unless_told_otherwise() {
+        let c = parse(MINIMAL).expect("valid");
+        assert_eq!(c.output.diagnosis, crate::enrich::Detail::Reference);
+        let full = parse(&format!("{MINIMAL}[output]\ndiagnosis = \"full\"\n")).expect("valid");
+        assert_eq!(full.output.diagnosis, crate::enrich::Detail::Full);
+        let e = RawConfig::from_toml(&format!("{MINIMAL}[output]\ndiagnosis = \"some\"\n"))
+            .expect_err("invalid");
+        assert!(e.contains("diagnosis"), "{e}");
+    }
+
+    #[test]
     fn overrides_win_over_the_file() {
         let mut raw = RawConfig::from_toml(MINIMAL).expect("parses");
         let o = Overrides {

@@ -325,7 +325,7 @@ pub struct IncidentEvent {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unrecognised: Vec<unrecognised::Unrecognised>,
     /// The root entry's diagnosis, as in match events.
-    #[serde(serialize_with = "crate::enrich::serialize_diagnosis")]
+    #[serde(serialize_with = "crate::enrich::serialize_full_diagnosis")]
     pub diagnosis: Arc<Diagnosis>,
     /// The same fingerprint recurred in this job `restart_loop_after` times within the horizon.
     pub restart_loop: bool,

@@ -626,6 +626,26 @@ mod tests {
         assert_eq!(event.diagnosis.title, original.diagnosis.title);
         assert_eq!(event.role, original.role);
 
+        // An event carrying its diagnosis by reference gets the whole of it from this KB.
+        let lean = enricher
+            .clone()
+            .with_detail(crate::enrich::Detail::Reference);
+        let mut by_reference = original.clone();
+        by_reference.diagnosis = Arc::clone(lean.entry(&original.kb_id).expect("entry").1);
+        let lean_json = serde_json::to_vec(&by_reference).expect("serialises");
+        assert!(
+            lean_json.len() < json.len() / 2,
+            "the reference is the smaller"
+        );
+        let EventsRecord::Match { event, known } =
+            decode_event(&lean_json, enricher).expect("decodes")
+        else {
+            panic!("a match event");
+        };
+        assert!(known);
+        assert!(Arc::ptr_eq(&event.diagnosis, &original.diagnosis));
+        assert!(!event.diagnosis.root_cause.is_empty());
+
         assert!(matches!(
             decode_event(br#"{"type":"kb_reload","schema_version":1}"#, enricher),
             Ok(EventsRecord::Other)

@@ -58,6 +58,8 @@ pub(super) struct MatchSettings {
     pub(super) unknown: UnknownConfig,
     pub(super) invalid: InvalidLimits,
     pub(super) drain_timeout: Duration,
+    /// How much of the diagnosis each event carries (`output.diagnosis`).
+    pub(super) diagnosis: crate::enrich::Detail,
 }
 
 impl MatchSettings {
@@ -68,6 +70,7 @@ impl MatchSettings {
             unknown: config.unknown.clone(),
             invalid: config.dead_letter.limits,
             drain_timeout: config.kafka.drain_timeout,
+            diagnosis: config.output.diagnosis,
         }
     }
 }
@@ -220,7 +223,12 @@ impl MatchStage {
         Ok(MatchStage {
             counter: InvalidCounter::new(p.settings.invalid),
             worker: p.loaded.engine.worker()?,
-            enricher: p.loaded.enricher.clone().with_redactor(p.redactor.clone()),
+            enricher: p
+                .loaded
+                .enricher
+                .clone()
+                .with_redactor(p.redactor.clone())
+                .with_detail(p.settings.diagnosis),
             counts: p.metrics.batch(),
             settings: p.settings,
             sink: p.sink,
@@ -309,7 +317,11 @@ impl MatchStage {
         if self.kb.has_changed().unwrap_or(false) {
             let next = Arc::clone(&self.kb.borrow_and_update());
             self.worker = next.engine.worker()?;
-            self.enricher = next.enricher.clone().with_redactor(self.redactor.clone());
+            self.enricher = next
+                .enricher
+                .clone()
+                .with_redactor(self.redactor.clone())
+                .with_detail(self.settings.diagnosis);
             self.metrics.set_kb(&next.engine.kb);
             tracing::info!(kb_version = %next.version(), "matching with the reloaded knowledge base");
             self.loaded = next;

@@ -283,8 +283,9 @@ pub async fn start_with(
         ..
     } = &shared;
     let mut tasks = Vec::new();
-    let admin = serve_admin(&shared, &mut tasks).await?;
-    let (kb_rx, reload_tx) = shared.watch_kb(&loaded, &mut tasks);
+    let (kb_tx, kb_rx) = watch::channel(Arc::clone(&loaded));
+    let admin = serve_admin(&shared, kb_rx.clone(), &mut tasks).await?;
+    let reload_tx = shared.watch_kb(kb_tx, &mut tasks);
     let role = role_of(config);
     let kafka = input_of(config, role);
     let settings = kafka_settings(&kafka);
@@ -408,15 +409,14 @@ impl Shared {
         })
     }
 
-    /// Starts the KB watcher (hot reload): the receiver of each new KB, and the sender that asks
-    /// for a reload now.
+    /// Starts the KB watcher (hot reload), which publishes each new KB on `kb_tx`; the sender
+    /// that asks for a reload now.
     fn watch_kb(
         &self,
-        loaded: &Arc<Loaded>,
+        kb_tx: watch::Sender<Arc<Loaded>>,
         tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-    ) -> (watch::Receiver<Arc<Loaded>>, tokio::sync::mpsc::Sender<()>) {
+    ) -> tokio::sync::mpsc::Sender<()> {
         let kb = &self.config.kb;
-        let (kb_tx, kb_rx) = watch::channel(Arc::clone(loaded));
         let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
         tasks.push(tokio::spawn(reload::watch(
             KbSource::from_config(kb),
@@ -427,7 +427,7 @@ impl Shared {
             Arc::clone(&self.metrics),
             self.stop.subscribe(),
         )));
-        (kb_rx, reload_tx)
+        reload_tx
     }
 
     /// The broker links the consumer and the producer share, so an outage is one outage.
@@ -549,9 +549,11 @@ impl Shared {
 }
 
 /// Binds the admin server (before anything reads, so probes answer at once) and serves
-/// `/healthz`, `/readyz`, `/metrics` and, with a store, the incident pages.
+/// `/healthz`, `/readyz`, `/metrics`, the KB's diagnoses (`/api/v1/kb/<kb_id>`, of the KB `kb`
+/// holds now) and, with a store, the incident pages.
 async fn serve_admin(
     shared: &Shared,
+    kb: watch::Receiver<Arc<Loaded>>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> Result<Option<std::net::SocketAddr>, PipelineError> {
     let config = &shared.config;
@@ -570,6 +572,15 @@ async fn serve_admin(
         let body = m.render() + report.as_deref().unwrap_or("");
         server::Reply::new(200, crate::metrics::CONTENT_TYPE, body)
     });
+    routes = server::kb::routes(routes, move |id| {
+        let loaded = Arc::clone(&kb.borrow());
+        let (entry, diagnosis) = loaded.enricher.entry(id)?;
+        Some(server::kb::EntryDiagnosis::new(
+            entry,
+            diagnosis,
+            loaded.version(),
+        ))
+    });
     if let Some(store) = &shared.store {
         routes = server::incidents::routes(routes, Arc::clone(store));
         routes = server::report::routes(routes, Arc::clone(store));
@@ -580,7 +591,7 @@ async fn serve_admin(
         shared.stop.subscribe(),
     )));
     tracing::info!(addr = %bound, incidents = shared.store.is_some(),
-        "admin server listening (/healthz, /readyz, /metrics, /incidents, /api/v1/incidents, /report)");
+        "admin server listening (/healthz, /readyz, /metrics, /api/v1/kb, /incidents, /api/v1/incidents, /report)");
     Ok(Some(bound))
 }
 

@@ -18,6 +18,7 @@ pub mod chart;
 pub mod config;
 pub mod html;
 pub mod incidents;
+pub mod kb;
 pub mod page;
 pub mod report;
 pub mod store;

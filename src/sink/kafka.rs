@@ -41,6 +41,9 @@ pub const DEFAULT_OUTPUT_TOPIC: &str = "faultline.events";
 pub struct RawOutput {
     /// Topic of the match events.
     pub topic: Option<String>,
+    /// How much of its entry's diagnosis each event carries: `reference` (the default) or
+    /// `full`.
+    pub diagnosis: Option<crate::enrich::Detail>,
 }
 
 /// Validated `[output]`.
@@ -48,6 +51,9 @@ pub struct RawOutput {
 pub struct OutputConfig {
     /// Topic of the match events.
     pub topic: String,
+    /// How much of its entry's diagnosis each event carries: by reference unless a consumer
+    /// reads events without incidents (docs/output.md).
+    pub diagnosis: crate::enrich::Detail,
 }
 
 impl OutputConfig {
@@ -57,13 +63,17 @@ impl OutputConfig {
         if topic.trim().is_empty() {
             errors.push("topic", "must not be empty");
         }
-        OutputConfig { topic }
+        OutputConfig {
+            topic,
+            diagnosis: raw.diagnosis.unwrap_or(crate::enrich::Detail::Reference),
+        }
     }
 
     /// The effective `[output]` table.
     pub fn print(&self, p: &mut crate::section::Printer) {
         p.table("output");
         p.value("topic", &self.topic);
+        p.value("diagnosis", self.diagnosis.as_str());
     }
 }
 

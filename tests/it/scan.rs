@@ -153,6 +153,87 @@ fn output_contract_schema_version_1() {
     );
 }
 
+/// A 1,024-rank NCCL timeout cascade: one rank's CUDA error, then every rank's watchdog line.
+fn cascade_log(ranks: u32) -> String {
+    let mut log = String::from(
+        "[rank17]:[E1129 02:07:11.000001 ProcessGroupNCCL.cpp:1430] [Rank 17] Process group \
+         watchdog thread terminated with exception: CUDA error: an illegal memory access was \
+         encountered\n",
+    );
+    for r in 0..ranks {
+        log.push_str(&format!(
+            "[rank{r}]:[E1129 02:17:{:02}.{r:06} ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog \
+             caught collective operation timeout: WorkNCCL(SeqNum=88213, OpType=ALLREDUCE, \
+             NumelIn=262144, NumelOut=262144, Timeout(ms)=600000) ran for 600041 milliseconds \
+             before timing out.\n",
+            11 + r % 40
+        ));
+    }
+    log
+}
+
+#[test]
+fn events_carry_the_diagnosis_by_reference_and_the_incident_carries_it_whole() {
+    use faultline::enrich::Detail;
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("job-1024.log");
+    std::fs::write(&path, cascade_log(1024)).expect("write");
+    let engine = hyperscan();
+    let run = |diagnosis| {
+        let opts = ScanOptions {
+            diagnosis,
+            summary: false,
+            unknown: None,
+            incidents: Some(faultline::incident::IncidentConfig::default()),
+            ..ScanOptions::default()
+        };
+        let (_, bytes) = scan_paths(&engine, &[&path], &opts);
+        let text = String::from_utf8(bytes).expect("utf8");
+        let (matches, others): (Vec<&str>, Vec<&str>) = text
+            .lines()
+            .partition(|l| l.starts_with(r#"{"type":"match""#));
+        (matches.join("\n"), others.join("\n"))
+    };
+    let (full, full_incidents) = run(Detail::Full);
+    let (lean, lean_incidents) = run(Detail::Reference);
+    assert_eq!(full.lines().count(), 1025, "one event per line, either way");
+    assert_eq!(lean.lines().count(), 1025);
+    // The incident carries the whole diagnosis whatever the events carry.
+    assert_eq!(full_incidents, lean_incidents);
+    let incident: Value =
+        serde_json::from_str(lean_incidents.lines().next().expect("an incident")).expect("JSON");
+    assert!(!incident["diagnosis"]["root_cause"]
+        .as_str()
+        .unwrap_or("")
+        .is_empty());
+    assert!(incident["diagnosis"]["workarounds"].is_array());
+    // Each lean event keeps the headline and says where the rest is.
+    for (f, l) in full.lines().zip(lean.lines()) {
+        let (f, l): (Value, Value) = (
+            serde_json::from_str(f).expect("JSON"),
+            serde_json::from_str(l).expect("JSON"),
+        );
+        assert_eq!(l["diagnosis"]["title"], f["diagnosis"]["title"]);
+        assert_eq!(l["diagnosis"]["cause_class"], f["diagnosis"]["cause_class"]);
+        assert_eq!(l["diagnosis"]["detail"], "reference");
+        assert!(l["diagnosis"].get("workarounds").is_none(), "{l}");
+        assert_eq!(
+            (&l["kb_id"], &l["kb_version"]),
+            (&f["kb_id"], &f["kb_version"])
+        );
+        assert_eq!((&l["line"], &l["captures"]), (&f["line"], &f["captures"]));
+    }
+    // Issue 28's goal: a 1,024-rank cascade's events at least ten times leaner.
+    let (before, after) = (
+        full.len() + full_incidents.len(),
+        lean.len() + lean_incidents.len(),
+    );
+    assert!(
+        before >= 10 * after,
+        "events and incident: {before} bytes with the whole diagnosis, {after} by reference"
+    );
+}
+
 #[test]
 fn bad_input_is_handled_with_bounded_memory() {
     let dir = tempfile::tempdir().expect("tmp");
