@@ -22,7 +22,7 @@ use super::decode::{header_pairs, record_job, Span};
 use super::incidents::IncidentStage;
 use super::shard::EventPartitioner;
 use super::Stop;
-use crate::enrich::{job_of, JobName};
+use crate::enrich::job_of;
 use crate::incident::unrecognised::RecentUnknown;
 use crate::metrics::{Metrics, UnknownFamilies};
 use crate::offsets::RecordId;
@@ -130,8 +130,11 @@ impl UnknownStage {
         let job: Cow<'_, str> = match (&named, &b.input.job_id) {
             // The key or header names the job: it wins over the envelope's.
             (Some(j), JobIdFrom::Key | JobIdFrom::Header(_)) => crate::record::cap_key(j),
-            (Some(j), _) => job_of(&record.meta, JobName::Given(j)).0,
-            (None, _) => job_of(&record.meta, JobName::Guessed(&b.input.default_job_id)).0,
+            (named, from) => {
+                let name =
+                    super::match_stage::job_name(named.as_deref(), from, &b.input.default_job_id);
+                job_of(&record.meta, name).0
+            }
         };
         let unknown = UnknownLine {
             job_id: &job,

@@ -16,9 +16,9 @@
 //!
 //! A window runs from `slack` before an incident's first error (its effective start: an NCCL
 //! timeout is backdated by its timeout) to `window_ms` after its last match; `slack` is the
-//! larger of `window_ms` and `node_join_ms`. One resolved incident is kept per job (the job's
-//! state is bounded by `max_jobs`), so a line that belongs to an older failure than the last is
-//! treated as an earlier failure of its own.
+//! larger of `window_ms` and `node_join_ms`. The last [`CLOSED_KEPT`] resolved incidents are
+//! kept per job (the job's state is bounded by `max_jobs`), so a line that belongs to an older
+//! failure than those is treated as an earlier failure of its own.
 
 use std::sync::Arc;
 
@@ -31,7 +31,11 @@ use crate::incident::nodes::NodeEvent;
 use crate::incident::{IncidentConfig, IncidentEvent, Resolution, Status};
 use crate::time::Millis;
 
-/// A job's last resolved incident, kept so that its late lines revise it.
+/// Resolved incidents kept per job for their late lines: a job that failed and restarted
+/// several times while its node logs lagged still gets each late node event into its failure.
+pub(super) const CLOSED_KEPT: usize = 4;
+
+/// One of a job's last resolved incidents, kept so that its late lines revise it.
 #[derive(Debug)]
 pub(super) struct Closed {
     pub(super) inc: Box<Incident>,
@@ -40,6 +44,10 @@ pub(super) struct Closed {
     /// The log time of the restart marker that resolved it: the next attempt's lines, after
     /// it, are never this failure's.
     pub(super) until: Option<Millis>,
+    /// The hosts of its attempt, moved here by the restart marker: a node event of one of them
+    /// that arrives late still reaches this failure (and no later one); forgotten when the
+    /// job's next failure resolves.
+    pub(super) hosts: Vec<Arc<str>>,
 }
 
 impl Closed {
@@ -49,6 +57,7 @@ impl Closed {
             inc,
             why,
             until: None,
+            hosts: Vec::new(),
         }
     }
 
@@ -61,8 +70,8 @@ impl Closed {
 /// Where a late line goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Late {
-    /// Into the job's resolved incident.
-    Revise,
+    /// Into the job's resolved incident of this index (`JobState::closed`).
+    Revise(usize),
     /// Into an earlier failure of its own.
     Earlier,
 }
@@ -94,34 +103,60 @@ impl Correlator {
         self.cfg.window_ms.max(self.cfg.node_join_ms)
     }
 
-    /// Node event `ev` on a host of job `job`, when it belongs to the job's resolved incident
-    /// (not to its open one): its time, placed near that incident.
-    pub(super) fn node_revises(&self, job: &Arc<str>, ev: &NodeEvent) -> Option<Millis> {
+    /// Node event `ev` on a host of job `job`, when it belongs to one of the job's resolved
+    /// incidents (not to its open one): that incident's index and the event's time, placed
+    /// near it.
+    pub(super) fn node_revises(&self, job: &Arc<str>, ev: &NodeEvent) -> Option<(usize, Millis)> {
         let j = self.jobs.get(job)?;
-        let closed = j.closed.as_ref()?;
-        let (first, last) = span(&closed.inc);
-        let t = ev.time_near(first);
-        let fits = t >= first - self.cfg.node_join_ms && t <= closed.end(last + self.cfg.window_ms);
-        let before_open = j
-            .incident
-            .as_ref()
-            .is_none_or(|o| before(o, t, self.slack()));
-        (fits && before_open).then_some(t)
+        let host = ev.event.host.as_deref();
+        j.closed.iter().enumerate().rev().find_map(|(i, closed)| {
+            // A failure of an attempt elsewhere is not this host's.
+            let ran_here = closed.hosts.is_empty()
+                || host.is_some_and(|h| closed.hosts.iter().any(|c| &**c == h));
+            let (first, last) = span(&closed.inc);
+            let t = ev.time_near(first);
+            let fits = ran_here
+                && t >= first - self.cfg.node_join_ms
+                && t <= closed.end(last + self.cfg.window_ms);
+            let before_open = j
+                .incident
+                .as_ref()
+                .is_none_or(|o| before(o, t, self.slack()));
+            (fits && before_open).then_some((i, t))
+        })
     }
 
     /// A restart marker of job `key` at log time `t`: its resolved incident's window ends
-    /// there, and the job's hosts are forgotten (the next attempt may run elsewhere: an old
-    /// host's node event no longer joins it).
+    /// there, and the job's hosts move to that incident (the next attempt may run elsewhere:
+    /// an old host's node event no longer joins the job's open incident, only, when it falls
+    /// in its window, the failure the restart ended).
     pub(super) fn restarted(&mut self, key: &Arc<str>, t: Millis) {
+        let cap = self.cfg.max_hosts_per_incident;
         let Some(job) = self.jobs.get_mut(key) else {
             return;
         };
-        if let Some(closed) = job.closed.as_mut() {
-            closed.until = Some(closed.until.map_or(t, |u| u.min(t)));
-        }
         job.placements.clear();
-        for host in std::mem::take(&mut job.hosts) {
-            self.nodes.forget_job(&host, key);
+        let hosts = std::mem::take(&mut job.hosts);
+        match job.closed.back_mut() {
+            // Kept for the failure the restart ended: its late node events revise it.
+            Some(closed) => {
+                closed.until = Some(closed.until.map_or(t, |u| u.min(t)));
+                for host in hosts {
+                    if closed.hosts.contains(&host) {
+                        continue;
+                    }
+                    if closed.hosts.len() < cap {
+                        closed.hosts.push(host);
+                    } else {
+                        self.nodes.forget_job(&host, key);
+                    }
+                }
+            }
+            None => {
+                for host in hosts {
+                    self.nodes.forget_job(&host, key);
+                }
+            }
         }
     }
 
@@ -133,22 +168,23 @@ impl Correlator {
         if before_open == Some(false) {
             return None;
         }
-        let fits = job.closed.as_ref().is_some_and(|c| {
+        let fits = job.closed.iter().rposition(|c| {
             let (first, last) = span(&c.inc);
             t >= first - self.slack() && t <= c.end(last + self.cfg.window_ms)
         });
         match (fits, before_open) {
-            (true, _) => Some(Late::Revise),
-            (false, Some(true)) => Some(Late::Earlier),
-            (false, _) => None,
+            (Some(i), _) => Some(Late::Revise(i)),
+            (None, Some(true)) => Some(Late::Earlier),
+            (None, _) => None,
         }
     }
 
-    /// Counts late `event` (log time `t`) into job `key`'s resolved incident and emits the
+    /// Counts late `event` (log time `t`) into job `key`'s resolved incident `i` and emits the
     /// revision: `updated` with the same id, then `resolved` again.
     pub(super) fn revise(
         &mut self,
         key: &Arc<str>,
+        i: usize,
         event: &MatchEvent,
         t: Millis,
         arrival: u64,
@@ -158,7 +194,7 @@ impl Correlator {
         let Some(job) = self.jobs.get_mut(key) else {
             return;
         };
-        let Some(closed) = job.closed.as_mut() else {
+        let Some(closed) = job.closed.get_mut(i) else {
             return;
         };
         let inc = &mut closed.inc;

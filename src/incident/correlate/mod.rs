@@ -47,8 +47,9 @@ struct JobState {
     tick: u64,
     /// Boxed: an incident is large and moves in and out of here.
     incident: Option<Box<Incident>>,
-    /// The last resolved incident, which late lines revise ([`late`]).
-    closed: Option<late::Closed>,
+    /// The last resolved incidents, oldest first (at most [`late::CLOSED_KEPT`]), which late
+    /// lines revise ([`late`]).
+    closed: VecDeque<late::Closed>,
     streams: Streams,
     history: VecDeque<Past>,
     /// Hosts the job's lines named, in order (bounded by `max_hosts_per_incident`), kept until a
@@ -312,11 +313,14 @@ impl Correlator {
             claimed_by: Vec::new(),
         };
         for job in self.nodes.jobs_on(host) {
-            if self.node_fits(&job, &ev) {
+            // A host of the job's failed attempt only (it restarted elsewhere): its late
+            // node events revise that failure, never the next attempt's.
+            let current = self.jobs.get(&job).is_some_and(|j| j.hosts.contains(host));
+            if current && self.node_fits(&job, &ev) {
                 self.join_node(&job, &ev, out);
                 ev.claimed_by.push(job);
-            } else if let Some(t) = self.node_revises(&job, &ev) {
-                self.revise(&job, &ev.event, t, ev.arrival, out);
+            } else if let Some((i, t)) = self.node_revises(&job, &ev) {
+                self.revise(&job, i, &ev.event, t, ev.arrival, out);
                 ev.claimed_by.push(job);
             }
         }
@@ -454,7 +458,7 @@ impl Correlator {
         }
         let late = log_ms.filter(|_| !joins).and_then(|l| self.late(&key, l));
         match late {
-            Some(late::Late::Revise) => return self.revise(&key, event, t, arrival, out),
+            Some(late::Late::Revise(i)) => return self.revise(&key, i, event, t, arrival, out),
             Some(late::Late::Earlier) => {
                 return self.earlier_incident(&key, event, t, arrival, out)
             }
@@ -771,7 +775,19 @@ impl Correlator {
         }
         self.stats.resolved += 1;
         out.push(inc.snapshot(Status::Resolved, Some(why), &self.cfg));
-        job.closed = Some(late::Closed::new(inc, why));
+        job.closed.push_back(late::Closed::new(inc, why));
+        if job.closed.len() > late::CLOSED_KEPT {
+            // The oldest failure no longer takes late lines: its attempt's hosts are forgotten
+            // unless a kept failure or the running attempt still has them.
+            let oldest = job.closed.pop_front().map(|c| c.hosts).unwrap_or_default();
+            let kept = |h: &Arc<str>| {
+                job.hosts.contains(h) || job.closed.iter().any(|c| c.hosts.contains(h))
+            };
+            let gone: Vec<Arc<str>> = oldest.into_iter().filter(|h| !kept(h)).collect();
+            for host in gone {
+                self.nodes.forget_job(&host, key);
+            }
+        }
     }
 
     /// Resolves incidents whose quiet period has passed on the clock.
@@ -820,7 +836,7 @@ impl Correlator {
                 key: Arc::clone(&key),
                 tick,
                 incident: None,
-                closed: None,
+                closed: VecDeque::new(),
                 streams: Streams::new(
                     self.cfg.max_context_streams_per_job,
                     self.cfg.max_context_lines,

@@ -515,3 +515,37 @@ fn late_lines_revise_the_failure_they_belong_to_not_a_later_one() {
     assert!(out.iter().all(|e| e.id != a && e.id != b));
     assert_eq!(c.open_incidents(), 1);
 }
+
+#[test]
+fn a_late_node_event_of_a_restarted_jobs_old_host_revises_the_failure_the_restart_ended() {
+    let mut c = corr(IncidentConfig::default());
+    // Attempt 1 on node-00 (ranks 0-7) times out at 10:10; the job restarts at 10:20 on
+    // node-01 (ranks 8-15), whose lines keep coming.
+    let out = feed(&mut c, &[timeout("j", 1, 600), timeout("j", 2, 601)]);
+    let a = out[0].id.clone();
+    let marker = event("TORCHELASTIC_RESTART", Role::Info, "context")
+        .domain("context")
+        .job("j")
+        .ts(&ts(1200))
+        .build();
+    let progress = |rank: u32, sec: i64| {
+        event("TRAINING_PROGRESS", Role::Info, "progress")
+            .job("j")
+            .rank(rank)
+            .host(&format!("node-{:02}", rank / 8))
+            .ts(&ts(sec))
+            .build()
+    };
+    let out = feed(&mut c, &[marker, progress(8, 1300), progress(8, 3 * 3600)]);
+    assert!(out
+        .iter()
+        .any(|e| e.id == a && e.status == Status::Resolved));
+    // node-00's Xid of 10:00 arrives hours late: it is attempt 1's root, under its id.
+    let out = feed(&mut c, &[node_xid("node-00", 0)]);
+    assert!(!out.is_empty() && out.iter().all(|e| e.id == a), "{out:#?}");
+    assert_eq!(out[0].root.error_code, "XID_79");
+    assert_eq!(out[0].root.host.as_deref(), Some("node-00"));
+    // An Xid of node-00 after the restart is not the job's: node-00 left it.
+    let out = feed(&mut c, &[node_xid("node-00", 2 * 3600)]);
+    assert!(out.iter().all(|e| e.job_id != "j"), "{out:#?}");
+}

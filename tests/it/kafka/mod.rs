@@ -16,6 +16,7 @@ mod outage;
 mod output;
 mod oversized;
 mod poison;
+mod replay;
 mod scale_out;
 mod undeliverable;
 mod unknown;

@@ -16,7 +16,7 @@ use super::*;
 use crate::incidents::{host_of, incidents_of, noise, vector, watchdog_timeout, OOM, XID_79};
 use crate::ticket_server::TicketServer;
 
-const LOG_PARTITIONS: i32 = 12;
+pub(super) const LOG_PARTITIONS: i32 = 12;
 
 /// The fleet: `llm-pretrain-7` (64 ranks; node-05's kernel log, which names no job, says Xid
 /// 79; 63 ranks time out ten minutes later) and `sft-oom-3` (8 ranks on other nodes; rank 2
@@ -142,13 +142,13 @@ fn scanned(lines: &[String]) -> BTreeMap<String, Answer> {
 }
 
 /// A free loopback port for an admin server.
-fn free_addr() -> SocketAddr {
+pub(super) fn free_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr")
 }
 
 /// The sum of a series on a process's /metrics, or `None` while it does not answer.
-fn series(addr: SocketAddr, name: &str) -> Option<f64> {
+pub(super) fn series(addr: SocketAddr, name: &str) -> Option<f64> {
     let (status, body) = crate::observability::http_get(addr, "/metrics")?;
     (status == 200).then_some(())?;
     Some(
@@ -164,15 +164,15 @@ fn series(addr: SocketAddr, name: &str) -> Option<f64> {
     )
 }
 
-struct Fleet {
-    bootstrap: String,
-    t: Topics,
-    incidents: String,
+pub(super) struct Fleet {
+    pub(super) bootstrap: String,
+    pub(super) t: Topics,
+    pub(super) incidents: String,
     file: tempfile::NamedTempFile,
 }
 
 impl Fleet {
-    fn member(&self, role: &str, admin: Option<SocketAddr>) -> Child {
+    pub(super) fn member(&self, role: &str, admin: Option<SocketAddr>) -> Child {
         let admin = admin.map_or_else(|| "off".to_string(), |a| a.to_string());
         run_command_serving(&self.bootstrap, &self.t, &admin)
             .arg("--config")
@@ -183,7 +183,7 @@ impl Fleet {
     }
 }
 
-async fn setup(
+pub(super) async fn setup(
     broker: &mut Option<super::out_of_process::BrokerProcess>,
     bootstrap: &str,
     event_partitions: i32,
@@ -209,7 +209,7 @@ async fn setup(
     }
 }
 
-fn stop(mut children: Vec<Child>) {
+pub(super) fn stop(mut children: Vec<Child>) {
     for c in &children {
         signal(c, "TERM");
     }
