@@ -100,6 +100,17 @@ CUDA_WRAPPERS = [
     # after PyTorch's "Last error:" (ncclGetLastError) on its own line, and quoted by XLA's
     # "Last NCCL warning(error) log entry (may be unrelated) '...'".
     r"\bCuda failure (?:\d{1,3} )?'",
+    # dmlc-core CHECK in MXNet's and TVM's CUDA_CALL and mshadow's: CHECK(e == cudaSuccess || e ==
+    # cudaErrorCudartUnloading) << "CUDA: " << cudaGetErrorString(e), printed by dmlc logging as
+    # "Check failed: <expr> CUDA: <string>" (newer dmlc: "Check failed: <expr>: CUDA: <string>").
+    r"\bCheck failed: e == cudaSuccess(?: \|\| e == cudaErrorCudartUnloading)?:? {1,2}CUDA: ",
+    # Caffe's CUDA_CHECK (util/device_alternate.hpp), copied into many CUDA extensions:
+    # CHECK_EQ(error, cudaSuccess) << " " << cudaGetErrorString(error), printed by glog as
+    # "Check failed: error == cudaSuccess (2 vs. 0)  out of memory".
+    r"\bCheck failed: error == cudaSuccess \(\d{1,3} vs\. 0\) {1,2}",
+    # Triton's NVIDIA driver stub (backends/nvidia/driver.c, python/triton/runtime/backends/cuda.c in
+    # 2.x): PyErr_Format(PyExc_RuntimeError, "Triton Error [CUDA]: %s", cuGetErrorString(code)).
+    r"\bTriton Error \[CUDA\]: ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -109,7 +120,17 @@ CUDA_WRAP_EXAMPLES = [
     "Failed: Cuda error /workspace/app/src/allreduce.cu:118 '{s}'",
     "Cuda failure '{s}'",
     "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: NCCL operation ncclGroupEnd() failed: unhandled cuda error (run with NCCL_DEBUG=INFO for details). Last NCCL warning(error) log entry (may be unrelated) 'Cuda failure {n} '{s}''.",
+    "[19:06:43] src/storage/./gpu_device_storage.h:39: Check failed: e == cudaSuccess || e == cudaErrorCudartUnloading CUDA: {s}",
+    "  what():  [12:09:48] mshadow/mshadow/./tensor_gpu-inl.h:35: Check failed: e == cudaSuccess CUDA: {s}",
+    "F0506 16:29:05.468179 19928 syncedmem.cpp:71] Check failed: error == cudaSuccess ({n} vs. 0)  {s}",
+    "RuntimeError: Triton Error [CUDA]: {s}",
 ]
+
+# An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
+# CUDA failure: the catch-all cuda/runtime-error (fallback) gets a pattern for every wrapper, so a
+# wrapper seen in the wild with a string the table leaves unmapped yields CUDA_ERROR, not nothing.
+CUDA_FALLBACK_ENTRY = "cuda/runtime-error"
+CUDA_FALLBACK_STRING = "operation not supported"
 
 
 def read_tsv(name):
@@ -210,6 +231,9 @@ def cuda_blocks(rows):
             if r["curesult"] != "-":
                 exs.append(f"E0101 00:00:00.000000 1234 pjrt_stream_executor_client.cc:2985] Execution failed: INTERNAL: CUDA error: : {r['curesult']}: {r['string']}")
         out[entry] = ("cuda-errors.tsv", pats, exs)
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\n\x27]{2,200})"]
+    exs = [t.format(s=CUDA_FALLBACK_STRING, n=801) for t in CUDA_WRAP_EXAMPLES]
+    out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
 
 
