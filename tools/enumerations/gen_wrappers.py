@@ -64,6 +64,14 @@ WRAPPERS = [
     # CuPy cupy_backends/cuda/libs/nccl.pyx NcclError: '%s: %s' % (ERROR_NAMES[status], string), e.g.
     # "NCCL_ERROR_INVALID_USAGE: invalid usage" (cupy.cuda.nccl, used by Ray's collective and Chainer).
     r"\bNCCL_ERROR_[A-Z_]{3,40}:",
+    # TensorFlow core/nccl/nccl_manager.cc (TF 1.x to 2.x): errors::Unknown("Error invoking NCCL: ",
+    # ncclGetErrorString(nccl_result)), also quoted by "Collective ops is aborted by: ...".
+    r"\bError invoking NCCL:",
+    # Transformer Engine common/util/logging.h NVTE_CHECK_NCCL: NVTE_ERROR("NCCL Error: ", string).
+    r"\bNCCL Error:",
+    # Caffe's NCCL_CHECK (include/caffe/util/nccl.hpp): CHECK_EQ(result, ncclSuccess) << " " << string,
+    # printed by glog as "Check failed: result == ncclSuccess (2 vs. 0)  <string>".
+    r"\bCheck failed: result == ncclSuccess \(\d{1,2} vs\. 0\)(?: :)?",
 ]
 WRAP = "(?:" + "|".join(WRAPPERS) + ")"
 
@@ -81,6 +89,9 @@ NCCL_EXAMPLES = [
     "Failed, NCCL error /workspace/app/allreduce.cu:60 '{w}'",
     "[2023-07-11 15:20:41,680 E 42067 42067] logging.cc:97: Unhandled exception: St13runtime_error. what(): NCCL Error {n}: {w}",
     "cupy_backends.cuda.libs.nccl.NcclError: {c}: {w}",
+    "2023-01-01 10:00:00.000000: E tensorflow/core/nccl/nccl_manager.cc:651] Error invoking NCCL: {w}",
+    "RuntimeError: /opt/transformer_engine/transformer_engine/common/comm_gemm_overlap/userbuffers/userbuffers-host.cpp:120 in function create_communicator_grouped2: NCCL Error: {w}",
+    "F1202 10:00:00.000000 12 parallel.cpp:104] Check failed: result == ncclSuccess ({n} vs. 0)  {w}",
 ]
 
 
