@@ -122,6 +122,11 @@ CUDA_WRAPPERS = [
     # Triton's NVIDIA driver stub (backends/nvidia/driver.c, python/triton/runtime/backends/cuda.c in
     # 2.x): PyErr_Format(PyExc_RuntimeError, "Triton Error [CUDA]: %s", cuGetErrorString(code)).
     r"\bTriton Error \[CUDA\]: ",
+    # PyTorch c10/cuda/CUDAException.cpp c10_cuda_check_implementation: "CUDA error: " + cudaGetErrorString
+    # (HIP builds: "HIP error: "), and the driver-API check "CUDA driver error: " + cuGetErrorString
+    # (ATen's AT_CUDA_DRIVER_CHECK and many extensions' copies).
+    r"\b(?:CUDA|HIP) error: ",
+    r"\bCUDA [Dd]river [Ee]rror: ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -135,6 +140,8 @@ CUDA_WRAP_EXAMPLES = [
     "  what():  [12:09:48] mshadow/mshadow/./tensor_gpu-inl.h:35: Check failed: e == cudaSuccess CUDA: {s}",
     "F0506 16:29:05.468179 19928 syncedmem.cpp:71] Check failed: error == cudaSuccess ({n} vs. 0)  {s}",
     "RuntimeError: Triton Error [CUDA]: {s}",
+    "RuntimeError: CUDA error: {s}",
+    "RuntimeError: CUDA driver error: {s}",
 ]
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
