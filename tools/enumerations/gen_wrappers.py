@@ -249,7 +249,7 @@ def cuda_blocks(rows):
             if r["curesult"] != "-":
                 exs.append(f"E0101 00:00:00.000000 1234 pjrt_stream_executor_client.cc:2985] Execution failed: INTERNAL: CUDA error: : {r['curesult']}: {r['string']}")
         out[entry] = ("cuda-errors.tsv", pats, exs)
-    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\n\x27]{2,200})"]
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\n\x27]{2,80})"]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801) for t in CUDA_WRAP_EXAMPLES]
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
