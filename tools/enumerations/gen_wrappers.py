@@ -127,6 +127,9 @@ CUDA_WRAPPERS = [
     # (ATen's AT_CUDA_DRIVER_CHECK and many extensions' copies).
     r"\b(?:CUDA|HIP) error: ",
     r"\bCUDA [Dd]river [Ee]rror: ",
+    # PaddlePaddle platform/enforce.h (phi/core/enforce.h in 2.3+) build_nvidia_error_msg:
+    # "CUDA error(" << e << "), " << cudaGetErrorString(e) << ". " (1.x prints "Cuda error(%d), %s").
+    r"\b(?:CUDA|Cuda) error\(\d{1,4}\), ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -142,6 +145,7 @@ CUDA_WRAP_EXAMPLES = [
     "RuntimeError: Triton Error [CUDA]: {s}",
     "RuntimeError: CUDA error: {s}",
     "RuntimeError: CUDA driver error: {s}",
+    "OSError: (External) CUDA error({n}), {s}.",
 ]
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
