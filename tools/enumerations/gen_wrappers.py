@@ -130,6 +130,10 @@ CUDA_WRAPPERS = [
     # PaddlePaddle platform/enforce.h (phi/core/enforce.h in 2.3+) build_nvidia_error_msg:
     # "CUDA error(" << e << "), " << cudaGetErrorString(e) << ". " (1.x prints "Cuda error(%d), %s").
     r"\b(?:CUDA|Cuda) error\(\d{1,4}\), ",
+    # caffe2/core/common_gpu.h CUDA_ENFORCE (PyTorch's caffe2 and Detectron-era builds):
+    # CAFFE_ENFORCE_EQ(error, cudaSuccess, "Error at: ", __FILE__, ":", __LINE__, ": ", cudaGetErrorString(error)),
+    # printed as "[enforce fail at context_gpu.cu:343] error == cudaSuccess. 2 vs 0. Error at: <file>:<line>: <string>".
+    r"\berror == cudaSuccess\. \d{1,3} vs 0\. Error at: [^\n]{1,200}:\d{1,6}: ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -146,6 +150,7 @@ CUDA_WRAP_EXAMPLES = [
     "RuntimeError: CUDA error: {s}",
     "RuntimeError: CUDA driver error: {s}",
     "OSError: (External) CUDA error({n}), {s}.",
+    "  what():  [enforce fail at context_gpu.cu:343] error == cudaSuccess. {n} vs 0. Error at: /var/lib/jenkins/workspace/caffe2/core/context_gpu.cu:343: {s} Error from operator: ",
 ]
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
