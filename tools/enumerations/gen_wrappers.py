@@ -64,6 +64,14 @@ WRAPPERS = [
     # CuPy cupy_backends/cuda/libs/nccl.pyx NcclError: '%s: %s' % (ERROR_NAMES[status], string), e.g.
     # "NCCL_ERROR_INVALID_USAGE: invalid usage" (cupy.cuda.nccl, used by Ray's collective and Chainer).
     r"\bNCCL_ERROR_[A-Z_]{3,40}:",
+    # TensorFlow core/nccl/nccl_manager.cc (TF 1.x to 2.x): errors::Unknown("Error invoking NCCL: ",
+    # ncclGetErrorString(nccl_result)), also quoted by "Collective ops is aborted by: ...".
+    r"\bError invoking NCCL:",
+    # Transformer Engine common/util/logging.h NVTE_CHECK_NCCL: NVTE_ERROR("NCCL Error: ", string).
+    r"\bNCCL Error:",
+    # Caffe's NCCL_CHECK (include/caffe/util/nccl.hpp): CHECK_EQ(result, ncclSuccess) << " " << string,
+    # printed by glog as "Check failed: result == ncclSuccess (2 vs. 0)  <string>".
+    r"\bCheck failed: result == ncclSuccess \(\d{1,2} vs\. 0\)(?: :)?",
 ]
 WRAP = "(?:" + "|".join(WRAPPERS) + ")"
 
@@ -81,6 +89,9 @@ NCCL_EXAMPLES = [
     "Failed, NCCL error /workspace/app/allreduce.cu:60 '{w}'",
     "[2023-07-11 15:20:41,680 E 42067 42067] logging.cc:97: Unhandled exception: St13runtime_error. what(): NCCL Error {n}: {w}",
     "cupy_backends.cuda.libs.nccl.NcclError: {c}: {w}",
+    "2023-01-01 10:00:00.000000: E tensorflow/core/nccl/nccl_manager.cc:651] Error invoking NCCL: {w}",
+    "RuntimeError: /opt/transformer_engine/transformer_engine/common/comm_gemm_overlap/userbuffers/userbuffers-host.cpp:120 in function create_communicator_grouped2: NCCL Error: {w}",
+    "F1202 10:00:00.000000 12 parallel.cpp:104] Check failed: result == ncclSuccess ({n} vs. 0)  {w}",
 ]
 
 
@@ -100,6 +111,29 @@ CUDA_WRAPPERS = [
     # after PyTorch's "Last error:" (ncclGetLastError) on its own line, and quoted by XLA's
     # "Last NCCL warning(error) log entry (may be unrelated) '...'".
     r"\bCuda failure (?:\d{1,3} )?'",
+    # dmlc-core CHECK in MXNet's and TVM's CUDA_CALL and mshadow's: CHECK(e == cudaSuccess || e ==
+    # cudaErrorCudartUnloading) << "CUDA: " << cudaGetErrorString(e), printed by dmlc logging as
+    # "Check failed: <expr> CUDA: <string>" (newer dmlc: "Check failed: <expr>: CUDA: <string>").
+    r"\bCheck failed: e == cudaSuccess(?: \|\| e == cudaErrorCudartUnloading)?:? {1,2}CUDA: ",
+    # Caffe's CUDA_CHECK (util/device_alternate.hpp), copied into many CUDA extensions:
+    # CHECK_EQ(error, cudaSuccess) << " " << cudaGetErrorString(error), printed by glog as
+    # "Check failed: error == cudaSuccess (2 vs. 0)  out of memory".
+    r"\bCheck failed: error == cudaSuccess \(\d{1,3} vs\. 0\) {1,2}",
+    # Triton's NVIDIA driver stub (backends/nvidia/driver.c, python/triton/runtime/backends/cuda.c in
+    # 2.x): PyErr_Format(PyExc_RuntimeError, "Triton Error [CUDA]: %s", cuGetErrorString(code)).
+    r"\bTriton Error \[CUDA\]: ",
+    # PyTorch c10/cuda/CUDAException.cpp c10_cuda_check_implementation: "CUDA error: " + cudaGetErrorString
+    # (HIP builds: "HIP error: "), and the driver-API check "CUDA driver error: " + cuGetErrorString
+    # (ATen's AT_CUDA_DRIVER_CHECK and many extensions' copies).
+    r"\b(?:CUDA|HIP) error: ",
+    r"\bCUDA [Dd]river [Ee]rror: ",
+    # PaddlePaddle platform/enforce.h (phi/core/enforce.h in 2.3+) build_nvidia_error_msg:
+    # "CUDA error(" << e << "), " << cudaGetErrorString(e) << ". " (1.x prints "Cuda error(%d), %s").
+    r"\b(?:CUDA|Cuda) error\(\d{1,4}\), ",
+    # caffe2/core/common_gpu.h CUDA_ENFORCE (PyTorch's caffe2 and Detectron-era builds):
+    # CAFFE_ENFORCE_EQ(error, cudaSuccess, "Error at: ", __FILE__, ":", __LINE__, ": ", cudaGetErrorString(error)),
+    # printed as "[enforce fail at context_gpu.cu:343] error == cudaSuccess. 2 vs 0. Error at: <file>:<line>: <string>".
+    r"\berror == cudaSuccess\. \d{1,3} vs 0\. Error at: [^\n]{1,200}:\d{1,6}: ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -109,7 +143,21 @@ CUDA_WRAP_EXAMPLES = [
     "Failed: Cuda error /workspace/app/src/allreduce.cu:118 '{s}'",
     "Cuda failure '{s}'",
     "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: NCCL operation ncclGroupEnd() failed: unhandled cuda error (run with NCCL_DEBUG=INFO for details). Last NCCL warning(error) log entry (may be unrelated) 'Cuda failure {n} '{s}''.",
+    "[19:06:43] src/storage/./gpu_device_storage.h:39: Check failed: e == cudaSuccess || e == cudaErrorCudartUnloading CUDA: {s}",
+    "  what():  [12:09:48] mshadow/mshadow/./tensor_gpu-inl.h:35: Check failed: e == cudaSuccess CUDA: {s}",
+    "F0506 16:29:05.468179 19928 syncedmem.cpp:71] Check failed: error == cudaSuccess ({n} vs. 0)  {s}",
+    "RuntimeError: Triton Error [CUDA]: {s}",
+    "RuntimeError: CUDA error: {s}",
+    "RuntimeError: CUDA driver error: {s}",
+    "OSError: (External) CUDA error({n}), {s}.",
+    "  what():  [enforce fail at context_gpu.cu:343] error == cudaSuccess. {n} vs 0. Error at: /var/lib/jenkins/workspace/caffe2/core/context_gpu.cu:343: {s} Error from operator: ",
 ]
+
+# An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
+# CUDA failure: the catch-all cuda/runtime-error (fallback) gets a pattern for every wrapper, so a
+# wrapper seen in the wild with a string the table leaves unmapped yields CUDA_ERROR, not nothing.
+CUDA_FALLBACK_ENTRY = "cuda/runtime-error"
+CUDA_FALLBACK_STRING = "operation not supported"
 
 
 def read_tsv(name):
@@ -210,6 +258,9 @@ def cuda_blocks(rows):
             if r["curesult"] != "-":
                 exs.append(f"E0101 00:00:00.000000 1234 pjrt_stream_executor_client.cc:2985] Execution failed: INTERNAL: CUDA error: : {r['curesult']}: {r['string']}")
         out[entry] = ("cuda-errors.tsv", pats, exs)
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\n\x27]{2,80})"]
+    exs = [t.format(s=CUDA_FALLBACK_STRING, n=801) for t in CUDA_WRAP_EXAMPLES]
+    out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
 
 
