@@ -15,6 +15,7 @@ mod kb_commands;
 pub mod report;
 
 use crate::engine::Engine;
+use crate::enrich::Detail;
 use crate::incident::IncidentConfig;
 use crate::kb::{self, KnowledgeBase};
 use crate::redact::{Redactor, RuleSpec};
@@ -379,10 +380,9 @@ pub struct ScanArgs {
     /// for `faultline report --from-json` (docs/report.md).
     #[arg(long)]
     pub progress_lines: bool,
-    /// How much of its entry's diagnosis each match carries: `reference` (title and cause
-    /// class; the incident carries the whole) by default, `full` with `--no-incidents`.
+    /// The diagnosis in each match: `reference` (its title; incidents carry it whole), `full`.
     #[arg(long, value_enum, value_name = "DETAIL")]
-    pub diagnosis: Option<crate::enrich::Detail>,
+    pub diagnosis: Option<Detail>,
 }
 
 /// When `scan` shows a progress bar on stderr.
@@ -796,10 +796,7 @@ fn run_scan(args: ScanArgs) -> Result<ExitCode> {
         print_matches: args.matches || args.format == Format::Json || args.no_incidents,
         redactor,
         unknown: (!args.no_unknown).then(crate::unknown::UnknownConfig::default),
-        diagnosis: args.diagnosis.unwrap_or(match args.no_incidents {
-            true => crate::enrich::Detail::Full,
-            false => crate::enrich::Detail::Reference,
-        }),
+        diagnosis: (args.diagnosis).unwrap_or(Detail::with_incidents(!args.no_incidents)),
     };
     let stdout = io::stdout().lock();
     let mut sink = StdoutSink::new(

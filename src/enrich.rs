@@ -72,8 +72,8 @@ pub struct Diagnosis {
 ///
 /// A failure of a 1,024-rank job is a thousand cascade events of one entry; carrying the whole
 /// diagnosis (advice, dead ends, versions, references: most of an event's bytes) in each of them
-/// repeated it a thousand times. By reference, an event carries the headline fields and the
-/// incident carries the diagnosis once; `faultline kb show <kb_id>` and the admin server's
+/// repeated it a thousand times. By reference, an event carries the title beside its headline
+/// fields and the incident carries the diagnosis once; `faultline kb show <kb_id>` and the admin server's
 /// `/api/v1/kb/<kb_id>` give it for any event (docs/output.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -82,12 +82,20 @@ pub enum Detail {
     /// (and what a diagnosis is until an enricher says otherwise).
     #[default]
     Full,
-    /// The title and cause class, and the rest by reference (`kb_id` at `kb_version`): the
-    /// default of `run` and of `scan` with incidents.
+    /// The title, and the rest by reference (`kb_id` at `kb_version`): the default of `run`
+    /// and of `scan` with incidents.
     Reference,
 }
 
 impl Detail {
+    /// By reference where incidents carry the diagnosis whole, else whole in every event.
+    pub fn with_incidents(incidents: bool) -> Self {
+        match incidents {
+            true => Detail::Reference,
+            false => Detail::Full,
+        }
+    }
+
     /// The name in configuration and flags.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -97,12 +105,11 @@ impl Detail {
     }
 }
 
-/// The fields of a diagnosis an event carries by reference.
+/// The fields of a diagnosis an event carries by reference: its title (a diagnosis without
+/// `root_cause` is a reference; the entry is `kb_id` at `kb_version`).
 #[derive(Serialize)]
 struct ReferenceForm<'a> {
     title: &'a str,
-    cause_class: crate::kb::CauseClass,
-    detail: &'static str,
 }
 
 /// A diagnosis's JSON, rendered on first use ([`serialize_diagnosis`]). Equal to any other:
@@ -133,11 +140,7 @@ pub fn serialize_diagnosis<S: serde::Serializer>(
     match d.detail {
         Detail::Full => serialize_full_diagnosis(d, s),
         Detail::Reference => {
-            let reference = ReferenceForm {
-                title: &d.title,
-                cause_class: d.cause_class,
-                detail: Detail::Reference.as_str(),
-            };
+            let reference = ReferenceForm { title: &d.title };
             rendered(&d.rendered_reference, &reference, s)
         }
     }

@@ -7,6 +7,7 @@
 
 use super::config::{EnvelopeMode, InputConfig, InvalidLimits, JobIdFrom};
 use crate::engine::JsonLines;
+use crate::enrich::JobName;
 use crate::kafka::RecordView;
 use crate::metrics::DeadLetterReason;
 
@@ -277,6 +278,21 @@ pub fn record_job<'a>(
             .and_then(|(_, v)| v),
     }
     .filter(|j| !j.is_empty())
+}
+
+/// The job of a record's line when the line names none: the key or header that
+/// `input.job_id` names says it; under `envelope` the key is only a guess, so that a node's
+/// own line (a host and no job, as a shipper keyed by host sends it) stays the node's.
+pub(super) fn job_name<'a>(
+    named: Option<&'a str>,
+    from: &JobIdFrom,
+    default_job: &'a str,
+) -> JobName<'a> {
+    match (named, from) {
+        (Some(j), JobIdFrom::Envelope) => JobName::Guessed(j),
+        (Some(j), _) => JobName::Given(j),
+        (None, _) => JobName::Guessed(default_job),
+    }
 }
 
 /// A record's headers as [`record_job`] and [`decode_record`] take them.

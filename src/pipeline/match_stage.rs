@@ -37,7 +37,7 @@ use super::settings::Config;
 use super::unknown::{BatchView, SendTo, UnknownStage};
 use super::{incidents, PipelineError, Stop};
 use crate::engine::{Engine, Hit, JsonLines, Worker};
-use crate::enrich::{JobName, MatchEvent};
+use crate::enrich::MatchEvent;
 use crate::matcher::{HyperscanMatcher, MatchError};
 use crate::metrics::{DeadLetterReason, PanicStage};
 use crate::record::{LogRecord, Provenance};
@@ -751,7 +751,7 @@ impl MatchStage {
                 line: hit.line - span.first_line + 1,
             };
             let job = record_job(r.key, header_pairs(r), job_from).map(String::from_utf8_lossy);
-            let name = job_name(job.as_deref(), job_from, default_job);
+            let name = super::decode::job_name(job.as_deref(), job_from, default_job);
             let mut event = enricher.event_for(&hit, name, source);
             if let (Some(job), JobIdFrom::Key | JobIdFrom::Header(_)) = (&job, job_from) {
                 // The key or header names the job: it wins over the envelope's.
@@ -860,20 +860,5 @@ impl MatchStage {
                 Ok((sent, result))
             }
         }
-    }
-}
-
-/// The job of a record's line when the line names none: the key or header that
-/// `input.job_id` names says it; under `envelope` the key is only a guess, so that a node's
-/// own line (a host and no job, as a shipper keyed by host sends it) stays the node's.
-pub(super) fn job_name<'a>(
-    named: Option<&'a str>,
-    from: &JobIdFrom,
-    default_job: &'a str,
-) -> JobName<'a> {
-    match (named, from) {
-        (Some(j), JobIdFrom::Envelope) => JobName::Guessed(j),
-        (Some(j), _) => JobName::Given(j),
-        (None, _) => JobName::Guessed(default_job),
     }
 }

@@ -131,8 +131,7 @@ impl UnknownStage {
             // The key or header names the job: it wins over the envelope's.
             (Some(j), JobIdFrom::Key | JobIdFrom::Header(_)) => crate::record::cap_key(j),
             (named, from) => {
-                let name =
-                    super::match_stage::job_name(named.as_deref(), from, &b.input.default_job_id);
+                let name = super::decode::job_name(named.as_deref(), from, &b.input.default_job_id);
                 job_of(&record.meta, name).0
             }
         };

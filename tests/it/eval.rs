@@ -127,7 +127,10 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
             ("tests/corpus/blind/batch3".to_string(), "blind".to_string()),
             ("tests/corpus/blind/batch4".to_string(), "blind".to_string()),
             ("tests/corpus/blind/batch5".to_string(), "blind".to_string()),
-            ("tests/corpus/blind/batch6".to_string(), "held-out".to_string()),
+            (
+                "tests/corpus/blind/batch6".to_string(),
+                "held-out".to_string()
+            ),
             ("tests/corpus/real".to_string(), "in-sample".to_string()),
         ]
     );

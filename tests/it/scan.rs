@@ -214,9 +214,8 @@ fn events_carry_the_diagnosis_by_reference_and_the_incident_carries_it_whole() {
             serde_json::from_str(l).expect("JSON"),
         );
         assert_eq!(l["diagnosis"]["title"], f["diagnosis"]["title"]);
-        assert_eq!(l["diagnosis"]["cause_class"], f["diagnosis"]["cause_class"]);
-        assert_eq!(l["diagnosis"]["detail"], "reference");
-        assert!(l["diagnosis"].get("workarounds").is_none(), "{l}");
+        assert_eq!(l["diagnosis"].as_object().map(|d| d.len()), Some(1), "{l}");
+        assert!(f["diagnosis"]["root_cause"].is_string(), "{f}");
         assert_eq!(
             (&l["kb_id"], &l["kb_version"]),
             (&f["kb_id"], &f["kb_version"])
