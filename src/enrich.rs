@@ -63,18 +63,15 @@ pub struct Diagnosis {
     /// How much of it a match event carries ([`Detail`]); incidents always carry all of it.
     #[serde(skip)]
     pub detail: Detail,
-    /// The [`Detail::Reference`] form as JSON, rendered once.
-    #[serde(skip)]
-    pub rendered_reference: Rendered,
 }
 
 /// How much of its entry's diagnosis a match event carries.
 ///
 /// A failure of a 1,024-rank job is a thousand cascade events of one entry; carrying the whole
 /// diagnosis (advice, dead ends, versions, references: most of an event's bytes) in each of them
-/// repeated it a thousand times. By reference, an event carries the title beside its headline
-/// fields and the incident carries the diagnosis once; `faultline kb show <kb_id>` and the admin server's
-/// `/api/v1/kb/<kb_id>` give it for any event (docs/output.md).
+/// /// repeated it a thousand times. By reference, an event carries the title beside its headline
+/// fields and the incident carries the diagnosis once; the admin server's `/api/v1/kb/<kb_id>`
+/// and `faultline kb explain` on the event's line give it for any event (docs/output.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Detail {
@@ -129,48 +126,36 @@ impl std::fmt::Debug for Rendered {
     }
 }
 
-/// Serialises an event's diagnosis from its JSON rendered once (events of an entry carry the
-/// same text; rendering it per event was the largest cost of writing events): the whole of it,
-/// or its [`Detail::Reference`] form, as the enricher was set. For JSON output only: the
-/// rendered text is spliced in as is.
+/// Serialises an event's diagnosis as the enricher was set: the whole of it, from its JSON
+/// rendered once (rendering it per event was the largest cost of writing events; for JSON
+/// output only: the text is spliced in as is), or its [`Detail::Reference`] form.
 pub fn serialize_diagnosis<S: serde::Serializer>(
     d: &Arc<Diagnosis>,
     s: S,
 ) -> Result<S::Ok, S::Error> {
     match d.detail {
         Detail::Full => serialize_full_diagnosis(d, s),
-        Detail::Reference => {
-            let reference = ReferenceForm { title: &d.title };
-            rendered(&d.rendered_reference, &reference, s)
-        }
+        Detail::Reference => ReferenceForm { title: &d.title }.serialize(s),
     }
 }
 
-/// Serialises the whole diagnosis, whatever the events carry: an incident's root diagnosis.
+/// Serialises the whole diagnosis, whatever the events carry (an incident's root diagnosis),
+/// from its JSON rendered once.
 pub fn serialize_full_diagnosis<S: serde::Serializer>(
     d: &Arc<Diagnosis>,
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    rendered(&d.rendered, &**d, s)
-}
-
-/// `value` from `cache`, rendering it there first.
-fn rendered<T: Serialize, S: serde::Serializer>(
-    cache: &Rendered,
-    value: &T,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    if cache.0.get().is_none() {
-        match serde_json::value::to_raw_value(value) {
+    if d.rendered.0.get().is_none() {
+        match serde_json::value::to_raw_value(&**d) {
             Ok(raw) => {
-                let _ = cache.0.set(raw);
+                let _ = d.rendered.0.set(raw);
             }
-            Err(_) => return value.serialize(s),
+            Err(_) => return d.serialize(s),
         }
     }
-    match cache.0.get() {
+    match d.rendered.0.get() {
         Some(raw) => raw.serialize(s),
-        None => value.serialize(s),
+        None => d.serialize(s),
     }
 }
 
@@ -364,7 +349,6 @@ impl Diagnosis {
             references: entry.references.clone(),
             rendered: Rendered::default(),
             detail: Detail::Full,
-            rendered_reference: Rendered::default(),
         }
     }
 
@@ -542,7 +526,6 @@ impl Enricher {
                 Arc::new(Diagnosis {
                     detail,
                     rendered: Rendered::default(),
-                    rendered_reference: Rendered::default(),
                     ..(**d).clone()
                 })
             })

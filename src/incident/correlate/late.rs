@@ -137,26 +137,29 @@ impl Correlator {
         };
         job.placements.clear();
         let hosts = std::mem::take(&mut job.hosts);
-        match job.closed.back_mut() {
-            // Kept for the failure the restart ended: its late node events revise it.
-            Some(closed) => {
-                closed.until = Some(closed.until.map_or(t, |u| u.min(t)));
-                for host in hosts {
-                    if closed.hosts.contains(&host) {
-                        continue;
-                    }
-                    if closed.hosts.len() < cap {
-                        closed.hosts.push(host);
-                    } else {
-                        self.nodes.forget_job(&host, key);
-                    }
+        // Kept for the failure the restart ended: its late node events revise it.
+        if let Some(closed) = job.closed.back_mut() {
+            closed.until = Some(closed.until.map_or(t, |u| u.min(t)));
+            for host in &hosts {
+                if closed.hosts.len() < cap && !closed.hosts.contains(host) {
+                    closed.hosts.push(Arc::clone(host));
                 }
             }
-            None => {
-                for host in hosts {
-                    self.nodes.forget_job(&host, key);
-                }
-            }
+        }
+        self.forget_hosts(key, hosts);
+    }
+
+    /// Forgets that job `key` ran on those of `hosts` that neither its running attempt nor a
+    /// kept failure still has: their node events no longer reach the job.
+    pub(super) fn forget_hosts(&mut self, key: &Arc<str>, hosts: Vec<Arc<str>>) {
+        let Some(job) = self.jobs.get(key) else {
+            return;
+        };
+        let kept =
+            |h: &Arc<str>| job.hosts.contains(h) || job.closed.iter().any(|c| c.hosts.contains(h));
+        let gone: Vec<Arc<str>> = hosts.into_iter().filter(|h| !kept(h)).collect();
+        for host in gone {
+            self.nodes.forget_job(&host, key);
         }
     }
 

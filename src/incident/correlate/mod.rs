@@ -690,16 +690,9 @@ impl Correlator {
         out.push(inc.snapshot(Status::Resolved, Some(why), &self.cfg));
         job.closed.push_back(late::Closed::new(inc, why));
         if job.closed.len() > late::CLOSED_KEPT {
-            // The oldest failure no longer takes late lines: its attempt's hosts are forgotten
-            // unless a kept failure or the running attempt still has them.
+            // The oldest failure no longer takes late lines: its attempt's hosts go.
             let oldest = job.closed.pop_front().map(|c| c.hosts).unwrap_or_default();
-            let kept = |h: &Arc<str>| {
-                job.hosts.contains(h) || job.closed.iter().any(|c| c.hosts.contains(h))
-            };
-            let gone: Vec<Arc<str>> = oldest.into_iter().filter(|h| !kept(h)).collect();
-            for host in gone {
-                self.nodes.forget_job(&host, key);
-            }
+            self.forget_hosts(key, oldest);
         }
     }
 
