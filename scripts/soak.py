@@ -28,12 +28,19 @@ OUT = os.environ.get("SOAK_OUT", "soak-out")
 PARTITIONS = int(os.environ.get("SOAK_PARTITIONS", "64"))
 LOAD_FRACTION = float(os.environ.get("SOAK_LOAD_FRACTION", "0.5"))
 RSS_TARGET = float(os.environ.get("SOAK_RSS_RATIO", "1.2"))
+# How RSS is judged depends on the run's length. The 30-minute run's member grew to its working
+# set for about 10 minutes (82 -> 131 MiB) and then stayed within 1.09; shorter runs end while it
+# still climbs (1.01 to 1.33 over 2 minutes, docs/development.md), so a max/min ratio there
+# measures the climb, not a leak. Runs of RSS_RATIO_MINUTES or more check the ratio; shorter
+# ones check that the RSS after warm-up stays under the bound the service's buffers add up to
+# (docs/limits.md: 16 MiB prefetch, a 16 MiB fetch, a 64 MiB producer queue, batches and
+# in-flight bookkeeping, two KBs during a reload, the correlator's state: about 190 MiB), which
+# a leak under a soak's fault schedule crosses. Both are strict.
+RSS_RATIO_MINUTES = float(os.environ.get("SOAK_RSS_RATIO_MINUTES", "10"))
+RSS_MAX_MIB = float(os.environ.get("SOAK_RSS_MAX_MIB", "256"))
 RECOVERY_S = float(os.environ.get("SOAK_RECOVERY_S", "90"))
 # Checks that are reported but do not fail the run (SOAK_REPORT_ONLY, comma-separated: "split",
-# "rss"). CI sets both (.ci/run): over 2 minutes the RSS after warm-up still moves with the
-# takeovers (1.01 to 1.30 in this stop's runs), and jobs whose lines were written around a
-# broker outage still split into two incidents now and then (0 to 2 of 60 in a 2-minute run, none
-# in the 30-minute run): a defect not fixed yet (docs/development.md). Every other check fails.
+# "rss"), for investigating one; CI sets none (.ci/run): every check fails the run.
 REPORT_ONLY = {c for c in os.environ.get("SOAK_REPORT_ONLY", "").split(",") if c}
 FAIL_EVERY_S = float(os.environ.get("SOAK_FAIL_EVERY_S", "2"))
 SLOW_RECEIVER_S = float(os.environ.get("SOAK_SLOW_RECEIVER_S", "0.3"))
@@ -691,7 +698,12 @@ references = ["scripts/soak.py"]
         ("every incident's alerts dead-lettered (failing Alertmanager)", fps <= alert_dead,
          f"{len(fps & alert_dead)} of {len(fps)}"),
         (f"RSS after warm-up max/min <= {RSS_TARGET}", rss_ratio <= RSS_TARGET,
-         f"{rss_ratio:.3f} ({min(rss) // 1024 if rss else 0}-{max(rss) // 1024 if rss else 0} MiB, {len(rss)} samples)"),
+         f"{rss_ratio:.3f} ({min(rss) // 1024 if rss else 0}-{max(rss) // 1024 if rss else 0} MiB, {len(rss)} samples)")
+        if MINUTES >= RSS_RATIO_MINUTES else
+        (f"RSS after warm-up <= {RSS_MAX_MIB:.0f} MiB (a run under {RSS_RATIO_MINUTES:g} minutes ends "
+         f"before the working set is reached: its max/min is reported above, not judged)",
+         bool(rss) and max(rss) / 1024 <= RSS_MAX_MIB,
+         f"max {max(rss) // 1024 if rss else 0} MiB ({len(rss)} samples)"),
         ("no offset reset (records the broker dropped before they were read)", resets == 0,
          f"{resets}"),
         ("no panic", panics_total == 0 and panic_lines == 0,

@@ -5,9 +5,11 @@
 //!
 //! A leaf of the Kafka side: it depends on [`crate::offsets`], [`crate::section`] and
 //! the metric labels only, so the source and the sinks share it instead of importing each other.
-//! [`links`] turns librdkafka's connection noise into one line per broker outage.
+//! [`links`] turns librdkafka's connection noise into one line per broker outage; [`topic`]
+//! reads a topic to its end outside any group.
 
 pub mod links;
+pub mod topic;
 
 use std::collections::BTreeMap;
 use std::fmt;

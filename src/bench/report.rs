@@ -2,12 +2,13 @@
 //!
 //! Writes `incidents` incidents with the facts the report reads about their jobs as
 //! `faultline scan --format json` lines, then times reading them back
-//! ([`crate::report::input::read_json_lines`]) and building the report
+//! ([`crate::report::input::read_json_file`]) and building the report
 //! ([`crate::report::build`]), pinned to one core. The lines are the real output of an
 //! in-process scan of a small job log (start-up, progress, checkpoint, an Xid on a node, the
 //! job's NCCL timeouts), copied with each job's id, hosts, times and root: every line has the
-//! size and shape of a real one (match lines carry their diagnosis, incidents their culprit,
-//! cascades and context).
+//! size and shape of a real one (match lines carry their diagnosis by reference, as `scan`
+//! prints them with incidents on; incidents their culprit, cascades, context and whole
+//! diagnosis).
 //!
 //! Per incident, in time order: the attempt's rank-0 start-up line, a progress line, a
 //! checkpoint save, then the incident in its final state; every fourth incident's root is an Xid
@@ -16,7 +17,7 @@
 //! written: the reader skips them by their role before parsing, so they cost only their bytes.
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -111,10 +112,16 @@ struct Template {
 const MARK: &str = "@@";
 
 impl Template {
-    /// `value` serialized, each string field set to [`hole`]`(NAME)` (quotes included)
-    /// becoming a hole named NAME.
-    fn of(value: &Value) -> Template {
-        let text = value.to_string();
+    /// `value` serialized with its top-level keys in the order of `keys` (the scan's own
+    /// order: a reader may stop once it has the fields it needs), each string field set to
+    /// [`hole`]`(NAME)` (quotes included) becoming a hole named NAME.
+    fn of((value, keys): &(Value, KeyOrder)) -> Template {
+        let fields: Vec<String> = keys
+            .0
+            .iter()
+            .filter_map(|k| Some(format!("{}:{}", quoted(k), value.get(k)?)))
+            .collect();
+        let text = format!("{{{}}}", fields.join(","));
         let text = text
             .replace(&format!("\"{MARK}"), MARK)
             .replace(&format!("{MARK}\""), MARK);
@@ -156,6 +163,33 @@ struct Templates {
     incident: Template,
 }
 
+/// The top-level keys of a JSON object in the order they are written.
+#[derive(Debug, Clone, Default)]
+struct KeyOrder(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for KeyOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = KeyOrder;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<KeyOrder, A::Error> {
+                let mut keys = Vec::new();
+                while let Some((k, serde::de::IgnoredAny)) = map.next_entry::<String, _>()? {
+                    keys.push(k);
+                }
+                Ok(KeyOrder(keys))
+            }
+        }
+        d.deserialize_map(Keys)
+    }
+}
+
 fn hole(name: &str) -> Value {
     Value::from(format!("{MARK}{name}{MARK}"))
 }
@@ -181,6 +215,8 @@ fn templates() -> Result<Templates, ReportBenchError> {
         print_matches: true,
         incidents: Some(IncidentConfig::default()),
         unknown: None,
+        // As `scan --format json` prints them: matches by reference, incidents whole.
+        diagnosis: crate::enrich::Detail::with_incidents(true),
         ..ScanOptions::default()
     };
     let mut json = Vec::new();
@@ -189,41 +225,48 @@ fn templates() -> Result<Templates, ReportBenchError> {
         scan::scan_inputs(&engine, &inputs, &opts, &mut sink, &mut |_| {}).map_err(|e| err(&e))?;
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let lines: Vec<Value> = json
+    let lines: Vec<(Value, KeyOrder)> = json
         .split(|b| *b == b'\n')
-        .filter_map(|l| serde_json::from_slice(l).ok())
+        .filter_map(|l| {
+            Some((
+                serde_json::from_slice(l).ok()?,
+                serde_json::from_slice(l).ok()?,
+            ))
+        })
         .collect();
-    let find = |kind: &str, code: &str| -> Result<Value, ReportBenchError> {
+    let find = |kind: &str, code: &str| -> Result<(Value, KeyOrder), ReportBenchError> {
         lines
             .iter()
             .rev()
-            .find(|v| v["type"] == kind && (code.is_empty() || v["error_code"] == code))
+            .find(|(v, _)| v["type"] == kind && (code.is_empty() || v["error_code"] == code))
             .cloned()
             .ok_or_else(|| err(&format!("the template scan printed no {kind} {code}")))
     };
-    let job_line = |mut v: Value| {
+    let job_line = |mut line: (Value, KeyOrder)| {
+        let v = &mut line.0;
         v["job_id"] = hole("JOB");
         v["timestamp"] = hole("T");
         v["host"] = hole("HOST");
-        Template::of(&v)
+        Template::of(&line)
     };
     let mut start = find("match", "NCCL_INIT_COMPLETE")?;
-    start["rank"] = Value::from(0);
-    start["captures"]["rank"] = Value::from("0");
-    start["captures"]["nranks"] = hole("GPUS");
+    start.0["rank"] = Value::from(0);
+    start.0["captures"]["rank"] = Value::from("0");
+    start.0["captures"]["nranks"] = hole("GPUS");
     let mut node_root = find("match", "XID_79")?;
-    node_root["timestamp"] = hole("T");
-    node_root["host"] = hole("HOST");
-    node_root["job_id"] = hole("NODEJOB");
+    node_root.0["timestamp"] = hole("T");
+    node_root.0["host"] = hole("HOST");
+    node_root.0["job_id"] = hole("NODEJOB");
     let mut incident = find("incident", "")?;
-    incident["job_id"] = hole("JOB");
-    incident["fingerprint"] = hole("FP");
-    incident["id"] = hole("FP");
-    incident["root_known"] = hole("KNOWN");
-    incident["root"]["error_code"] = hole("CODE");
-    incident["root"]["category"] = hole("CATEGORY");
-    incident["root"]["timestamp"] = hole("T");
-    incident["root"]["host"] = hole("HOST");
+    let inc = &mut incident.0;
+    inc["job_id"] = hole("JOB");
+    inc["fingerprint"] = hole("FP");
+    inc["id"] = hole("FP");
+    inc["root_known"] = hole("KNOWN");
+    inc["root"]["error_code"] = hole("CODE");
+    inc["root"]["category"] = hole("CATEGORY");
+    inc["root"]["timestamp"] = hole("T");
+    inc["root"]["host"] = hole("HOST");
     Ok(Templates {
         start: job_line(start),
         progress: job_line(find("match", "TRAINING_PROGRESS")?),
@@ -420,13 +463,8 @@ fn measure(
 ) -> Result<ReportBench, ReportBenchError> {
     let pinned = !args.no_pin && pin_to_one_core();
     let started = Instant::now();
-    let f = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
     let mut input = Input::default();
-    input::read_json_lines(
-        BufReader::with_capacity(1 << 20, f),
-        &path.display().to_string(),
-        &mut input,
-    )?;
+    input::read_json_file(path, &mut input)?;
     let read = started.elapsed().as_secs_f64();
     let built = Instant::now();
     let report = report::build(&input, &Options::default());
@@ -478,7 +516,9 @@ mod tests {
     #[test]
     fn templates_fill_strings_and_raw_values() {
         let v = serde_json::json!({"a": hole("X"), "b": hole("Y"), "c": [1, hole("X")]});
-        let t = Template::of(&v);
+        // In the order a writer put them, not serde_json's sorted one.
+        let order: KeyOrder = serde_json::from_str(r#"{"c":0,"a":0,"b":0}"#).expect("keys");
+        let t = Template::of(&(v, order));
         let mut out = Vec::new();
         t.write(&mut out, &|s: &str| match s {
             "X" => quoted("x"),
@@ -489,6 +529,11 @@ mod tests {
         assert_eq!(
             back,
             serde_json::json!({"a": "x", "b": true, "c": [1, "x"]})
+        );
+        assert!(
+            out.starts_with(br#"{"c":"#),
+            "{}",
+            String::from_utf8_lossy(&out)
         );
     }
 

@@ -26,6 +26,23 @@ pub struct ReportArgs {
     /// Read `faultline scan --format json` output from FILE (`-`: stdin) instead of scanning.
     #[arg(long, value_name = "FILE", conflicts_with = "paths")]
     pub from_json: Option<PathBuf>,
+    /// Read the events and incidents topics of `faultline run` from these brokers instead of
+    /// scanning: each from its oldest record kept to its end when the report starts.
+    #[arg(long, env = "FAULTLINE_KAFKA_BROKERS", value_name = "HOST:PORT,...",
+          conflicts_with_all = ["paths", "from_json"])]
+    pub brokers: Option<String>,
+    /// The match events topic (`output.topic`), with --brokers.
+    #[arg(long, default_value = crate::sink::kafka::DEFAULT_OUTPUT_TOPIC, value_name = "TOPIC")]
+    pub events_topic: String,
+    /// The incidents topic (`incidents.topic`), with --brokers.
+    #[arg(long, default_value = "faultline.incidents", value_name = "TOPIC")]
+    pub incidents_topic: String,
+    /// A librdkafka property (TLS, SASL), repeatable, with --brokers.
+    #[arg(long = "kafka-option", value_name = "KEY=VALUE")]
+    pub kafka_options: Vec<String>,
+    /// How long reading each topic to its end may take, with --brokers.
+    #[arg(long, default_value = "5m", value_name = "DURATION")]
+    pub kafka_timeout: String,
     /// Only jobs that started at or after this time (RFC 3339), and interruptions from it on.
     #[arg(long, value_name = "TIME")]
     pub since: Option<String>,
@@ -88,8 +105,16 @@ pub enum ReportError {
         message: String,
     },
     /// Nothing to read.
-    #[error("give log files or directories, or --from-json FILE")]
+    #[error("give log files or directories, --from-json FILE or --brokers HOST:PORT")]
     NoInput,
+    /// A topic could not be read.
+    #[error("reading the topic {topic}: {error}")]
+    Kafka {
+        /// The topic.
+        topic: String,
+        /// What failed.
+        error: String,
+    },
     /// Writing the report failed.
     #[error("writing the report: {0}")]
     Write(io::Error),
@@ -136,10 +161,11 @@ pub fn options(args: &ReportArgs) -> Result<Options, ReportError> {
 /// Runs `faultline report`.
 pub fn run(args: &ReportArgs) -> Result<ExitCode, ReportError> {
     let opts = options(args)?;
-    let (input, unreadable) = match &args.from_json {
-        Some(path) => (read_json(path)?, 0),
-        None if args.paths.is_empty() => return Err(ReportError::NoInput),
-        None => scan_logs(&args.paths, args.kb.as_deref())?,
+    let (input, unreadable) = match (&args.from_json, &args.brokers) {
+        (Some(path), _) => (read_json(path)?, 0),
+        (None, Some(brokers)) => read_topics(args, brokers)?,
+        (None, None) if args.paths.is_empty() => return Err(ReportError::NoInput),
+        (None, None) => scan_logs(&args.paths, args.kb.as_deref())?,
     };
     let report = build(&input, &opts);
     let text = match args.format {
@@ -163,17 +189,74 @@ pub fn run(args: &ReportArgs) -> Result<ExitCode, ReportError> {
 
 fn read_json(path: &Path) -> Result<Input, ReportError> {
     let mut input = Input::default();
-    let what = path.display().to_string();
-    if what == "-" {
-        input::read_json_lines(io::stdin().lock(), "stdin", &mut input)?;
-    } else {
-        let f = std::fs::File::open(path).map_err(|source| InputError::Read {
-            what: what.clone(),
-            source,
-        })?;
-        input::read_json_lines(io::BufReader::new(f), &what, &mut input)?;
+    match path.to_str() == Some("-") {
+        true => input::read_json_lines(io::stdin().lock(), "stdin", &mut input)?,
+        false => input::read_json_file(path, &mut input)?,
     }
     Ok(input)
+}
+
+/// Reads the events and incidents topics to their ends (`--brokers`). Returns the input and how
+/// many records were not a scan's JSON (each named on stderr, first few only; the report is
+/// made from the rest and the exit code says some were skipped).
+fn read_topics(args: &ReportArgs, brokers: &str) -> Result<(Input, usize), ReportError> {
+    let timeout = crate::time::parse_duration_ms(&args.kafka_timeout)
+        .filter(|ms| *ms > 0)
+        .ok_or_else(|| ReportError::Flag {
+            flag: "kafka-timeout",
+            message: format!("`{}` is not a duration (30s, 5m)", args.kafka_timeout),
+        })?;
+    let mut properties = vec![("bootstrap.servers", brokers)];
+    for option in &args.kafka_options {
+        let (k, v) = option.split_once('=').ok_or_else(|| ReportError::Flag {
+            flag: "kafka-option",
+            message: format!("`{option}` is not KEY=VALUE"),
+        })?;
+        properties.push((k.trim(), v.trim()));
+    }
+    let kafka = |topic: &str, error: String| ReportError::Kafka {
+        topic: topic.to_string(),
+        error,
+    };
+    let consumer = crate::kafka::topic::reader(properties, "faultline-report")
+        .map_err(|e| kafka(&args.events_topic, e))?;
+    let mut input = Input::default();
+    let mut skipped = 0usize;
+    for topic in [&args.events_topic, &args.incidents_topic] {
+        let mut lines = input::JsonLines::default();
+        let from = crate::kafka::topic::From::Start;
+        let wait = std::time::Duration::from_millis(timeout.unsigned_abs());
+        let read = crate::kafka::topic::read_to_end(&consumer, topic, from, wait, |msg| {
+            use rdkafka::Message;
+            let place = format!("{topic}/{}@{}", msg.partition(), msg.offset());
+            if let Err(e) = lines.read(msg.payload().unwrap_or_default(), &place, &mut input) {
+                skipped += 1;
+                if skipped <= 5 {
+                    let why = match e {
+                        InputError::Json { source, .. } => source.to_string(),
+                        e => e.to_string(),
+                    };
+                    eprintln!(
+                        "faultline: skipped {place}: not a faultline scan JSON object: {why}"
+                    );
+                }
+            }
+        })
+        .map_err(|e| kafka(topic, e))?;
+        if read.partitions_left > 0 {
+            return Err(kafka(
+                topic,
+                format!(
+                    "{} partitions not read to their end within --kafka-timeout {}",
+                    read.partitions_left, args.kafka_timeout
+                ),
+            ));
+        }
+    }
+    if skipped > 5 {
+        eprintln!("faultline: skipped {skipped} records that are not a scan's JSON in all");
+    }
+    Ok((input, skipped))
 }
 
 /// Scans `paths` in-process: the facts from each match as it is emitted, the incidents from

@@ -197,9 +197,72 @@ struct Captures<'a> {
     host: Option<Cow<'a, str>>,
 }
 
-impl Captures<'_> {
+impl<'a> Captures<'a> {
     fn number<T: std::str::FromStr>(v: &Option<Cow<'_, str>>) -> Option<T> {
         v.as_deref().and_then(|n| n.trim().parse().ok())
+    }
+
+    /// The captures from their object's span, walked like the line ([`super::skim`]); serde
+    /// reads anything else (`None`: not readable either way).
+    fn skim(span: &'a [u8]) -> Option<Captures<'a>> {
+        let slot = |key: &[u8]| -> Option<usize> {
+            Some(match key {
+                b"nranks" => 0,
+                b"rank" => 1,
+                b"elapsed_ms" => 2,
+                b"timeout_ms" => 3,
+                b"node" => 4,
+                b"host" => 5,
+                _ => return None,
+            })
+        };
+        let Some([nranks, rank, elapsed, timeout, node, host]) =
+            super::skim::fields(span, slot, |_| false)
+        else {
+            return value(span);
+        };
+        Some(Captures {
+            nranks: text(nranks)?,
+            rank: text(rank)?,
+            elapsed_ms: text(elapsed)?,
+            timeout_ms: text(timeout)?,
+            node: text(node)?,
+            host: text(host)?,
+        })
+    }
+}
+
+impl<'a> Root<'a> {
+    /// The root from its object's span (`null` or absent: none), walked like the line; serde
+    /// reads anything else.
+    fn skim(span: &'a [u8]) -> Option<Option<Root<'a>>> {
+        if matches!(span, b"" | b"null") {
+            return Some(None);
+        }
+        let slot = |key: &[u8]| -> Option<usize> {
+            Some(match key {
+                b"error_code" => 0,
+                b"category" => 1,
+                b"host" => 2,
+                b"gpu" => 3,
+                b"timestamp" => 4,
+                b"captures" => 5,
+                _ => return None,
+            })
+        };
+        let Some([code, category, host, gpu, stamp, captures]) =
+            super::skim::fields(span, slot, |_| false)
+        else {
+            return value(span);
+        };
+        Some(Some(Root {
+            error_code: text(code)??,
+            category: text(category)??,
+            host: text(host)?,
+            gpu: text(gpu)?,
+            timestamp: text(stamp)?,
+            captures: Captures::skim(captures)?,
+        }))
     }
 }
 
@@ -228,6 +291,31 @@ struct Culprit {
 #[derive(Debug, Default, Deserialize)]
 struct Evidence {
     world_size: Option<u32>,
+}
+
+impl Culprit {
+    /// `culprit.evidence.world_size` from the culprit's span, walked like the line; serde
+    /// reads anything else.
+    fn skim(span: &[u8]) -> Option<Option<Culprit>> {
+        if matches!(span, b"" | b"null") {
+            return Some(None);
+        }
+        fn one<'s>(span: &'s [u8], key: &[u8]) -> Option<[&'s [u8]; 1]> {
+            super::skim::fields::<1>(span, |k| (k == key).then_some(0), |f| !f[0].is_empty())
+        }
+        let world = one(span, b"evidence").and_then(|[evidence]| match evidence {
+            b"" | b"null" => Some(b"".as_slice()),
+            e => one(e, b"world_size").map(|[w]| w),
+        });
+        let Some(world) = world else {
+            return value(span);
+        };
+        Some(Some(Culprit {
+            evidence: Some(Evidence {
+                world_size: small_number(world)?,
+            }),
+        }))
+    }
 }
 
 /// How long a collective timeout says it waited (its time less this is when it began to hang).
@@ -262,6 +350,28 @@ fn value<'a, T: Deserialize<'a> + Default>(span: &'a [u8]) -> Option<T> {
     }
 }
 
+/// A `u32` or `null` (absent: `None`), read directly where it is plain digits.
+fn small_number(span: &[u8]) -> Option<Option<u32>> {
+    match span {
+        b"" | b"null" => Some(None),
+        digits if digits.len() <= 9 && digits.iter().all(u8::is_ascii_digit) => Some(Some(
+            digits
+                .iter()
+                .fold(0u32, |n, d| n * 10 + u32::from(d - b'0')),
+        )),
+        other => value(other),
+    }
+}
+
+/// A boolean (absent: false).
+fn flag(span: &[u8]) -> Option<bool> {
+    match span {
+        b"" | b"false" => Some(false),
+        b"true" => Some(true),
+        other => value(other),
+    }
+}
+
 impl<'a> Line<'a> {
     /// The line from the spans of its fields ([`super::skim`]); `None` when it cannot be read
     /// that way (serde then reads it whole, and says what is wrong).
@@ -286,8 +396,13 @@ impl<'a> Line<'a> {
                 _ => return None,
             })
         };
+        // An incident has every field the report reads once its culprit is read (the culprit
+        // comes after the id, the job and the root; counts, context and the diagnosis after it).
+        let enough = |f: &[&[u8]; 15]| {
+            f[0] == br#""incident""# && [1, 10, 11, 12, 13, 14].iter().all(|&k| !f[k].is_empty())
+        };
         let [kind, job, code, category, role, scope, rank, host, stamp, captures, fp, known, root, culprit, id] =
-            super::skim::fields(line, slot)?;
+            super::skim::fields(line, slot, enough)?;
         let or_empty = |span| text(span).map(Option::unwrap_or_default);
         Some(Line {
             kind: text(kind)??,
@@ -296,15 +411,15 @@ impl<'a> Line<'a> {
             category: or_empty(category)?,
             role: or_empty(role)?,
             scope: or_empty(scope)?,
-            rank: value::<Option<u32>>(rank)?,
+            rank: small_number(rank)?,
             host: text(host)?,
             timestamp: text(stamp)?,
-            captures: value(captures)?,
+            captures: Captures::skim(captures)?,
             fingerprint: or_empty(fp)?,
             id: or_empty(id)?,
-            root_known: value(known)?,
-            root: value(root)?,
-            culprit: value(culprit)?,
+            root_known: flag(known)?,
+            root: Root::skim(root)?,
+            culprit: Culprit::skim(culprit)?,
         })
     }
 }
@@ -358,13 +473,18 @@ impl Line<'_> {
 /// Whether a line can be skipped unparsed: a match whose role (near its start in a scan's
 /// output) is one no fact has (cascades and symptoms are most of a failing fleet's matches).
 fn skippable(line: &[u8]) -> bool {
+    use memchr::memmem::Finder;
+    static ROLES: std::sync::LazyLock<[Finder<'static>; 2]> = std::sync::LazyLock::new(|| {
+        [
+            Finder::new(br#""role":"cascade""#),
+            Finder::new(br#""role":"symptom""#),
+        ]
+    });
     let head = &line[..line.len().min(512)];
     if !head.starts_with(br#"{"type":"match""#) {
         return false;
     }
-    [&br#""role":"cascade""#[..], br#""role":"symptom""#]
-        .iter()
-        .any(|r| memchr::memmem::find(head, r).is_some())
+    ROLES.iter().any(|r| r.find(head).is_some())
 }
 
 /// Reads a scan's JSON lines (`what` names the input in errors) into `input`. An incident that
@@ -377,8 +497,7 @@ pub fn read_json_lines<R: BufRead>(
     what: &str,
     input: &mut Input,
 ) -> Result<(), InputError> {
-    let mut latest: HashMap<String, usize> = HashMap::new();
-    let mut number = 0usize;
+    let mut lines = JsonLines::default();
     let mut carry: Vec<u8> = Vec::new();
     let read_err = |source| InputError::Read {
         what: what.to_string(),
@@ -395,12 +514,11 @@ pub fn read_json_lines<R: BufRead>(
         }
         let mut at = 0;
         while let Some(end) = memchr::memchr(b'\n', &buf[at..]) {
-            number += 1;
             if carry.is_empty() {
-                one_line(&buf[at..at + end], number, what, input, &mut latest)?;
+                lines.read(&buf[at..at + end], what, input)?;
             } else {
                 carry.extend_from_slice(&buf[at..at + end]);
-                one_line(&carry, number, what, input, &mut latest)?;
+                lines.read(&carry, what, input)?;
                 carry.clear();
             }
             at += end + 1;
@@ -410,40 +528,85 @@ pub fn read_json_lines<R: BufRead>(
         reader.consume(n);
     }
     if !carry.is_empty() {
-        one_line(&carry, number + 1, what, input, &mut latest)?;
+        lines.read(&carry, what, input)?;
     }
     Ok(())
 }
 
-fn one_line(
-    line: &[u8],
-    number: usize,
-    what: &str,
-    input: &mut Input,
-    latest: &mut HashMap<String, usize>,
-) -> Result<(), InputError> {
-    let text = line.trim_ascii();
-    if !text.starts_with(b"{") || skippable(text) {
-        return Ok(());
-    }
-    let parsed = match Line::skim(text) {
-        Some(line) => line,
-        None => serde_json::from_slice(text).map_err(|source| InputError::Json {
-            what: what.to_string(),
-            line: number,
-            source,
-        })?,
+/// Reads a file of a scan's JSON lines like [`read_json_lines`], mapped into memory where it
+/// can be (a regular file: no copy through a buffer), read otherwise (a pipe, a FIFO).
+/// The file must not be truncated while it is read (a mapped page that vanished would stop the
+/// process); a report reads finished output.
+pub fn read_json_file(path: &std::path::Path, input: &mut Input) -> Result<(), InputError> {
+    let what = path.display().to_string();
+    let read_err = |source| InputError::Read {
+        what: what.clone(),
+        source,
     };
-    match parsed.kind.as_ref() {
-        "match" => input.facts.extend(parsed.into_fact()),
-        "incident" => {
-            if let Some(inc) = parsed.into_incident() {
-                keep_latest(inc, &mut input.incidents, latest);
-            }
-        }
-        _ => {}
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let regular = file.metadata().map_err(read_err)?.is_file();
+    // SAFETY: the map is read only and private; it is dropped before this returns. Its
+    // contents change only if another process writes the file meanwhile (documented above).
+    #[allow(unsafe_code)]
+    let map = match regular {
+        true => unsafe { memmap2::MmapOptions::new().map(&file) }.ok(),
+        false => None,
+    };
+    let Some(map) = map else {
+        return read_json_lines(
+            std::io::BufReader::with_capacity(1 << 20, file),
+            &what,
+            input,
+        );
+    };
+    let _ = map.advise(memmap2::Advice::Sequential);
+    let mut lines = JsonLines::default();
+    let mut at = 0;
+    for end in memchr::memchr_iter(b'\n', &map) {
+        lines.read(&map[at..end], &what, input)?;
+        at = end + 1;
     }
-    Ok(())
+    lines.read(&map[at..], &what, input)
+}
+
+/// A scan's JSON objects read one at a time (lines of a file, records of a topic), keeping
+/// each incident in its last state.
+#[derive(Debug, Default)]
+pub struct JsonLines {
+    /// Each incident's position in `Input::incidents`, by id.
+    latest: HashMap<String, usize>,
+    /// Objects read so far (blank lines included): the line number of errors.
+    number: usize,
+}
+
+impl JsonLines {
+    /// Reads one line or record into `input`; anything but an object (a blank line) is
+    /// skipped, an object that is not a scan's is an error naming `what` and its number.
+    pub fn read(&mut self, line: &[u8], what: &str, input: &mut Input) -> Result<(), InputError> {
+        self.number += 1;
+        let text = line.trim_ascii();
+        if !text.starts_with(b"{") || skippable(text) {
+            return Ok(());
+        }
+        let parsed = match Line::skim(text) {
+            Some(line) => line,
+            None => serde_json::from_slice(text).map_err(|source| InputError::Json {
+                what: what.to_string(),
+                line: self.number,
+                source,
+            })?,
+        };
+        match parsed.kind.as_ref() {
+            "match" => input.facts.extend(parsed.into_fact()),
+            "incident" => {
+                if let Some(inc) = parsed.into_incident() {
+                    keep_latest(inc, &mut input.incidents, &mut self.latest);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
 }
 
 /// Puts `inc` in `incidents`, in place of an earlier state of the same incident if `latest`
@@ -499,6 +662,36 @@ mod tests {
         read_json_lines(text.as_bytes(), "t", &mut input).expect("reads");
         let t0 = millis(Some("2026-01-05T02:00:00.000Z"));
         assert_eq!(input.incidents[0].t, t0);
+    }
+
+    #[test]
+    fn an_incident_is_read_from_its_fields_before_the_diagnosis() {
+        // As `scan` writes it: id, job and root first; culprit, then counts, context and the
+        // diagnosis, which the reader stops before.
+        let text = r#"{"type":"incident","status":"resolved","id":"fp2:9","fingerprint":"fp2:a","job_id":"j","root_known":true,"root":{"kb_id":"x","error_code":"NCCL_TIMEOUT","category":"collective_timeout","host":"h\u0031","timestamp":"2026-01-05T02:10:00.000Z","captures":{"elapsed_ms":"600000","node":"n7"}},"contributing":[],"culprit":{"ranks":[3],"evidence":{"world_size":16}},"counts":{"a":[1,{"b":"}"}]},"diagnosis":{"title":"t"}}"#;
+        let mut input = Input::default();
+        read_json_lines(text.as_bytes(), "t", &mut input).expect("reads");
+        let inc = &input.incidents[0];
+        assert_eq!(inc.fingerprint, "fp2:9", "the id, not the fingerprint");
+        assert_eq!((inc.code.as_str(), inc.root_known), ("NCCL_TIMEOUT", true));
+        assert_eq!(inc.world_size, Some(16));
+        assert_eq!(inc.host.as_deref(), Some("n7"), "the node a line names");
+        assert_eq!(inc.t, millis(Some("2026-01-05T02:00:00.000Z")));
+        // The same object with its keys in another order is read the same, by serde.
+        let reordered = r#"{"diagnosis":{"title":"t"},"culprit":{"evidence":{"world_size":16}},"root":{"error_code":"NCCL_TIMEOUT","category":"collective_timeout","timestamp":"2026-01-05T02:10:00.000Z","captures":{"elapsed_ms":"600000","node":"n7"}},"root_known":true,"job_id":"j","id":"fp2:9","type":"incident"}"#;
+        let mut again = Input::default();
+        read_json_lines(reordered.as_bytes(), "t", &mut again).expect("reads");
+        let b = &again.incidents[0];
+        assert_eq!(
+            (&b.fingerprint, &b.code, b.world_size, &b.host, b.t),
+            (
+                &inc.fingerprint,
+                &inc.code,
+                inc.world_size,
+                &inc.host,
+                inc.t
+            )
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod skim;
 pub mod summary;
 pub mod taxonomy;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -92,7 +92,7 @@ fn in_range(t: Millis, opts: &Options) -> bool {
 /// Builds the report from a scan's facts and incidents.
 pub fn build(input: &Input, opts: &Options) -> Report {
     let mut timelines = jobs::timelines(&input.facts, &opts.settings);
-    let mut incidents: BTreeMap<&str, Vec<&IncidentFact>> = BTreeMap::new();
+    let mut incidents: HashMap<&str, Vec<&IncidentFact>> = HashMap::new();
     for inc in input
         .incidents
         .iter()
@@ -100,10 +100,13 @@ pub fn build(input: &Input, opts: &Options) -> Report {
     {
         incidents.entry(inc.job_id.as_str()).or_default().push(inc);
     }
-    for (id, incs) in &incidents {
-        if !timelines.contains_key(*id) {
-            timelines.insert(id.to_string(), jobs::from_incidents(id, incs));
-        }
+    let mut only_incidents: Vec<_> = incidents
+        .iter()
+        .filter(|(id, _)| !timelines.contains_key(**id))
+        .collect();
+    only_incidents.sort_unstable_by_key(|(id, _)| **id);
+    for (id, incs) in only_incidents {
+        timelines.insert(id.to_string(), jobs::from_incidents(id, incs));
     }
     let node_facts: Vec<_> = input
         .facts

@@ -12,6 +12,16 @@ use memchr::memchr2;
 /// The end (exclusive) of the string whose opening quote is at `at`.
 fn string_end(s: &[u8], at: usize) -> Option<usize> {
     let mut i = at + 1;
+    // Most strings a report reads are keys and short values: a plain loop over their first
+    // bytes costs less than setting up a vector search.
+    let short = s.len().min(i + 32);
+    while i < short {
+        match s[i] {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
+    }
     loop {
         let j = i + memchr2(b'"', b'\\', s.get(i..)?)?;
         if s[j] == b'"' {
@@ -67,10 +77,13 @@ fn value_end(s: &[u8], at: usize) -> Option<usize> {
 
 /// The spans of the top-level values of the object `line` whose keys `slot` numbers (a key's
 /// text as written, without its quotes), at those numbers; an empty span for a key not there;
-/// `None` when `line` is not an object this can walk.
+/// `None` when `line` is not an object this can walk. The walk stops as soon as `enough` says
+/// the spans found so far are all the caller needs (an incident's diagnosis, context and
+/// counts come after the fields the report reads, and are never looked at).
 pub fn fields<const N: usize>(
     line: &[u8],
     slot: impl Fn(&[u8]) -> Option<usize>,
+    enough: impl Fn(&[&[u8]; N]) -> bool,
 ) -> Option<[&[u8]; N]> {
     let mut out: [&[u8]; N] = [&[]; N];
     let mut i = skip_ws(line, 0);
@@ -95,6 +108,9 @@ pub fn fields<const N: usize>(
         let end = value_end(line, i)?;
         if let Some(k) = slot(key).filter(|k| *k < N) {
             out[k] = &line[i..end];
+            if enough(&out) {
+                return Some(out);
+            }
         }
         i = skip_ws(line, end);
         match line.get(i) {
@@ -114,7 +130,7 @@ mod tests {
         let line = br#"{"type":"match","diagnosis":{"text":"a \"quoted\" } ] {","list":[1,{"x":[]}]},"rank":12,"ok":true,"host":null, "job_id" : "j\\1" }"#;
         let names = ["type", "rank", "host", "job_id", "ok", "absent"];
         let slot = |k: &[u8]| names.iter().position(|n| n.as_bytes() == k);
-        let [kind, rank, host, job, ok, none] = fields(line, slot).expect("walks");
+        let [kind, rank, host, job, ok, none] = fields(line, slot, |_| false).expect("walks");
         assert_eq!(kind, br#""match""#);
         assert_eq!(rank, b"12");
         assert_eq!(host, b"null");
@@ -134,10 +150,25 @@ mod tests {
         ] {
             let slot = |k: &[u8]| (k == b"a").then_some(0);
             assert!(
-                fields::<1>(bad, slot).is_none(),
+                fields::<1>(bad, slot, |_| false).is_none(),
                 "{}",
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn stops_once_it_has_enough_and_never_reads_the_rest() {
+        // The tail is not JSON at all: a walk that went on would fail.
+        let line = br#"{"type":"incident","id":"a","root":{"x":1},"diagnosis":{"#;
+        let names = ["type", "id", "root"];
+        let slot = |k: &[u8]| names.iter().position(|n| n.as_bytes() == k);
+        let all = |out: &[&[u8]; 3]| out.iter().all(|s| !s.is_empty());
+        let [kind, id, root] = fields(line, slot, all).expect("stops before the tail");
+        assert_eq!(
+            (kind, id, root),
+            (&br#""incident""#[..], &br#""a""#[..], &br#"{"x":1}"#[..])
+        );
+        assert!(fields(line, slot, |_: &[&[u8]; 3]| false).is_none());
     }
 }

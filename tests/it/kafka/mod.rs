@@ -17,6 +17,7 @@ mod output;
 mod oversized;
 mod poison;
 mod replay;
+mod report;
 mod scale_out;
 mod undeliverable;
 mod unknown;
