@@ -28,8 +28,7 @@ pub struct ReportArgs {
     pub from_json: Option<PathBuf>,
     /// Read the events and incidents topics of `faultline run` from these brokers instead of
     /// scanning: each from its oldest record kept to its end when the report starts.
-    #[arg(long, env = "FAULTLINE_KAFKA_BROKERS", value_name = "HOST:PORT,...",
-          conflicts_with_all = ["paths", "from_json"])]
+    #[arg(long, value_name = "HOST:PORT,...", conflicts_with_all = ["paths", "from_json"])]
     pub brokers: Option<String>,
     /// The match events topic (`output.topic`), with --brokers.
     #[arg(long, default_value = crate::sink::kafka::DEFAULT_OUTPUT_TOPIC, value_name = "TOPIC")]
@@ -218,8 +217,12 @@ fn read_topics(args: &ReportArgs, brokers: &str) -> Result<(Input, usize), Repor
         topic: topic.to_string(),
         error,
     };
-    let consumer = crate::kafka::topic::reader(properties, "faultline-report")
-        .map_err(|e| kafka(&args.events_topic, e))?;
+    let consumer = crate::kafka::topic::reader(properties, "faultline-report").map_err(|e| {
+        ReportError::Flag {
+            flag: "brokers",
+            message: format!("the Kafka client: {e}"),
+        }
+    })?;
     let mut input = Input::default();
     let mut skipped = 0usize;
     for topic in [&args.events_topic, &args.incidents_topic] {

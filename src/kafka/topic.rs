@@ -4,7 +4,8 @@
 //!
 //! The reader assigns every partition itself (it never joins, commits for or fences a group),
 //! takes each partition's high watermark when it starts, and stops a partition once it has read
-//! the record before that mark. Records produced after it started are not waited for.
+//! the record before that mark or librdkafka reports its end. Records produced after it started
+//! are not waited for.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
@@ -49,6 +50,9 @@ pub fn reader<'a>(
     cc.set("group.id", group);
     cc.set("enable.auto.commit", "false");
     cc.set("enable.auto.offset.store", "false");
+    // The end of a partition is also told directly, for a partition whose last offsets hold no
+    // record to hand over (compacted away, or a control record).
+    cc.set("enable.partition.eof", "true");
     cc.create().map_err(|e| e.to_string())
 }
 
@@ -92,7 +96,14 @@ pub fn read_to_end(
         let Some(msg) = consumer.poll(Duration::from_millis(100)) else {
             continue;
         };
-        let msg = msg.map_err(|e| e.to_string())?;
+        let msg = match msg {
+            Ok(msg) => msg,
+            Err(rdkafka::error::KafkaError::PartitionEOF(p)) => {
+                left.remove(&p);
+                continue;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         let p = msg.partition();
         let Some(&end) = left.get(&p) else {
             continue;
