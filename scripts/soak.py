@@ -30,14 +30,13 @@ LOAD_FRACTION = float(os.environ.get("SOAK_LOAD_FRACTION", "0.5"))
 RSS_TARGET = float(os.environ.get("SOAK_RSS_RATIO", "1.2"))
 # How RSS is judged depends on the run's length. The 30-minute run's member grew to its working
 # set for about 10 minutes (82 -> 131 MiB) and then stayed within 1.09; shorter runs end while it
-# still climbs (1.01 to 1.33 over 2 minutes, docs/development.md), so a max/min ratio there
-# measures the climb, not a leak. Runs of RSS_RATIO_MINUTES or more check the ratio; shorter
-# ones check that the RSS after warm-up stays under the bound the service's buffers add up to
-# (docs/limits.md: 16 MiB prefetch, a 16 MiB fetch, a 64 MiB producer queue, batches and
-# in-flight bookkeeping, two KBs during a reload, the correlator's state: about 190 MiB), which
-# a leak under a soak's fault schedule crosses. Both are strict.
+# still climbs (1.08 to 1.34 over 2 minutes, docs/development.md), so a max/min ratio there
+# measures the climb, not a leak. Runs of RSS_RATIO_MINUTES or more check the ratio; shorter ones
+# check that the RSS after warm-up stays under RSS_MAX_MIB: less than the 2-minute run's input
+# (about 1.94 million records of 174 bytes, 322 MiB), so a member that kept what it read crosses
+# it, and 1.4x the highest seen (85 to 224 MiB in five runs). Both are strict.
 RSS_RATIO_MINUTES = float(os.environ.get("SOAK_RSS_RATIO_MINUTES", "10"))
-RSS_MAX_MIB = float(os.environ.get("SOAK_RSS_MAX_MIB", "256"))
+RSS_MAX_MIB = float(os.environ.get("SOAK_RSS_MAX_MIB", "320"))
 RECOVERY_S = float(os.environ.get("SOAK_RECOVERY_S", "90"))
 # Checks that are reported but do not fail the run (SOAK_REPORT_ONLY, comma-separated: "split",
 # "rss"), for investigating one; CI sets none (.ci/run): every check fails the run.

@@ -32,7 +32,7 @@
 # failing job (distinct fingerprints and jobs), each resolved, each ticketed at the slow
 # receiver when ticketed, each with its alerts dead-lettered; the RSS of the member never killed, sampled
 # every second after a warm-up (a third of the run, or the first cycle of every fault and 15 s
-# more if longer): max/min <= 1.2 (SOAK_RSS_RATIO) in runs of 10 minutes or more, under 256 MiB
+# more if longer): max/min <= 1.2 (SOAK_RSS_RATIO) in runs of 10 minutes or more, under 320 MiB
 # (SOAK_RSS_MAX_MIB) in shorter ones, which end before the working set is reached; no panic (faultline_panics_total, and stderr); after every fault the lag of
 # all partitions back to <= 2 s of load within 90 s (SOAK_RECOVERY_S), and to 0 once the load
 # stops; KB reloads without failure; both members stop with exit 0 on SIGTERM.
