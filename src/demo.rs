@@ -461,7 +461,9 @@ fn produce_samples(bootstrap: &str, jobs: &[Sample]) -> Result<HashMap<i32, i64>
                     Ok(()) => break,
                     Err((_, r)) => {
                         record = r;
-                        producer.flush(Duration::from_millis(100))?;
+                        // Room comes as the broker acknowledges; a flush that has not finished
+                        // in this time is no error here (it stopped the demo on a large slice).
+                        let _ = producer.flush(Duration::from_millis(100));
                     }
                 }
             }
