@@ -27,8 +27,6 @@ pub enum From {
 /// How far a read got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Read {
-    /// Records handed to the callback.
-    pub records: u64,
     /// Partitions not read to their end before the deadline (0: the whole topic was read).
     pub partitions_left: usize,
 }
@@ -84,10 +82,7 @@ pub fn read_to_end(
             left.insert(p, end);
         }
     }
-    let mut read = Read {
-        records: 0,
-        partitions_left: 0,
-    };
+    let mut read = Read { partitions_left: 0 };
     if left.is_empty() {
         return Ok(read);
     }
@@ -110,7 +105,6 @@ pub fn read_to_end(
         };
         if msg.offset() < end {
             each(&msg);
-            read.records += 1;
         }
         if msg.offset() + 1 >= end {
             left.remove(&p);

@@ -14,6 +14,30 @@ fn faultline(args: &[&str]) -> Output {
         .expect("faultline runs")
 }
 
+/// `faultline report --brokers` over `events` and `incidents` with `extra` flags.
+async fn report_from(bootstrap: &str, events: &str, incidents: &str, extra: &[&str]) -> Output {
+    let args: Vec<String> = [
+        "report",
+        "--brokers",
+        bootstrap,
+        "--events-topic",
+        events,
+        "--incidents-topic",
+        incidents,
+        "--kafka-timeout",
+        "60s",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|a| a.to_string())
+    .collect();
+    tokio::task::spawn_blocking(move || {
+        faultline(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .expect("joins")
+}
+
 /// A stable partition for `key` among `n`.
 fn partition(key: &str, n: i32) -> i32 {
     (key.bytes()
@@ -112,24 +136,13 @@ async fn the_report_from_the_topics_is_the_report_from_the_scan_output() {
         "{}",
         String::from_utf8_lossy(&from_file.stderr)
     );
-    let bootstrap = cluster.bootstrap.clone();
-    let from_topics = tokio::task::spawn_blocking(move || {
-        faultline(&[
-            "report",
-            "--format",
-            "json",
-            "--brokers",
-            &bootstrap,
-            "--events-topic",
-            &events_topic,
-            "--incidents-topic",
-            &incidents_topic,
-            "--kafka-timeout",
-            "60s",
-        ])
-    })
-    .await
-    .expect("joins");
+    let from_topics = report_from(
+        &cluster.bootstrap,
+        &events_topic,
+        &incidents_topic,
+        &["--format", "json"],
+    )
+    .await;
     let stderr = String::from_utf8_lossy(&from_topics.stderr);
     assert_eq!(
         from_topics.status.code(),
@@ -162,24 +175,8 @@ async fn the_report_from_the_topics_is_the_report_from_the_scan_output() {
 async fn a_topic_that_does_not_exist_is_a_clear_error() {
     let cluster = Cluster::start(1);
     let events_topic = cluster.topic("events", 1).await;
-    let bootstrap = cluster.bootstrap.clone();
     let missing = unique("no-such-topic");
-    let missing2 = missing.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        faultline(&[
-            "report",
-            "--brokers",
-            &bootstrap,
-            "--events-topic",
-            &events_topic,
-            "--incidents-topic",
-            &missing2,
-            "--kafka-timeout",
-            "20s",
-        ])
-    })
-    .await
-    .expect("joins");
+    let out = report_from(&cluster.bootstrap, &events_topic, &missing, &[]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
