@@ -192,6 +192,7 @@ pub fn samples(paths: &[PathBuf]) -> Result<Vec<Sample>, DemoError> {
 
 /// Runs the demo, printing incidents to stdout and progress to stderr.
 pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
+    let signals = pipeline::signals::Signals::register();
     // The mock cluster is not `Send`: it lives on this task, which the CLI blocks on.
     let cluster = MockCluster::new(1)?;
     let bootstrap = cluster.bootstrap_servers();
@@ -272,10 +273,8 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         .transpose()?;
     // The demo's own stop: Ctrl-C while following or waiting.
     let stop = crate::pipeline::Stop::new();
-    let signals = tokio::spawn(pipeline::signals::handle_signals(
-        Arc::clone(stop.shutdown()),
-        correlator.reloader(),
-    ));
+    let reload = correlator.reloader();
+    let signals = signals.map(|s| tokio::spawn(s.handle(Arc::clone(stop.shutdown()), reload)));
     // A match member whose stage stops on its own takes the demo's /readyz (the correlator's)
     // down with it and stops the demo, loudly: it must never go on answering 200 while no
     // line is matched any more.
@@ -327,7 +326,9 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     members_watch.abort();
     correlator.shutdown();
     let correlated = correlator.wait().await;
-    signals.abort();
+    if let Some(s) = signals {
+        s.abort();
+    }
     let printed = match outcome {
         Ok(()) => finish(&bootstrap, incidents, events, &args).await,
         Err(e) => {

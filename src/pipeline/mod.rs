@@ -802,6 +802,9 @@ impl Running {
 
 /// `faultline run`: start, then stop gracefully on SIGTERM or SIGINT, reload on SIGHUP.
 pub async fn run(config: Config) -> Result<StopReport, PipelineError> {
+    // Before anything slow: a SIGTERM during start-up is then a graceful stop, not a kill.
+    let signals = signals::Signals::register();
+    tracing::info!("loading the knowledge base");
     let c = config.clone();
     let loaded = tokio::task::spawn_blocking(move || load_kb(&c))
         .await
@@ -809,11 +812,12 @@ pub async fn run(config: Config) -> Result<StopReport, PipelineError> {
     tracing::info!(kb_version = %loaded.version(), entries = loaded.engine.kb.entries.len(),
         origin = %loaded.engine.kb.origin, "knowledge base loaded");
     let running = start(config, loaded).await?;
-    let signals = tokio::spawn(signals::handle_signals(
-        Arc::clone(running.stopper().shutdown()),
-        running.reloader(),
-    ));
+    let signals = signals.map(|s| {
+        tokio::spawn(s.handle(Arc::clone(running.stopper().shutdown()), running.reloader()))
+    });
     let result = running.wait().await;
-    signals.abort();
+    if let Some(s) = signals {
+        s.abort();
+    }
     result
 }

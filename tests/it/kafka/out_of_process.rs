@@ -445,6 +445,34 @@ async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
     );
 }
 
+/// A SIGTERM that arrives while the KB is still loading is a graceful stop, as a pod stopped
+/// during start-up expects: exit status 0 and the clean stop's summary, never death by the
+/// signal's default action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_the_kb_loads_stops_cleanly() {
+    let (mut broker, bootstrap) = broker();
+    let t = Topics::unique();
+    for name in [&t.input, &t.output, &t.dlq] {
+        make_topic(&mut broker, &bootstrap, name, 1).await;
+    }
+    let mut cmd = run_over(&bootstrap, &t, "off");
+    cmd.env("FAULTLINE_LOG", "info");
+    let mut member = super::crash_loop::Member::spawn(&mut cmd);
+    // Logged once the handlers are in place, before the KB (seconds in a debug build) loads.
+    member.wait_line("loading the knowledge base");
+    signal(&member.child, "TERM");
+    let status = wait_exit(&mut member.child);
+    let log = member.finish();
+    assert!(
+        status.success(),
+        "SIGTERM during start-up: {status:?}\n{log:#?}"
+    );
+    assert!(
+        log.iter().any(|l| l.contains("stopped cleanly")),
+        "{log:#?}"
+    );
+}
+
 /// Tickets survive a crash: the first half of the 64-rank Xid 79 scenario, SIGKILL while its
 /// incident is open, a restart, the second half. The commit waited at the Xid's record, so the
 /// restarted service correlates the same incident again: one fingerprint on the incidents topic,

@@ -213,8 +213,12 @@ pub(super) fn stop(mut children: Vec<Child>) {
     for c in &children {
         signal(c, "TERM");
     }
-    for c in &mut children {
-        assert!(wait_exit(c).success(), "SIGTERM exits 0");
+    for (i, c) in children.iter_mut().enumerate() {
+        let status = wait_exit(c);
+        assert!(
+            status.success(),
+            "member {i}: SIGTERM exits 0, not {status:?}"
+        );
     }
 }
 
