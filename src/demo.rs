@@ -204,14 +204,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
     ] {
         cluster.create_topic(topic, partitions, 1)?;
     }
-    let jobs = samples(&args.logs)?;
-    let ends = produce_samples(&bootstrap, &jobs)?;
-    let records: i64 = ends.values().sum();
-    eprintln!(
-        "faultline demo: embedded Kafka broker at {bootstrap}; produced {records} log lines of {} \
-         sample(s) to {LOGS_TOPIC}, round-robin over {LOG_PARTITIONS} partitions",
-        jobs.len()
-    );
+    let jobs = Arc::new(samples(&args.logs)?);
     let anchor = earliest_dated(&jobs);
     let loaded = {
         let c = config(&bootstrap, &args, ProcessRole::Match, anchor)?;
@@ -298,15 +291,36 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
             }
         })
     };
-    let outcome = if args.follow {
-        eprintln!(
-            "faultline demo: following; produce more with e.g.\n  echo '[rank0]: torch.OutOfMemoryError: CUDA out of memory.' | kcat -P -b {bootstrap} -t {LOGS_TOPIC} -H job=my-job\nCtrl-C to stop"
-        );
-        let mut stopped = stop.subscribe();
-        let _ = stopped.wait_for(|s| *s).await;
-        Ok(())
-    } else {
-        wait_until_done(&matchers, &correlator, &stop, &bootstrap, &ends).await
+    // Produced while the pipelines run, never further ahead of them than the broker keeps.
+    let pace = Pace {
+        members: matchers.iter().map(|m| Arc::clone(m.health())).collect(),
+        correlator: Arc::clone(correlator.health()),
+        stop: Arc::clone(stop.shutdown()),
+    };
+    let (b, j) = (bootstrap.clone(), Arc::clone(&jobs));
+    let produced = tokio::task::spawn_blocking(move || produce_samples(&b, &j, &pace))
+        .await
+        .map_err(|_| PipelineError::Panicked)?;
+    let outcome = match produced {
+        Err(e) => Err(e),
+        Ok(ends) => {
+            eprintln!(
+                "faultline demo: embedded Kafka broker at {bootstrap}; produced {} log lines of \
+                 {} sample(s) to {LOGS_TOPIC}, round-robin over {LOG_PARTITIONS} partitions",
+                ends.values().sum::<i64>(),
+                jobs.len()
+            );
+            if args.follow {
+                eprintln!(
+                    "faultline demo: following; produce more with e.g.\n  echo '[rank0]: torch.OutOfMemoryError: CUDA out of memory.' | kcat -P -b {bootstrap} -t {LOGS_TOPIC} -H job=my-job\nCtrl-C to stop"
+                );
+                let mut stopped = stop.subscribe();
+                let _ = stopped.wait_for(|s| *s).await;
+                Ok(())
+            } else {
+                wait_until_done(&matchers, &correlator, &stop, &bootstrap, &ends).await
+            }
+        }
     };
     // Stop the members first, then the correlator: its producer flushes the last changes.
     // (records read, match events acknowledged) over the members.
@@ -435,16 +449,63 @@ pub fn needs_job_header(line: &[u8]) -> bool {
     }
 }
 
-/// Produces every line as one record, round-robin over the partitions, with a `job` header
-/// where [`needs_job_header`]; returns each partition's end offset.
-fn produce_samples(bootstrap: &str, jobs: &[Sample]) -> Result<HashMap<i32, i64>, DemoError> {
+/// How far the demo's producer may run ahead of its pipelines. The embedded broker keeps at
+/// most 5 MiB or 100,000 records per partition (librdkafka's mock cluster) and drops the oldest
+/// beyond that, so a fleet slice larger than that is produced as fast as it is matched (the
+/// lines not yet read) and correlated (the match events not yet read), never faster.
+struct Pace {
+    members: Vec<Arc<crate::runtime::Health>>,
+    correlator: Arc<crate::runtime::Health>,
+    stop: Arc<crate::runtime::Shutdown>,
+}
+
+impl Pace {
+    /// Lines produced and not yet read, over all partitions (about 1,000 per partition).
+    const LINES_AHEAD: u64 = 12_000;
+    /// Match events acknowledged and not yet read by the correlator (one partition).
+    const EVENTS_AHEAD: u64 = 10_000;
+
+    /// Waits until `produced` lines are within reach of the pipelines; false once the demo
+    /// is stopping.
+    fn wait(&self, produced: u64) -> bool {
+        loop {
+            if self.stop.requested() {
+                return false;
+            }
+            let (read, events) = self.members.iter().fold((0, 0), |(r, e), m| {
+                let s = m.stats();
+                (r + s.records, e + s.events_acked)
+            });
+            let correlated = self.correlator.stats().records;
+            if produced < read + Self::LINES_AHEAD && events < correlated + Self::EVENTS_AHEAD {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Produces every line as one record (zstd-compressed batches), round-robin over the
+/// partitions, with a `job` header where [`needs_job_header`], at the pipelines' [`Pace`];
+/// returns each partition's end offset.
+fn produce_samples(
+    bootstrap: &str,
+    jobs: &[Sample],
+    pace: &Pace,
+) -> Result<HashMap<i32, i64>, DemoError> {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
+        .set("compression.type", "zstd")
+        .set("linger.ms", "5")
         .create()?;
     let mut next = 0;
-    for (job, lines) in jobs {
+    // A stop (Ctrl-C, a failed member) ends production where it is.
+    'samples: for (job, lines) in jobs {
         for line in lines {
+            if next % 1000 == 0 && !pace.wait(next as u64) {
+                break 'samples;
+            }
             let partition = next % LOG_PARTITIONS;
             next += 1;
             let mut record = BaseRecord::<(), _>::to(LOGS_TOPIC)
