@@ -2,8 +2,8 @@
 //! install.
 //!
 //! Starts an embedded Kafka-protocol broker (librdkafka's mock cluster) and produces the sample
-//! logs to it one record per line, spread over the input partitions round-robin (not by job),
-//! as a shipper that keys by nothing would. A job's line carries its job in a `job` header
+//! logs to it one record per line, keyed as docs/kafka.md advises a shipper to key them: by the
+//! job (node lines by their host), so that a job's lines stay in order in one partition. A job's line carries its job in a `job` header
 //! (the file's name, what a shipper's tail input adds) unless the line names its own job (an
 //! envelope field) or is a node's own line (syslog, journald): those go without one, as node
 //! logs do. Then it runs `--matchers N` match members (role `match`, one consumer group) and
@@ -306,7 +306,8 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         Ok(ends) => {
             eprintln!(
                 "faultline demo: embedded Kafka broker at {bootstrap}; produced {} log lines of \
-                 {} sample(s) to {LOGS_TOPIC}, round-robin over {LOG_PARTITIONS} partitions",
+                 {} sample(s) to {LOGS_TOPIC}, keyed by job (node lines by host) over \
+                 {LOG_PARTITIONS} partitions",
                 ends.values().sum::<i64>(),
                 jobs.len()
             );
@@ -432,21 +433,31 @@ fn config(
     Ok(config)
 }
 
-/// Whether a sample line goes with a `job` header: not when it names its own job (an
-/// envelope field) or is a node's own line (syslog, journald, an envelope naming a host and no
-/// job), as a shipper would send them.
-pub fn needs_job_header(line: &[u8]) -> bool {
-    let (mut envelope_rule, mut raw_rule) = (true, true);
+/// How a shipper configured as docs/kafka.md advises sends a sample line: its record key (the
+/// job it names, else a node's own line's host, else the sample's job) and whether it goes
+/// with a `job` header (the sample's job, for a line that names neither job nor host, as a
+/// tail input adds the file's name).
+pub fn shipped(line: &[u8], sample_job: &str) -> (String, bool) {
+    let (mut job, mut host, mut node) = (None, None, false);
     let json = crate::envelope::each_record(line, &mut Vec::new(), &mut |r| {
-        let (job, host) = (r.meta.job_id.is_some(), r.meta.host.is_some());
-        envelope_rule &= !job && !host;
-        let node = r.meta.origin == Origin::NodeLog;
-        raw_rule = !(job || node && host);
+        job = job.take().or_else(|| r.meta.job_id.clone());
+        host = host.take().or_else(|| r.meta.host.clone());
+        node |= r.meta.origin == Origin::NodeLog;
     });
-    match json {
-        true => envelope_rule,
-        false => raw_rule,
+    match (job, host) {
+        (Some(job), _) => (job, false),
+        (None, Some(host)) if json || node => (host, false),
+        _ => (sample_job.to_string(), true),
     }
+}
+
+/// The partition of a record key: the same key always lands in the same partition, as a keyed
+/// producer's partitioner does (FNV-1a, stable across runs).
+fn partition_of(key: &str) -> i32 {
+    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (h % LOG_PARTITIONS as u64) as i32
 }
 
 /// How far the demo's producer may run ahead of its pipelines. The embedded broker keeps at
@@ -485,8 +496,8 @@ impl Pace {
     }
 }
 
-/// Produces every line as one record (zstd-compressed batches), round-robin over the
-/// partitions, with a `job` header where [`needs_job_header`], at the pipelines' [`Pace`];
+/// Produces every line as one record (zstd-compressed batches), keyed and with a `job` header
+/// as [`shipped`] says, at the pipelines' [`Pace`];
 /// returns each partition's end offset.
 fn produce_samples(
     bootstrap: &str,
@@ -499,19 +510,20 @@ fn produce_samples(
         .set("compression.type", "zstd")
         .set("linger.ms", "5")
         .create()?;
-    let mut next = 0;
+    let mut produced = 0u64;
     // A stop (Ctrl-C, a failed member) ends production where it is.
     'samples: for (job, lines) in jobs {
         for line in lines {
-            if next % 1000 == 0 && !pace.wait(next as u64) {
+            if produced % 1000 == 0 && !pace.wait(produced) {
                 break 'samples;
             }
-            let partition = next % LOG_PARTITIONS;
-            next += 1;
-            let mut record = BaseRecord::<(), _>::to(LOGS_TOPIC)
-                .partition(partition)
+            produced += 1;
+            let (key, header) = shipped(line, job);
+            let mut record = BaseRecord::to(LOGS_TOPIC)
+                .partition(partition_of(&key))
+                .key(key.as_str())
                 .payload(line);
-            if needs_job_header(line) {
+            if header {
                 record = record.headers(OwnedHeaders::new().insert(Header {
                     key: "job",
                     value: Some(job.as_str()),
