@@ -514,7 +514,7 @@ fn produce_samples(
     // A stop (Ctrl-C, a failed member) ends production where it is.
     'samples: for (job, lines) in jobs {
         for line in lines {
-            if produced % 1000 == 0 && !pace.wait(produced) {
+            if produced.is_multiple_of(1000) && !pace.wait(produced) {
                 break 'samples;
             }
             produced += 1;
