@@ -190,6 +190,8 @@ pub struct IncidentStage {
     changes: Vec<IncidentEvent>,
     json: Vec<u8>,
     clock: LogClock,
+    /// The input partitions' low watermark, which expiry waits for.
+    lanes: super::lanes::Lanes,
     max_hold: Duration,
     published: CorrelatorStats,
     last_publish: Option<Instant>,
@@ -253,6 +255,7 @@ impl IncidentStage {
                 changes: Vec::new(),
                 json: Vec::new(),
                 clock: LogClock::default(),
+                lanes: super::lanes::Lanes::default(),
                 max_hold: config.max_hold,
                 published: CorrelatorStats::default(),
                 last_publish: None,
@@ -270,6 +273,13 @@ impl IncidentStage {
             return;
         }
         let now = Instant::now();
+        // Expiry waits for the slowest input partition, this batch's lines included.
+        let near = self.correlator.now();
+        for (_, event) in events {
+            let t = crate::incident::elect::log_ms(event, near);
+            self.lanes.note(event, t, now);
+        }
+        self.correlator.hold_expiry(self.lanes.low_watermark(now));
         // The last record of each partition in this batch, recorded once the batch is done.
         let mut last: Vec<&RecordId> = Vec::new();
         for (i, event) in events {
@@ -358,6 +368,7 @@ impl IncidentStage {
     pub fn tick(&mut self, current: bool) {
         let now = Instant::now();
         self.clock.set_current(current, now);
+        self.correlator.hold_expiry(self.lanes.low_watermark(now));
         if let Some(t) = self.clock.now(now) {
             self.correlator.advance(t, &mut self.changes);
         }
@@ -407,7 +418,7 @@ impl IncidentStage {
     fn lift_node_holds(&mut self, now: Instant) {
         let cfg = self.correlator.config();
         let reach = cfg.node_join_ms.saturating_add(cfg.window_ms);
-        let clock = self.correlator.now();
+        let clock = self.correlator.expiry_clock();
         while let Some(front) = self.node_holds.front() {
             let past = match (front.at, clock) {
                 (Some(at), Some(clock)) => clock.saturating_sub(at) > reach,

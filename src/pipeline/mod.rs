@@ -52,6 +52,7 @@ pub mod config;
 pub mod correlate;
 pub mod decode;
 pub mod incidents;
+pub mod lanes;
 pub mod match_stage;
 pub mod outputs;
 pub mod quarantine;

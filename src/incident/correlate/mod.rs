@@ -120,6 +120,9 @@ pub struct Correlator {
     fleet: Fleet,
     nodes: Nodes,
     clock: Option<Millis>,
+    /// How far incidents may expire: the service's low watermark over its input partitions
+    /// ([`Self::hold_expiry`]); none in `scan`.
+    expiry_cap: Option<Millis>,
     arrivals: u64,
     next_serial: u64,
     /// Ids of incidents another correlator had open (read back from the incidents topic), per
@@ -141,6 +144,7 @@ impl Correlator {
             open: BTreeMap::new(),
             update_tick: 0,
             clock: None,
+            expiry_cap: None,
             arrivals: 0,
             next_serial: 1,
             adopted: HashMap::new(),
@@ -201,6 +205,21 @@ impl Correlator {
                 .max()
                 .unwrap_or(0),
         }
+    }
+
+    /// Holds expiry at log time `cap` (none: the clock): an input partition read behind the
+    /// others may still hold lines of the failures the clock has passed (a job's partition
+    /// behind a node's, whose Xid would otherwise become a node incident before the job's lines
+    /// arrive). Incidents and unclaimed node events expire on the earlier of the clock and
+    /// `cap`.
+    pub fn hold_expiry(&mut self, cap: Option<Millis>) {
+        self.expiry_cap = cap;
+    }
+
+    /// The clock expiry runs on: the clock, held at the cap of [`Self::hold_expiry`].
+    pub fn expiry_clock(&self) -> Option<Millis> {
+        let clock = self.clock?;
+        Some(self.expiry_cap.map_or(clock, |cap| cap.min(clock)))
     }
 
     /// Moves the clock to `now` (if later) and resolves incidents quiet since. The live service
@@ -698,7 +717,7 @@ impl Correlator {
 
     /// Resolves incidents whose quiet period has passed on the clock.
     fn expire(&mut self, out: &mut Vec<IncidentEvent>) {
-        let Some(now) = self.clock else {
+        let Some(now) = self.expiry_clock() else {
             return;
         };
         let horizon = self.cfg.node_join_ms + self.cfg.window_ms;

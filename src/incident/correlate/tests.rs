@@ -549,3 +549,35 @@ fn a_late_node_event_of_a_restarted_jobs_old_host_revises_the_failure_the_restar
     let out = feed(&mut c, &[node_xid("node-00", 2 * 3600)]);
     assert!(out.iter().all(|e| e.job_id != "j"), "{out:#?}");
 }
+
+#[test]
+fn an_early_node_event_waits_for_the_job_lines_of_a_lagging_lane_while_expiry_is_held() {
+    // node-00's Xid at 10:00 is read first; another partition is already 6 hours ahead; job
+    // j's timeouts on node-00 (10:10) come last, from the lagging partition.
+    let run = |held: bool| {
+        let mut c = corr(IncidentConfig::default());
+        if held {
+            c.hold_expiry(Some(1_714_564_800_000));
+        }
+        let mut out = feed(
+            &mut c,
+            &[node_xid("node-00", 0), timeout("other", 8, 6 * 3600)],
+        );
+        out.extend(feed(&mut c, &[timeout("j", 1, 600), timeout("j", 2, 601)]));
+        out
+    };
+    let held = run(true);
+    assert!(held.iter().all(|e| e.job_id != "node:node-00"), "{held:#?}");
+    let j = held
+        .iter()
+        .rfind(|e| e.job_id == "j")
+        .expect("j's incident");
+    assert_eq!(j.root.error_code, "XID_79");
+    assert_eq!(j.root.host.as_deref(), Some("node-00"));
+    // On the latest time alone, the Xid became a node incident before j's lines arrived.
+    let unheld = run(false);
+    assert!(
+        unheld.iter().any(|e| e.job_id == "node:node-00"),
+        "{unheld:#?}"
+    );
+}

@@ -1,0 +1,138 @@
+//! The low watermark of the correlator's input partitions ("lanes"): how far in log time every
+//! input partition that still sends matches has been read.
+//!
+//! The correlator's clock is the latest log time it has seen. Lines of one failure travel
+//! different input partitions (a job's partition and its node's, keyed by host), and a member
+//! reads one partition ahead of another by hours of log time when a backlog is replayed. On the
+//! latest time alone, a job's failure would close before the Xid that caused it arrived from the
+//! lagging partition, and that Xid would become a node incident before the job's lines arrived.
+//! Expiry therefore waits for the slowest lane: the earliest of the lanes' latest log times
+//! ([`crate::incident::correlate::Correlator::hold_expiry`]). A lane that sent nothing for
+//! [`LANE_IDLE`] of wall time no longer holds it (a healthy host's partition may send no match
+//! for days).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::enrich::MatchEvent;
+use crate::record::Provenance;
+use crate::time::Millis;
+
+/// Wall time after which a lane that sent no match stops holding expiry back.
+pub const LANE_IDLE: Duration = Duration::from_secs(2);
+
+/// Lanes remembered at most; past it the one idle longest is forgotten.
+pub const MAX_LANES: usize = 4_096;
+
+/// Each input partition's latest log time and when it last sent a match.
+#[derive(Debug, Default)]
+pub struct Lanes {
+    latest: HashMap<(String, i32), (Millis, Instant)>,
+}
+
+impl Lanes {
+    /// Notes `event` (read from an input partition, at log time `t`) arriving at `at`.
+    pub fn note(&mut self, event: &MatchEvent, t: Option<Millis>, at: Instant) {
+        let (
+            Provenance::Kafka {
+                topic, partition, ..
+            },
+            Some(t),
+        ) = (&event.source, t)
+        else {
+            return;
+        };
+        if let Some(lane) = self.latest.get_mut(&(topic.clone(), *partition)) {
+            *lane = (lane.0.max(t), at);
+            return;
+        }
+        if self.latest.len() >= MAX_LANES {
+            let idlest = self
+                .latest
+                .iter()
+                .min_by_key(|(_, (_, seen))| *seen)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = idlest {
+                self.latest.remove(&k);
+            }
+        }
+        self.latest.insert((topic.clone(), *partition), (t, at));
+    }
+
+    /// The earliest latest log time of the lanes that sent a match within [`LANE_IDLE`] of
+    /// `at`; `None` when one lane or none is active (nothing to wait for).
+    pub fn low_watermark(&self, at: Instant) -> Option<Millis> {
+        let mut active = self
+            .latest
+            .values()
+            .filter(|(_, seen)| at.saturating_duration_since(*seen) < LANE_IDLE)
+            .map(|(t, _)| *t);
+        let first = active.next()?;
+        let (min, more) = active.fold((first, false), |(m, _), t| (m.min(t), true));
+        more.then_some(min)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(partition: i32) -> MatchEvent {
+        let mut e = crate::incident::testutil::event(
+            "NCCL_TIMEOUT",
+            crate::kb::Role::Cascade,
+            "collective_timeout",
+        )
+        .build();
+        e.source = Provenance::Kafka {
+            topic: "logs".into(),
+            partition,
+            offset: 0,
+            line: 1,
+        };
+        e
+    }
+
+    #[test]
+    fn the_slowest_active_lane_holds_expiry_and_an_idle_one_does_not() {
+        let mut lanes = Lanes::default();
+        let t0 = Instant::now();
+        lanes.note(&event(0), Some(10_000), t0);
+        assert_eq!(
+            lanes.low_watermark(t0),
+            None,
+            "one lane: nothing to wait for"
+        );
+        lanes.note(&event(1), Some(3_600_000), t0);
+        lanes.note(&event(0), Some(20_000), t0);
+        assert_eq!(
+            lanes.low_watermark(t0),
+            Some(20_000),
+            "the lagging lane's latest time"
+        );
+        // Lane 0 goes quiet; lane 1 keeps sending.
+        let later = t0 + LANE_IDLE + Duration::from_millis(1);
+        lanes.note(&event(1), Some(3_700_000), later);
+        assert_eq!(
+            lanes.low_watermark(later),
+            None,
+            "an idle lane no longer holds it"
+        );
+    }
+
+    #[test]
+    fn a_line_without_a_time_or_from_a_file_is_no_lane() {
+        let mut lanes = Lanes::default();
+        let t0 = Instant::now();
+        lanes.note(&event(0), None, t0);
+        let mut file = event(1);
+        file.source = Provenance::File {
+            path: "-".into(),
+            line: 1,
+        };
+        lanes.note(&file, Some(5), t0);
+        lanes.note(&event(2), Some(7), t0);
+        lanes.note(&event(3), Some(9), t0);
+        assert_eq!(lanes.low_watermark(t0), Some(7));
+    }
+}
