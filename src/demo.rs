@@ -23,29 +23,28 @@ use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
 use crate::config::{Config, RawConfig};
 use crate::incident::config::ProcessRole;
 use crate::pipeline::{self, PipelineError};
-use crate::record::Origin;
 use crate::sink::stdout::{Format, TerminalSafe};
 use crate::source::file;
 
-/// Topic the sample lines are produced to and the pipeline reads.
-pub const LOGS_TOPIC: &str = "faultline.demo.logs";
+mod produce;
+
+use produce::{end_offsets, produce_samples, Pace};
+pub use produce::{shipped, Sample, LOGS_TOPIC, LOG_PARTITIONS};
+
 /// Topic the match members write their events to and the correlator reads (one shard).
 pub const EVENTS_TOPIC: &str = "faultline.demo.events";
 /// Topic the correlator writes incident changes to; the demo prints them from there.
 pub const INCIDENTS_TOPIC: &str = "faultline.demo.incidents";
 /// Topic of records the pipelines could not decode.
 pub const DEAD_LETTER_TOPIC: &str = "faultline.demo.dead-letter";
-/// Partitions of the logs topic, spread over the match members.
-pub const LOG_PARTITIONS: i32 = 12;
 /// Most match members `--matchers` starts.
 pub const MAX_MATCHERS: usize = 16;
 
@@ -129,9 +128,6 @@ pub struct DemoSummary {
     /// Content hash of the KB the pipeline ran with.
     pub kb_version: String,
 }
-
-/// A job id and its lines, one record each.
-pub type Sample = (String, Vec<Vec<u8>>);
 
 /// Lines shown when there is no `examples/` directory.
 const BUILT_IN: &[(&str, &str)] = &[
@@ -302,7 +298,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         .await
         .map_err(|_| PipelineError::Panicked)?;
     let outcome = match produced {
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
         Ok(ends) => {
             eprintln!(
                 "faultline demo: embedded Kafka broker at {bootstrap}; produced {} log lines of \
@@ -431,134 +427,6 @@ fn config(
         i.correlator.clock_anchor = anchor;
     }
     Ok(config)
-}
-
-/// How a shipper configured as docs/kafka.md advises sends a sample line: its record key (the
-/// job it names, else a node's own line's host, else the sample's job) and whether it goes
-/// with a `job` header (the sample's job, for a line that names neither job nor host, as a
-/// tail input adds the file's name).
-pub fn shipped(line: &[u8], sample_job: &str) -> (String, bool) {
-    let (mut job, mut host, mut node) = (None, None, false);
-    let json = crate::envelope::each_record(line, &mut Vec::new(), &mut |r| {
-        job = job.take().or_else(|| r.meta.job_id.clone());
-        host = host.take().or_else(|| r.meta.host.clone());
-        node |= r.meta.origin == Origin::NodeLog;
-    });
-    match (job, host) {
-        (Some(job), _) => (job, false),
-        (None, Some(host)) if json || node => (host, false),
-        _ => (sample_job.to_string(), true),
-    }
-}
-
-/// The partition of a record key: the same key always lands in the same partition, as a keyed
-/// producer's partitioner does (FNV-1a, stable across runs).
-fn partition_of(key: &str) -> i32 {
-    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    (h % LOG_PARTITIONS as u64) as i32
-}
-
-/// How far the demo's producer may run ahead of its pipelines. The embedded broker keeps at
-/// most 5 MiB or 100,000 records per partition (librdkafka's mock cluster) and drops the oldest
-/// beyond that, so a fleet slice larger than that is produced as fast as it is matched (the
-/// lines not yet read) and correlated (the match events not yet read), never faster.
-struct Pace {
-    members: Vec<Arc<crate::runtime::Health>>,
-    correlator: Arc<crate::runtime::Health>,
-    stop: Arc<crate::runtime::Shutdown>,
-}
-
-impl Pace {
-    /// Lines produced and not yet read, over all partitions (about 1,000 per partition).
-    const LINES_AHEAD: u64 = 12_000;
-    /// Match events acknowledged and not yet read by the correlator (one partition).
-    const EVENTS_AHEAD: u64 = 10_000;
-
-    /// Waits until `produced` lines are within reach of the pipelines; false once the demo
-    /// is stopping.
-    fn wait(&self, produced: u64) -> bool {
-        loop {
-            if self.stop.requested() {
-                return false;
-            }
-            let (read, events) = self.members.iter().fold((0, 0), |(r, e), m| {
-                let s = m.stats();
-                (r + s.records, e + s.events_acked)
-            });
-            let correlated = self.correlator.stats().records;
-            if produced < read + Self::LINES_AHEAD && events < correlated + Self::EVENTS_AHEAD {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-/// Produces every line as one record (zstd-compressed batches), keyed and with a `job` header
-/// as [`shipped`] says, at the pipelines' [`Pace`];
-/// returns each partition's end offset.
-fn produce_samples(
-    bootstrap: &str,
-    jobs: &[Sample],
-    pace: &Pace,
-) -> Result<HashMap<i32, i64>, DemoError> {
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("compression.type", "zstd")
-        .set("linger.ms", "5")
-        .create()?;
-    let mut produced = 0u64;
-    // A stop (Ctrl-C, a failed member) ends production where it is.
-    'samples: for (job, lines) in jobs {
-        for line in lines {
-            if produced.is_multiple_of(1000) && !pace.wait(produced) {
-                break 'samples;
-            }
-            produced += 1;
-            let (key, header) = shipped(line, job);
-            let mut record = BaseRecord::to(LOGS_TOPIC)
-                .partition(partition_of(&key))
-                .key(key.as_str())
-                .payload(line);
-            if header {
-                record = record.headers(OwnedHeaders::new().insert(Header {
-                    key: "job",
-                    value: Some(job.as_str()),
-                }));
-            }
-            // The queue is large enough for the samples; wait for room if it is not.
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((_, r)) => {
-                        record = r;
-                        // Room comes as the broker acknowledges; a flush that has not finished
-                        // in this time is no error here (it stopped the demo on a large slice).
-                        let _ = producer.flush(Duration::from_millis(100));
-                    }
-                }
-            }
-        }
-    }
-    producer.flush(Duration::from_secs(30))?;
-    end_offsets(producer.client(), LOGS_TOPIC, LOG_PARTITIONS)
-}
-
-/// Each partition's end offset.
-fn end_offsets<C: rdkafka::client::ClientContext>(
-    client: &rdkafka::client::Client<C>,
-    topic: &str,
-    partitions: i32,
-) -> Result<HashMap<i32, i64>, DemoError> {
-    let mut ends = HashMap::new();
-    for p in 0..partitions {
-        let (_, high) = client.fetch_watermarks(topic, p, Duration::from_secs(10))?;
-        ends.insert(p, high);
-    }
-    Ok(ends)
 }
 
 /// Waits until every sample record is matched (every partition's watermark, in whichever
