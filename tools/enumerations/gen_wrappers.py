@@ -134,6 +134,10 @@ CUDA_WRAPPERS = [
     # CAFFE_ENFORCE_EQ(error, cudaSuccess, "Error at: ", __FILE__, ":", __LINE__, ": ", cudaGetErrorString(error)),
     # printed as "[enforce fail at context_gpu.cu:343] error == cudaSuccess. 2 vs 0. Error at: <file>:<line>: <string>".
     r"\berror == cudaSuccess\. \d{1,3} vs 0\. Error at: [^\n]{1,200}:\d{1,6}: ",
+    # PaddlePaddle fluid 1.x framework/details/all_reduce_op_handle.cc (and its reduce/fused
+    # siblings) after the NCCL all-reduce: LOG(FATAL) << "cudaStreamSynchronize " << cudaGetErrorString(e)
+    # and LOG(FATAL) << "cudaGetLastError  " << cudaGetErrorString(e) << " errno:" << e.
+    r"\bcuda(?:GetLastError|StreamSynchronize) {1,2}",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -151,6 +155,7 @@ CUDA_WRAP_EXAMPLES = [
     "RuntimeError: CUDA driver error: {s}",
     "OSError: (External) CUDA error({n}), {s}.",
     "  what():  [enforce fail at context_gpu.cu:343] error == cudaSuccess. {n} vs 0. Error at: /var/lib/jenkins/workspace/caffe2/core/context_gpu.cu:343: {s} Error from operator: ",
+    "F0912 17:23:26.346724 783 all_reduce_op_handle.cc:75] cudaGetLastError  {s} errno:{n}",
 ]
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
