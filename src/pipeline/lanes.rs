@@ -24,10 +24,12 @@ pub const LANE_IDLE: Duration = Duration::from_secs(2);
 /// Lanes remembered at most; past it the one idle longest is forgotten.
 pub const MAX_LANES: usize = 4_096;
 
-/// Each input partition's latest log time and when it last sent a match.
+/// Each input partition's latest log time and when it last sent a match, by topic and
+/// partition (looked up without allocating).
 #[derive(Debug, Default)]
 pub struct Lanes {
-    latest: HashMap<(String, i32), (Millis, Instant)>,
+    latest: HashMap<String, HashMap<i32, (Millis, Instant)>>,
+    count: usize,
 }
 
 impl Lanes {
@@ -42,21 +44,40 @@ impl Lanes {
         else {
             return;
         };
-        if let Some(lane) = self.latest.get_mut(&(topic.clone(), *partition)) {
+        if let Some(lane) = self
+            .latest
+            .get_mut(topic.as_str())
+            .and_then(|p| p.get_mut(partition))
+        {
             *lane = (lane.0.max(t), at);
             return;
         }
-        if self.latest.len() >= MAX_LANES {
-            let idlest = self
-                .latest
-                .iter()
-                .min_by_key(|(_, (_, seen))| *seen)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = idlest {
-                self.latest.remove(&k);
-            }
+        if self.count >= MAX_LANES {
+            self.forget_idlest();
         }
-        self.latest.insert((topic.clone(), *partition), (t, at));
+        self.latest
+            .entry(topic.clone())
+            .or_default()
+            .insert(*partition, (t, at));
+        self.count += 1;
+    }
+
+    fn forget_idlest(&mut self) {
+        let idlest = self
+            .latest
+            .iter()
+            .flat_map(|(topic, p)| p.iter().map(move |(n, (_, seen))| (*seen, topic, *n)))
+            .min_by_key(|(seen, _, _)| *seen)
+            .map(|(_, topic, n)| (topic.clone(), n));
+        if let Some((topic, n)) = idlest {
+            if let Some(p) = self.latest.get_mut(&topic) {
+                p.remove(&n);
+                if p.is_empty() {
+                    self.latest.remove(&topic);
+                }
+            }
+            self.count -= 1;
+        }
     }
 
     /// The earliest latest log time of the lanes that sent a match within [`LANE_IDLE`] of
@@ -65,6 +86,7 @@ impl Lanes {
         let mut active = self
             .latest
             .values()
+            .flat_map(HashMap::values)
             .filter(|(_, seen)| at.saturating_duration_since(*seen) < LANE_IDLE)
             .map(|(t, _)| *t);
         let first = active.next()?;
@@ -134,5 +156,29 @@ mod tests {
         lanes.note(&event(2), Some(7), t0);
         lanes.note(&event(3), Some(9), t0);
         assert_eq!(lanes.low_watermark(t0), Some(7));
+    }
+
+    #[test]
+    fn past_the_cap_the_lane_idle_longest_is_forgotten() {
+        let mut lanes = Lanes::default();
+        let t0 = Instant::now();
+        for p in 0..MAX_LANES as i32 {
+            lanes.note(
+                &event(p),
+                Some(1_000 + i64::from(p)),
+                t0 + Duration::from_micros(p as u64),
+            );
+        }
+        assert_eq!(
+            lanes.low_watermark(t0 + Duration::from_millis(5)),
+            Some(1_000)
+        );
+        lanes.note(&event(-1), Some(50_000), t0 + Duration::from_millis(1));
+        assert_eq!(lanes.count, MAX_LANES);
+        // Partition 0 (seen first) is gone: the earliest left is partition 1's.
+        assert_eq!(
+            lanes.low_watermark(t0 + Duration::from_millis(5)),
+            Some(1_001)
+        );
     }
 }
