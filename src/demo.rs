@@ -37,7 +37,7 @@ use crate::source::file;
 mod produce;
 
 use produce::{end_offsets, produce_samples, Pace};
-pub use produce::{shipped, Sample, LOGS_TOPIC, LOG_PARTITIONS};
+pub use produce::{Sample, LOGS_TOPIC, LOG_PARTITIONS};
 
 /// Topic the match members write their events to and the correlator reads (one shard).
 pub const EVENTS_TOPIC: &str = "faultline.demo.events";

@@ -10,6 +10,7 @@ use rdkafka::error::KafkaResult;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
+use crate::pipeline::shard::shard_of;
 use crate::record::Origin;
 
 /// Topic the sample lines are produced to and the pipeline reads.
@@ -24,7 +25,7 @@ pub type Sample = (String, Vec<Vec<u8>>);
 /// job it names, else a node's own line's host, else the sample's job) and whether it goes
 /// with a `job` header (the sample's job, for a line that names neither job nor host, as a
 /// tail input adds the file's name).
-pub fn shipped(line: &[u8], sample_job: &str) -> (String, bool) {
+fn shipped(line: &[u8], sample_job: &str) -> (String, bool) {
     let (mut job, mut host, mut node) = (None, None, false);
     let json = crate::envelope::each_record(line, &mut Vec::new(), &mut |r| {
         job = job.take().or_else(|| r.meta.job_id.clone());
@@ -36,15 +37,6 @@ pub fn shipped(line: &[u8], sample_job: &str) -> (String, bool) {
         (None, Some(host)) if json || node => (host, false),
         _ => (sample_job.to_string(), true),
     }
-}
-
-/// The partition of a record key: the same key always lands in the same partition, as a keyed
-/// producer's partitioner does (FNV-1a, stable across runs).
-fn partition_of(key: &str) -> i32 {
-    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    (h % LOG_PARTITIONS as u64) as i32
 }
 
 /// How far the demo's producer may run ahead of its pipelines. The embedded broker keeps at
@@ -87,8 +79,8 @@ impl Pace {
 }
 
 /// Produces every line as one record (zstd-compressed batches), keyed and with a `job` header
-/// as [`shipped`] says, at the pipelines' [`Pace`];
-/// returns each partition's end offset.
+/// as [`shipped`] says, in the partition its key hashes to ([`shard_of`]: a key never moves),
+/// at the pipelines' [`Pace`]; returns each partition's end offset.
 pub(super) fn produce_samples(
     bootstrap: &str,
     jobs: &[Sample],
@@ -110,7 +102,7 @@ pub(super) fn produce_samples(
             produced += 1;
             let (key, header) = shipped(line, job);
             let mut record = BaseRecord::to(LOGS_TOPIC)
-                .partition(partition_of(&key))
+                .partition(shard_of(&key, LOG_PARTITIONS))
                 .key(key.as_str())
                 .payload(line);
             if header {

@@ -192,6 +192,8 @@ pub struct IncidentStage {
     clock: LogClock,
     /// The input partitions' low watermark, which expiry waits for.
     lanes: super::lanes::Lanes,
+    /// The log time of each event of the batch being observed (reused).
+    times: Vec<Option<crate::time::Millis>>,
     max_hold: Duration,
     published: CorrelatorStats,
     last_publish: Option<Instant>,
@@ -256,6 +258,7 @@ impl IncidentStage {
                 json: Vec::new(),
                 clock: LogClock::default(),
                 lanes: super::lanes::Lanes::default(),
+                times: Vec::new(),
                 max_hold: config.max_hold,
                 published: CorrelatorStats::default(),
                 last_publish: None,
@@ -273,16 +276,18 @@ impl IncidentStage {
             return;
         }
         let now = Instant::now();
-        // Expiry waits for the slowest input partition, this batch's lines included.
-        let near = self.correlator.now();
+        // Expiry waits for the slowest input partition, this batch's lines included. Each
+        // event's log time is read once, here, for the lanes and the correlator.
+        self.times.clear();
         for (_, event) in events {
-            let t = crate::incident::elect::log_ms(event, near);
+            let t = self.correlator.log_ms(event);
             self.lanes.note(event, t, now);
+            self.times.push(t);
         }
         self.correlator.hold_expiry(self.lanes.low_watermark(now));
         // The last record of each partition in this batch, recorded once the batch is done.
         let mut last: Vec<&RecordId> = Vec::new();
-        for (i, event) in events {
+        for (k, (i, event)) in events.iter().enumerate() {
             let Some(record) = records.get(*i) else {
                 continue;
             };
@@ -303,7 +308,8 @@ impl IncidentStage {
                     Some(l) => *l = id,
                     None => last.push(id),
                 }
-                self.correlator.observe(event, &mut self.changes);
+                self.correlator
+                    .observe_at(event, self.times[k], &mut self.changes);
                 if let Some(store) = &self.store {
                     store.observe_match(event);
                 }

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::enrich::MatchEvent;
+use crate::incident::lru::LruOrder;
 use crate::record::Provenance;
 use crate::time::Millis;
 
@@ -25,11 +26,19 @@ pub const LANE_IDLE: Duration = Duration::from_secs(2);
 pub const MAX_LANES: usize = 4_096;
 
 /// Each input partition's latest log time and when it last sent a match, by topic and
-/// partition (looked up without allocating).
+/// partition (looked up without allocating), least recently heard first in `order`.
 #[derive(Debug, Default)]
 pub struct Lanes {
-    latest: HashMap<String, HashMap<i32, (Millis, Instant)>>,
-    count: usize,
+    latest: HashMap<String, HashMap<i32, Lane>>,
+    order: LruOrder<(String, i32)>,
+}
+
+/// A lane's latest log time, when it last sent a match, and its tick in [`Lanes::order`].
+#[derive(Debug)]
+struct Lane {
+    t: Millis,
+    seen: Instant,
+    tick: u64,
 }
 
 impl Lanes {
@@ -49,35 +58,26 @@ impl Lanes {
             .get_mut(topic.as_str())
             .and_then(|p| p.get_mut(partition))
         {
-            *lane = (lane.0.max(t), at);
+            lane.t = lane.t.max(t);
+            lane.seen = at;
+            lane.tick = self.order.touch(lane.tick);
             return;
         }
-        if self.count >= MAX_LANES {
-            self.forget_idlest();
+        if self.order.len() >= MAX_LANES {
+            if let Some((topic, n)) = self.order.pop_oldest() {
+                if let Some(p) = self.latest.get_mut(&topic) {
+                    p.remove(&n);
+                    if p.is_empty() {
+                        self.latest.remove(&topic);
+                    }
+                }
+            }
         }
+        let tick = self.order.push((topic.clone(), *partition));
         self.latest
             .entry(topic.clone())
             .or_default()
-            .insert(*partition, (t, at));
-        self.count += 1;
-    }
-
-    fn forget_idlest(&mut self) {
-        let idlest = self
-            .latest
-            .iter()
-            .flat_map(|(topic, p)| p.iter().map(move |(n, (_, seen))| (*seen, topic, *n)))
-            .min_by_key(|(seen, _, _)| *seen)
-            .map(|(_, topic, n)| (topic.clone(), n));
-        if let Some((topic, n)) = idlest {
-            if let Some(p) = self.latest.get_mut(&topic) {
-                p.remove(&n);
-                if p.is_empty() {
-                    self.latest.remove(&topic);
-                }
-            }
-            self.count -= 1;
-        }
+            .insert(*partition, Lane { t, seen: at, tick });
     }
 
     /// The earliest latest log time of the lanes that sent a match within [`LANE_IDLE`] of
@@ -87,11 +87,10 @@ impl Lanes {
             .latest
             .values()
             .flat_map(HashMap::values)
-            .filter(|(_, seen)| at.saturating_duration_since(*seen) < LANE_IDLE)
-            .map(|(t, _)| *t);
+            .filter(|l| at.saturating_duration_since(l.seen) < LANE_IDLE)
+            .map(|l| l.t);
         let first = active.next()?;
-        let (min, more) = active.fold((first, false), |(m, _), t| (m.min(t), true));
-        more.then_some(min)
+        Some(first.min(active.min()?))
     }
 }
 
@@ -174,7 +173,7 @@ mod tests {
             Some(1_000)
         );
         lanes.note(&event(-1), Some(50_000), t0 + Duration::from_millis(1));
-        assert_eq!(lanes.count, MAX_LANES);
+        assert_eq!(lanes.order.len(), MAX_LANES);
         // Partition 0 (seen first) is gone: the earliest left is partition 1's.
         assert_eq!(
             lanes.low_watermark(t0 + Duration::from_millis(5)),

@@ -280,12 +280,26 @@ impl Correlator {
 
     /// Folds one match event in; pushes the incident changes it causes to `out`.
     pub fn observe(&mut self, event: &MatchEvent, out: &mut Vec<IncidentEvent>) {
+        let log_ms = self.log_ms(event);
+        self.observe_at(event, log_ms, out);
+    }
+
+    /// The log time of `event`: a stamp without a year is placed next to the clock, or today
+    /// when nothing told the time yet.
+    pub fn log_ms(&self, event: &MatchEvent) -> Option<Millis> {
+        let near = self.clock.or(self.cfg.clock_anchor).or_else(wall_now);
+        elect::log_ms(event, near)
+    }
+
+    /// [`Self::observe`] with the event's log time already read ([`Self::log_ms`]).
+    pub fn observe_at(
+        &mut self,
+        event: &MatchEvent,
+        log_ms: Option<Millis>,
+        out: &mut Vec<IncidentEvent>,
+    ) {
         self.stats.events += 1;
         self.arrivals += 1;
-        // A stamp without a year is placed next to the clock, or today when nothing told the
-        // time yet.
-        let near = self.clock.or(self.cfg.clock_anchor).or_else(wall_now);
-        let log_ms = elect::log_ms(event, near);
         if let Some(t) = log_ms {
             self.set_clock(t);
         }

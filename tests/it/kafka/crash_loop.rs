@@ -53,16 +53,6 @@ impl Member {
         self.log.iter().any(|l| l.contains(needle))
     }
 
-    /// Waits (up to [`DEADLINE`]) for a line containing `needle`.
-    pub(super) fn wait_line(&mut self, needle: &str) {
-        while !self.saw(needle) {
-            match self.lines.recv_timeout(DEADLINE) {
-                Ok(l) => self.log.push(l),
-                Err(_) => panic!("no line with {needle:?}: {:?}", self.log),
-            }
-        }
-    }
-
     /// Reads the rest of stderr after the process exited.
     pub(super) fn finish(&mut self) -> &[String] {
         while let Ok(l) = self.lines.recv_timeout(DEADLINE) {

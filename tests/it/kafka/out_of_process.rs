@@ -85,6 +85,16 @@ pub(super) struct Topics {
 }
 
 impl Topics {
+    /// Fresh names, and their input, output and dead-letter topics made with one partition
+    /// each.
+    pub(super) async fn made(broker: &mut Option<BrokerProcess>, bootstrap: &str) -> Self {
+        let t = Topics::unique();
+        for name in [&t.input, &t.output, &t.dlq] {
+            make_topic(broker, bootstrap, name, 1).await;
+        }
+        t
+    }
+
     /// Fresh names: no test sees another's topics or group.
     pub(super) fn unique() -> Self {
         Topics {
@@ -405,10 +415,7 @@ fn demo_processes_the_samples_and_exits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
     let (mut broker, bootstrap) = broker();
-    let t = Topics::unique();
-    for name in [&t.input, &t.output, &t.dlq] {
-        make_topic(&mut broker, &bootstrap, name, 1).await;
-    }
+    let t = Topics::made(&mut broker, &bootstrap).await;
     let kb = test_kb();
     let mut child = run_command(&bootstrap, &t, kb.path())
         .args(["--kb-watch-interval-ms", "0"])
@@ -451,15 +458,15 @@ async fn sighup_reloads_the_kb_and_sigint_drains_and_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_while_the_kb_loads_stops_cleanly() {
     let (mut broker, bootstrap) = broker();
-    let t = Topics::unique();
-    for name in [&t.input, &t.output, &t.dlq] {
-        make_topic(&mut broker, &bootstrap, name, 1).await;
-    }
+    let t = Topics::made(&mut broker, &bootstrap).await;
     let mut cmd = run_over(&bootstrap, &t, "off");
     cmd.env("FAULTLINE_LOG", "info");
     let mut member = super::crash_loop::Member::spawn(&mut cmd);
     // Logged once the handlers are in place, before the KB (seconds in a debug build) loads.
-    member.wait_line("loading the knowledge base");
+    wait_for("the KB load to begin", || {
+        member.saw("loading the knowledge base")
+    })
+    .await;
     signal(&member.child, "TERM");
     let status = wait_exit(&mut member.child);
     let log = member.finish();

@@ -4,7 +4,7 @@
 //! disconnects are counted in `faultline_broker_disconnects_total`.
 
 use super::crash_loop::Member;
-use super::out_of_process::{broker, make_topic, run_over, signal, wait_exit, Topics};
+use super::out_of_process::{broker, run_over, signal, wait_exit, Topics};
 use super::*;
 
 /// The admin address the member logged (`addr=127.0.0.1:PORT`).
@@ -57,10 +57,7 @@ async fn a_broker_outage_that_is_ridden_out_logs_no_error() {
         eprintln!("SKIPPED: needs the mock broker process to take the broker down");
         return;
     }
-    let t = Topics::unique();
-    for name in [&t.input, &t.output, &t.dlq] {
-        make_topic(&mut broker, &bootstrap, name, 1).await;
-    }
+    let t = Topics::made(&mut broker, &bootstrap).await;
     let kb = test_kb();
     let mut cmd = member_command(&bootstrap, &t, kb.path());
     cmd.args(["--kafka-option", "statistics.interval.ms=200"])
@@ -136,10 +133,7 @@ async fn a_committed_offset_the_broker_no_longer_holds_is_an_error_and_counted()
         eprintln!("SKIPPED: needs the mock broker process");
         return;
     }
-    let t = Topics::unique();
-    for name in [&t.input, &t.output, &t.dlq] {
-        make_topic(&mut broker, &bootstrap, name, 1).await;
-    }
+    let t = Topics::made(&mut broker, &bootstrap).await;
     let records: Vec<Out> = (0..10)
         .map(|i| Out::new(0, "job", format!("BOOM {i}")))
         .collect();

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use faultline::pipeline::{self, FaultInjection, FaultPoint};
 use faultline::sink::kafka::headers;
 
-use super::out_of_process::{broker, make_topic, Topics};
+use super::out_of_process::{broker, Topics};
 use super::*;
 
 const MARKER: &str = "@@ABORT@@";
@@ -59,10 +59,7 @@ async fn a_record_that_aborts_the_process_is_dead_lettered_after_three_crashes()
         return poison_child().await;
     }
     let (mut broker, bootstrap) = broker();
-    let t = Topics::unique();
-    for name in [&t.input, &t.output, &t.dlq] {
-        make_topic(&mut broker, &bootstrap, name, 1).await;
-    }
+    let t = Topics::made(&mut broker, &bootstrap).await;
     let records: Vec<Out> = (0..RECORDS)
         .map(|i| {
             let marker = if i == POISON { MARKER } else { "" };
