@@ -35,6 +35,12 @@ use crate::time::Millis;
 /// several times while its node logs lagged still gets each late node event into its failure.
 pub(super) const CLOSED_KEPT: usize = 4;
 
+/// Resolved incidents kept per job while a late line may still reach them (their window is not
+/// yet behind the expiry clock, which the service holds at its slowest input partition's log
+/// time): a job that restarted more than [`CLOSED_KEPT`] times before its node logs caught up
+/// keeps each failure, up to this many.
+pub(super) const CLOSED_MAX: usize = 64;
+
 /// One of a job's last resolved incidents, kept so that its late lines revise it.
 #[derive(Debug)]
 pub(super) struct Closed {
@@ -59,6 +65,13 @@ impl Closed {
             until: None,
             hosts: Vec::new(),
         }
+    }
+
+    /// Whether its window, which ends `window_ms` after its last match (or at the restart
+    /// marker), ended more than `margin` before `clock`: the lines still to come are later.
+    pub(super) fn behind(&self, clock: Option<Millis>, window_ms: Millis, margin: Millis) -> bool {
+        let (_, last) = span(&self.inc);
+        clock.is_none_or(|c| self.end(last + window_ms).saturating_add(margin) < c)
     }
 
     /// The end of its window: `end`, or the restart marker's time when that is earlier.

@@ -689,6 +689,7 @@ impl Correlator {
 
     /// Resolves job `key`'s incident, already removed from the open index.
     fn resolve_popped(&mut self, key: &Arc<str>, why: Resolution, out: &mut Vec<IncidentEvent>) {
+        let (clock, slack) = (self.expiry_clock(), self.slack());
         let Some(job) = self.jobs.get_mut(key) else {
             return;
         };
@@ -722,10 +723,19 @@ impl Correlator {
         self.stats.resolved += 1;
         out.push(inc.snapshot(Status::Resolved, Some(why), &self.cfg));
         job.closed.push_back(late::Closed::new(inc, why));
-        if job.closed.len() > late::CLOSED_KEPT {
+        let mut gone = Vec::new();
+        while job.closed.len() > late::CLOSED_KEPT
+            && (job.closed.len() > late::CLOSED_MAX
+                || job
+                    .closed
+                    .front()
+                    .is_some_and(|c| c.behind(clock, self.cfg.window_ms, slack)))
+        {
             // The oldest failure no longer takes late lines: its attempt's hosts go.
-            let oldest = job.closed.pop_front().map(|c| c.hosts).unwrap_or_default();
-            self.forget_hosts(key, oldest);
+            gone.extend(job.closed.pop_front().map(|c| c.hosts).unwrap_or_default());
+        }
+        if !gone.is_empty() {
+            self.forget_hosts(key, gone);
         }
     }
 

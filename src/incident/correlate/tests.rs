@@ -581,3 +581,39 @@ fn an_early_node_event_waits_for_the_job_lines_of_a_lagging_lane_while_expiry_is
         "{unheld:#?}"
     );
 }
+
+#[test]
+fn a_job_that_restarted_many_times_before_its_node_log_caught_up_keeps_each_failure() {
+    // Job j fails on node-00 eight times, three hours apart, each attempt ended by torchelastic's
+    // restart marker; node-00's kernel log lags and its Xid of the first failure (10:00) is
+    // read last.
+    let run = |held: bool| {
+        let mut c = corr(IncidentConfig::default());
+        if held {
+            // The service holds expiry at its slowest input partition: node-00's, still at 10:00.
+            c.hold_expiry(Some(1_714_564_800_000));
+        }
+        let mut ids = Vec::new();
+        for k in 0..8 {
+            let base = k * 3 * 3600;
+            let out = feed(&mut c, &[timeout("j", 1, base + 600)]);
+            ids.push(out[0].id.clone());
+            let marker = event("TORCHELASTIC_RESTART", Role::Info, "context")
+                .domain("context")
+                .job("j")
+                .ts(&ts(base + 1200))
+                .build();
+            feed(&mut c, &[marker]);
+        }
+        let out = feed(&mut c, &[node_xid("node-00", 0)]);
+        (ids, out)
+    };
+    let (ids, out) = run(true);
+    assert!(!out.is_empty(), "the Xid is read");
+    assert!(out.iter().all(|e| e.id == ids[0]), "{out:#?}");
+    assert_eq!(out[0].root.error_code, "XID_79");
+    // Without the hold, the first failure's window is long behind the clock: only the last
+    // few failures are kept, and the Xid is a failure of its own.
+    let (ids, out) = run(false);
+    assert!(out.iter().all(|e| !ids.contains(&e.id)), "{out:#?}");
+}
