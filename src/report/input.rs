@@ -8,8 +8,11 @@
 //! its final state.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::io::BufRead;
+use std::sync::Arc;
+
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use serde::Deserialize;
 
@@ -53,49 +56,83 @@ pub enum FactKind {
     NodeRoot,
 }
 
+/// A job id, host, code or category: shared, not copied, by every fact and incident that names
+/// it (a million incidents name a few hundred thousand distinct values).
+pub type Name = Arc<str>;
+
+/// The distinct [`Name`]s read so far: each value is allocated once.
+#[derive(Debug, Default)]
+pub struct Names {
+    set: HashSet<Name, FxBuildHasher>,
+    /// The last few values handed out: a job's lines come together and name the same job,
+    /// host, code and category, found here without hashing.
+    recent: [Option<Name>; 4],
+    next: usize,
+}
+
+impl Names {
+    /// The shared copy of `s`.
+    pub fn get(&mut self, s: &str) -> Name {
+        if let Some(n) = self.recent.iter().flatten().find(|n| ***n == *s) {
+            return Arc::clone(n);
+        }
+        let n = match self.set.get(s) {
+            Some(n) => Arc::clone(n),
+            None => {
+                let n: Name = Arc::from(s);
+                self.set.insert(Arc::clone(&n));
+                n
+            }
+        };
+        self.recent[self.next] = Some(Arc::clone(&n));
+        self.next = (self.next + 1) % self.recent.len();
+        n
+    }
+}
+
 /// One line the report uses.
 #[derive(Debug, Clone)]
 pub struct Fact {
     /// Its kind.
     pub kind: FactKind,
     /// The job (for node lines, `node:<host>`).
-    pub job_id: String,
+    pub job_id: Name,
     /// Its log time.
     pub t: Millis,
     /// The host it names or came from.
-    pub host: Option<String>,
+    pub host: Option<Name>,
     /// The rank that printed it (or the `rank` capture).
     pub rank: Option<u32>,
     /// `nranks` of a start-up line.
     pub world: Option<u32>,
     /// Error code and KB category (node roots).
-    pub code: String,
+    pub code: Name,
     /// The KB category.
-    pub category: String,
+    pub category: Name,
 }
 
 /// An incident in its final state, as far as the report needs it.
 #[derive(Debug, Clone)]
 pub struct IncidentFact {
     /// The job (`node:<host>` for a node incident).
-    pub job_id: String,
+    pub job_id: Name,
     /// Whether a root-role line was elected.
     pub root_known: bool,
     /// The elected headline's error code.
-    pub code: String,
+    pub code: Name,
     /// Its KB category.
-    pub category: String,
+    pub category: Name,
     /// Its host.
-    pub host: Option<String>,
+    pub host: Option<Name>,
     /// Its GPU.
-    pub gpu: Option<String>,
+    pub gpu: Option<Name>,
     /// When the failure began: the headline's time, less the wait a collective timeout
     /// reports.
     pub t: Option<Millis>,
     /// The world size the culprit evidence saw.
     pub world_size: Option<u32>,
     /// The incident's id (its fingerprint in output older than ids): one per failure.
-    pub fingerprint: String,
+    pub fingerprint: Name,
 }
 
 /// Everything the report reads.
@@ -134,13 +171,13 @@ impl Fact {
         let kind = kind_of(&e.error_code, &e.category, role, e.scope == Scope::Node)?;
         Some(Fact {
             kind,
-            job_id: e.job_id.clone(),
+            job_id: Name::from(e.job_id.as_str()),
             t: millis(e.timestamp.as_deref())?,
-            host: e.host.clone(),
+            host: e.host.as_deref().map(Name::from),
             rank: e.any_rank(),
             world: e.captures.get("nranks").and_then(|n| n.parse().ok()),
-            code: e.error_code.clone(),
-            category: e.category.clone(),
+            code: Name::from(e.error_code.as_str()),
+            category: Name::from(e.category.as_str()),
         })
     }
 }
@@ -425,7 +462,7 @@ impl<'a> Line<'a> {
 }
 
 impl Line<'_> {
-    fn into_fact(self) -> Option<Fact> {
+    fn into_fact(self, names: &mut Names) -> Option<Fact> {
         let node = self.scope == "node";
         let kind = kind_of(&self.error_code, &self.category, &self.role, node)?;
         let rank = self.rank.or_else(|| Captures::number(&self.captures.rank));
@@ -433,15 +470,15 @@ impl Line<'_> {
             kind,
             t: millis(self.timestamp.as_deref())?,
             world: Captures::number(&self.captures.nranks),
-            job_id: self.job_id.into_owned(),
-            host: self.host.map(Cow::into_owned),
+            job_id: names.get(&self.job_id),
+            host: self.host.map(|h| names.get(&h)),
             rank,
-            code: self.error_code.into_owned(),
-            category: self.category.into_owned(),
+            code: names.get(&self.error_code),
+            category: names.get(&self.category),
         })
     }
 
-    fn into_incident(self) -> Option<IncidentFact> {
+    fn into_incident(self, names: &mut Names) -> Option<IncidentFact> {
         let root = self.root?;
         let t =
             millis(root.timestamp.as_deref()).map(|t| t - waited(&root.category, &root.captures));
@@ -449,12 +486,12 @@ impl Line<'_> {
         // the host that printed it.
         let host = root.captures.node.or(root.captures.host).or(root.host);
         Some(IncidentFact {
-            job_id: self.job_id.into_owned(),
+            job_id: names.get(&self.job_id),
             root_known: self.root_known,
-            code: root.error_code.into_owned(),
-            category: root.category.into_owned(),
-            host: host.map(Cow::into_owned),
-            gpu: root.gpu.map(Cow::into_owned),
+            code: names.get(&root.error_code),
+            category: names.get(&root.category),
+            host: host.map(|h| names.get(&h)),
+            gpu: root.gpu.map(|g| names.get(&g)),
             t,
             world_size: self
                 .culprit
@@ -462,10 +499,10 @@ impl Line<'_> {
                 .and_then(|e| e.world_size),
             // The id never changes for the life of a failure; the fingerprint may move when an
             // earlier line arrives late. Older output has no id.
-            fingerprint: match self.id.is_empty() {
-                true => self.fingerprint.into_owned(),
-                false => self.id.into_owned(),
-            },
+            fingerprint: Name::from(match self.id.is_empty() {
+                true => self.fingerprint,
+                false => self.id,
+            }),
         })
     }
 }
@@ -533,40 +570,21 @@ pub fn read_json_lines<R: BufRead>(
     Ok(())
 }
 
-/// Reads a file of a scan's JSON lines like [`read_json_lines`], mapped into memory where it
-/// can be (a regular file: no copy through a buffer), read otherwise (a pipe, a FIFO).
-/// The file must not be truncated while it is read (a mapped page that vanished would stop the
-/// process); a report reads finished output.
+/// Reads a file of a scan's JSON lines like [`read_json_lines`], through a 4 MiB buffer: a
+/// million incidents are about 10 GB, and reading them with `read` costs the kernel a copy
+/// where a memory map costs it a page fault per 64 kB (measured about four times the time on
+/// the 2-core development VM; docs/report.md).
 pub fn read_json_file(path: &std::path::Path, input: &mut Input) -> Result<(), InputError> {
     let what = path.display().to_string();
-    let read_err = |source| InputError::Read {
+    let file = std::fs::File::open(path).map_err(|source| InputError::Read {
         what: what.clone(),
         source,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let regular = file.metadata().map_err(read_err)?.is_file();
-    // SAFETY: the map is read only and private; it is dropped before this returns. Its
-    // contents change only if another process writes the file meanwhile (documented above).
-    #[allow(unsafe_code)]
-    let map = match regular {
-        true => unsafe { memmap2::MmapOptions::new().map(&file) }.ok(),
-        false => None,
-    };
-    let Some(map) = map else {
-        return read_json_lines(
-            std::io::BufReader::with_capacity(1 << 20, file),
-            &what,
-            input,
-        );
-    };
-    let _ = map.advise(memmap2::Advice::Sequential);
-    let mut lines = JsonLines::default();
-    let mut at = 0;
-    for end in memchr::memchr_iter(b'\n', &map) {
-        lines.read(&map[at..end], &what, input)?;
-        at = end + 1;
-    }
-    lines.read(&map[at..], &what, input)
+    })?;
+    read_json_lines(
+        std::io::BufReader::with_capacity(4 << 20, file),
+        &what,
+        input,
+    )
 }
 
 /// A scan's JSON objects read one at a time (lines of a file, records of a topic), keeping
@@ -574,7 +592,9 @@ pub fn read_json_file(path: &std::path::Path, input: &mut Input) -> Result<(), I
 #[derive(Debug, Default)]
 pub struct JsonLines {
     /// Each incident's position in `Input::incidents`, by id.
-    latest: HashMap<String, usize>,
+    latest: FxHashMap<Name, usize>,
+    /// The job ids, hosts, codes and categories read.
+    names: Names,
     /// Objects read so far (blank lines included): the line number of errors.
     number: usize,
 }
@@ -597,9 +617,9 @@ impl JsonLines {
             })?,
         };
         match parsed.kind.as_ref() {
-            "match" => input.facts.extend(parsed.into_fact()),
+            "match" => input.facts.extend(parsed.into_fact(&mut self.names)),
             "incident" => {
-                if let Some(inc) = parsed.into_incident() {
+                if let Some(inc) = parsed.into_incident(&mut self.names) {
                     keep_latest(inc, &mut input.incidents, &mut self.latest);
                 }
             }
@@ -614,7 +634,7 @@ impl JsonLines {
 pub fn keep_latest(
     inc: IncidentFact,
     incidents: &mut Vec<IncidentFact>,
-    latest: &mut HashMap<String, usize>,
+    latest: &mut FxHashMap<Name, usize>,
 ) {
     match latest.get(&inc.fingerprint) {
         Some(&at) if !inc.fingerprint.is_empty() => incidents[at] = inc,
@@ -628,7 +648,7 @@ pub fn keep_latest(
 /// An incident's JSON object (as `scan --format json` prints it) as the report reads it.
 pub fn incident_of_json(line: &[u8]) -> Option<IncidentFact> {
     let parsed = Line::skim(line).or_else(|| serde_json::from_slice(line).ok())?;
-    (parsed.kind == "incident").then(|| parsed.into_incident())?
+    (parsed.kind == "incident").then(|| parsed.into_incident(&mut Names::default()))?
 }
 
 #[cfg(test)]
@@ -651,7 +671,7 @@ mod tests {
         assert_eq!(input.facts[0].world, Some(16));
         assert_eq!(input.incidents.len(), 1);
         let inc = &input.incidents[0];
-        assert_eq!((inc.code.as_str(), inc.root_known), ("XID_79", true));
+        assert_eq!((&*inc.code, inc.root_known), ("XID_79", true));
         assert_eq!(inc.world_size, Some(16));
     }
 
@@ -672,8 +692,8 @@ mod tests {
         let mut input = Input::default();
         read_json_lines(text.as_bytes(), "t", &mut input).expect("reads");
         let inc = &input.incidents[0];
-        assert_eq!(inc.fingerprint, "fp2:9", "the id, not the fingerprint");
-        assert_eq!((inc.code.as_str(), inc.root_known), ("NCCL_TIMEOUT", true));
+        assert_eq!(&*inc.fingerprint, "fp2:9", "the id, not the fingerprint");
+        assert_eq!((&*inc.code, inc.root_known), ("NCCL_TIMEOUT", true));
         assert_eq!(inc.world_size, Some(16));
         assert_eq!(inc.host.as_deref(), Some("n7"), "the node a line names");
         assert_eq!(inc.t, millis(Some("2026-01-05T02:00:00.000Z")));

@@ -7,11 +7,13 @@
 //! attempt is its interruption. An attempt followed by another without any incident is an
 //! interruption whose cause is unknown. docs/report.md gives every formula.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use serde::Serialize;
 
-use super::input::{Fact, FactKind, IncidentFact};
+use super::input::{Fact, FactKind, IncidentFact, Name};
 use super::taxonomy::{classify, Bucket};
 use crate::time::{format_ms, Millis};
 
@@ -45,7 +47,7 @@ pub struct Attempt {
     /// The world size rank 0 reported.
     pub gpus: Option<u32>,
     /// Hosts that printed a start-up line.
-    pub hosts: Vec<String>,
+    pub hosts: Vec<Name>,
     /// Progress line times, in order.
     pub progress: Vec<Millis>,
     /// Its last line of any kind the report reads.
@@ -56,7 +58,7 @@ pub struct Attempt {
 #[derive(Debug, Clone)]
 pub struct Job {
     /// Its id.
-    pub job_id: String,
+    pub job_id: Name,
     /// Its attempts in order.
     pub attempts: Vec<Attempt>,
     /// Checkpoint save times, in order.
@@ -82,21 +84,21 @@ fn ser_opt_ms<S: serde::Serializer>(t: &Option<Millis>, s: S) -> Result<S::Ok, S
 #[derive(Debug, Clone, Serialize)]
 pub struct Interruption {
     /// The job.
-    pub job_id: String,
+    pub job_id: Name,
     /// Its bucket.
     pub bucket: Bucket,
     /// The root's error code (the headline's when the root is unknown; none when no incident
     /// explained the restart).
-    pub code: Option<String>,
+    pub code: Option<Name>,
     /// Whether a root-role line was found.
     pub root_known: bool,
     /// `report` when the report joined a node's root line the correlator had not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub joined_by: Option<&'static str>,
     /// The culprit host.
-    pub host: Option<String>,
+    pub host: Option<Name>,
     /// The culprit GPU.
-    pub gpu: Option<String>,
+    pub gpu: Option<Name>,
     /// GPUs of the job.
     pub gpus: u32,
     /// The attempt it ended (from 0).
@@ -128,14 +130,14 @@ pub struct Interruption {
     pub gpu_hours_lost: f64,
     /// The incident's fingerprint.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fingerprint: Option<String>,
+    pub fingerprint: Option<Name>,
 }
 
 /// One job's cost.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobCost {
     /// The job.
-    pub job_id: String,
+    pub job_id: Name,
     /// Its GPUs.
     pub gpus: u32,
     /// Attempts (1 + restarts).
@@ -163,12 +165,12 @@ pub struct JobCost {
 }
 
 /// Builds the job timelines from the facts (node facts are skipped).
-pub fn timelines(facts: &[Fact], settings: &Settings) -> BTreeMap<String, Job> {
+pub fn timelines(facts: &[Fact], settings: &Settings) -> BTreeMap<Name, Job> {
     // Grouped by hash, then ordered once (a million facts into a tree compared ids ~20 times
     // each).
-    let mut by_job: HashMap<&str, Vec<&Fact>> = HashMap::new();
+    let mut by_job: FxHashMap<&Name, Vec<&Fact>> = FxHashMap::default();
     for f in facts.iter().filter(|f| f.kind != FactKind::NodeRoot) {
-        by_job.entry(f.job_id.as_str()).or_default().push(f);
+        by_job.entry(&f.job_id).or_default().push(f);
     }
     let mut by_job: Vec<_> = by_job.into_iter().collect();
     by_job.sort_unstable_by_key(|(id, _)| *id);
@@ -176,14 +178,14 @@ pub fn timelines(facts: &[Fact], settings: &Settings) -> BTreeMap<String, Job> {
         .into_iter()
         .map(|(id, mut fs)| {
             fs.sort_by_key(|f| f.t);
-            (id.to_string(), timeline(id, &fs, settings))
+            (Name::clone(id), timeline(id, &fs, settings))
         })
         .collect()
 }
 
-fn timeline(id: &str, facts: &[&Fact], settings: &Settings) -> Job {
+fn timeline(id: &Name, facts: &[&Fact], settings: &Settings) -> Job {
     let mut job = Job {
-        job_id: id.to_string(),
+        job_id: Name::clone(id),
         attempts: Vec::new(),
         checkpoints: Vec::new(),
         last_seen: facts.first().map_or(0, |f| f.t),
@@ -230,11 +232,11 @@ fn timeline(id: &str, facts: &[&Fact], settings: &Settings) -> Job {
 }
 
 /// A job known only from its incidents: one attempt from its first incident.
-pub fn from_incidents(id: &str, incidents: &[&IncidentFact]) -> Job {
+pub fn from_incidents(id: &Name, incidents: &[&IncidentFact]) -> Job {
     let t = incidents.iter().filter_map(|i| i.t).min().unwrap_or(0);
     let last = incidents.iter().filter_map(|i| i.t).max().unwrap_or(t);
     Job {
-        job_id: id.to_string(),
+        job_id: Name::clone(id),
         attempts: vec![Attempt {
             start: t,
             gpus: None,
@@ -249,20 +251,20 @@ pub fn from_incidents(id: &str, incidents: &[&IncidentFact]) -> Job {
 }
 
 /// The node root lines of each host, by time.
-pub type NodeRoots<'a> = HashMap<&'a str, Vec<&'a Fact>>;
+pub type NodeRoots<'a> = FxHashMap<&'a str, Vec<&'a Fact>>;
 
 /// A failure as found: its time, headline and where it came from.
 #[derive(Debug, Clone)]
 struct Found {
     t: Millis,
-    code: Option<String>,
-    category: String,
+    code: Option<Name>,
+    category: Option<Name>,
     root_known: bool,
     joined_by: Option<&'static str>,
-    host: Option<String>,
-    gpu: Option<String>,
+    host: Option<Name>,
+    gpu: Option<Name>,
     world: Option<u32>,
-    fingerprint: Option<String>,
+    fingerprint: Option<Name>,
 }
 
 /// The job's interruptions and cost.
@@ -307,7 +309,11 @@ pub fn cost(
         let g = a.gpus.or(f.world).unwrap_or(gpus);
         interruptions.push(Interruption {
             job_id: job.job_id.clone(),
-            bucket: classify(f.code.as_deref().unwrap_or(""), &f.category, f.root_known),
+            bucket: classify(
+                f.code.as_deref().unwrap_or(""),
+                f.category.as_deref().unwrap_or(""),
+                f.root_known,
+            ),
             code: f.code.clone(),
             root_known: f.root_known,
             joined_by: f.joined_by,
@@ -381,7 +387,7 @@ fn attempt_failures(
         let mut f = Found {
             t,
             code: Some(inc.code.clone()),
-            category: inc.category.clone(),
+            category: Some(inc.category.clone()),
             root_known: inc.root_known,
             joined_by: None,
             host: inc.host.clone(),
@@ -411,7 +417,7 @@ fn attempt_failures(
         let mut f = Found {
             t: a.last_seen,
             code: None,
-            category: String::new(),
+            category: None,
             root_known: false,
             joined_by: None,
             host: None,
@@ -429,14 +435,14 @@ fn attempt_failures(
 
 /// The earliest node root line on one of `hosts` in `from..=to`.
 fn earliest_node_root<'a>(
-    hosts: &[String],
+    hosts: &[Name],
     nodes: &NodeRoots<'a>,
     from: Millis,
     to: Millis,
 ) -> Option<&'a Fact> {
     hosts
         .iter()
-        .filter_map(|h| nodes.get(h.as_str()))
+        .filter_map(|h| nodes.get(&**h))
         .flatten()
         .filter(|n| n.t >= from && n.t <= to)
         .min_by_key(|n| n.t)
@@ -447,7 +453,7 @@ fn earliest_node_root<'a>(
 fn adopt(f: &mut Found, n: &Fact) {
     f.t = n.t;
     f.code = Some(n.code.clone());
-    f.category = n.category.clone();
+    f.category = Some(n.category.clone());
     f.root_known = true;
     f.joined_by = Some("report");
     f.host = n.host.clone();
@@ -455,7 +461,7 @@ fn adopt(f: &mut Found, n: &Fact) {
 }
 
 /// Takes the earliest node root line on one of `hosts` shortly before the failure as its root.
-fn join_node_root(f: &mut Found, hosts: &[String], nodes: &NodeRoots<'_>, s: &Settings) {
+fn join_node_root(f: &mut Found, hosts: &[Name], nodes: &NodeRoots<'_>, s: &Settings) {
     if let Some(n) = earliest_node_root(hosts, nodes, f.t - s.node_join_ms, f.t + 60_000) {
         adopt(f, n);
     }
@@ -475,8 +481,8 @@ mod tests {
             host: Some(host.into()),
             rank,
             world: (kind == FactKind::Start).then_some(16),
-            code: String::new(),
-            category: String::new(),
+            code: "".into(),
+            category: "".into(),
         }
     }
 
@@ -490,7 +496,7 @@ mod tests {
             gpu: None,
             t: Some(t),
             world_size: None,
-            fingerprint: format!("fp-{t}"),
+            fingerprint: format!("fp-{t}").into(),
         }
     }
 
@@ -516,9 +522,9 @@ mod tests {
         let jobs = timelines(&facts, &Settings::default());
         let job = &jobs["j"];
         assert_eq!(job.attempts.len(), 2);
-        assert_eq!(job.attempts[1].hosts, ["h3", "h4"]);
+        assert_eq!(job.attempts[1].hosts, [Name::from("h3"), Name::from("h4")]);
         let inc = incident(90 * MIN, "XID_79", "gpu_hardware", true, "h2");
-        let cost = cost(job, &[&inc], &HashMap::new(), &Settings::default());
+        let cost = cost(job, &[&inc], &NodeRoots::default(), &Settings::default());
         let i = &cost.interruptions[0];
         assert_eq!((i.last_checkpoint, i.lost_from), (Some(60 * MIN), 60 * MIN));
         assert_eq!(i.restart_progress, Some(126 * MIN));
@@ -546,7 +552,12 @@ mod tests {
             true,
             "h1",
         );
-        let cost = cost(job, &[&survived], &HashMap::new(), &Settings::default());
+        let cost = cost(
+            job,
+            &[&survived],
+            &NodeRoots::default(),
+            &Settings::default(),
+        );
         // The restart still counts, with nothing known to explain it.
         assert_eq!(cost.interruptions.len(), 1);
         let i = &cost.interruptions[0];
@@ -568,7 +579,7 @@ mod tests {
             host: Some("h9".into()),
             ..xid.clone()
         };
-        let mut nodes: NodeRoots<'_> = HashMap::new();
+        let mut nodes: NodeRoots<'_> = NodeRoots::default();
         nodes.entry("h2").or_default().push(&xid);
         nodes.entry("h9").or_default().push(&elsewhere);
         let s = Settings::default();
@@ -585,7 +596,7 @@ mod tests {
             (Bucket::GpuMemory, 88 * MIN)
         );
         // Without the node line the hang stays a hang.
-        let alone = &cost(job, &[&hang], &HashMap::new(), &s).interruptions[0];
+        let alone = &cost(job, &[&hang], &NodeRoots::default(), &s).interruptions[0];
         assert_eq!(alone.bucket, Bucket::CollectiveHang);
     }
 

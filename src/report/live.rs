@@ -11,9 +11,11 @@
 //! (a report over a range older than what is kept sees less than the logs hold; the page says
 //! how much was forgotten).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
-use super::input::{self, Fact, IncidentFact, Input};
+use rustc_hash::FxHashMap;
+
+use super::input::{self, Fact, IncidentFact, Input, Name};
 use super::{build, Options, Report};
 use crate::enrich::MatchEvent;
 
@@ -28,7 +30,7 @@ pub struct LiveInput {
     facts: VecDeque<Fact>,
     incidents: VecDeque<IncidentFact>,
     /// Position of each kept incident in `incidents`, offset by `popped`.
-    by_id: HashMap<String, u64>,
+    by_id: FxHashMap<Name, u64>,
     popped: u64,
     max_facts: usize,
     max_incidents: usize,
@@ -62,7 +64,7 @@ impl LiveInput {
         LiveInput {
             facts: VecDeque::new(),
             incidents: VecDeque::new(),
-            by_id: HashMap::new(),
+            by_id: FxHashMap::default(),
             popped: 0,
             max_facts: max_facts.max(1),
             max_incidents: max_incidents.max(1),
@@ -123,7 +125,7 @@ impl LiveInput {
 
     /// A copy of what it holds, as `faultline report` reads a scan.
     pub fn input(&self) -> Input {
-        let mut latest = HashMap::new();
+        let mut latest = FxHashMap::default();
         let mut incidents = Vec::with_capacity(self.incidents.len());
         for inc in &self.incidents {
             input::keep_latest(inc.clone(), &mut incidents, &mut latest);
@@ -157,14 +159,14 @@ mod tests {
         live.observe_incident_json(&incident("a", "XID_79"));
         live.observe_incident_json(&incident("a", "XID_48"));
         assert_eq!(live.sizes().incidents, 1, "one incident, two states");
-        assert_eq!(live.input().incidents[0].code, "XID_48");
+        assert_eq!(&*live.input().incidents[0].code, "XID_48");
         live.observe_incident_json(&incident("b", "XID_79"));
         live.observe_incident_json(&incident("c", "XID_79"));
         let sizes = live.sizes();
         assert_eq!((sizes.incidents, sizes.forgotten_incidents), (2, 1));
         // The forgotten one comes back as new; the kept ones still update in place.
         live.observe_incident_json(&incident("c", "XID_48"));
-        let codes: Vec<String> = live.input().incidents.into_iter().map(|i| i.code).collect();
-        assert_eq!(codes, ["XID_79", "XID_48"]);
+        let codes: Vec<Name> = live.input().incidents.into_iter().map(|i| i.code).collect();
+        assert_eq!(codes, [Name::from("XID_79"), Name::from("XID_48")]);
     }
 }

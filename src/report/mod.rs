@@ -16,12 +16,12 @@ pub mod skim;
 pub mod summary;
 pub mod taxonomy;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use serde::Serialize;
 
 use crate::time::{format_ms, Millis};
-use input::{FactKind, IncidentFact, Input};
+use input::{FactKind, IncidentFact, Input, Name};
 use jobs::{JobCost, NodeRoots, Settings};
 use summary::{Fix, Lemon, Row, SizeBucket, Thresholds};
 
@@ -92,13 +92,13 @@ fn in_range(t: Millis, opts: &Options) -> bool {
 /// Builds the report from a scan's facts and incidents.
 pub fn build(input: &Input, opts: &Options) -> Report {
     let mut timelines = jobs::timelines(&input.facts, &opts.settings);
-    let mut incidents: HashMap<&str, Vec<&IncidentFact>> = HashMap::new();
+    let mut incidents: FxHashMap<&Name, Vec<&IncidentFact>> = FxHashMap::default();
     for inc in input
         .incidents
         .iter()
         .filter(|i| !i.job_id.starts_with("node:"))
     {
-        incidents.entry(inc.job_id.as_str()).or_default().push(inc);
+        incidents.entry(&inc.job_id).or_default().push(inc);
     }
     let mut only_incidents: Vec<_> = incidents
         .iter()
@@ -106,30 +106,30 @@ pub fn build(input: &Input, opts: &Options) -> Report {
         .collect();
     only_incidents.sort_unstable_by_key(|(id, _)| **id);
     for (id, incs) in only_incidents {
-        timelines.insert(id.to_string(), jobs::from_incidents(id, incs));
+        timelines.insert(Name::clone(id), jobs::from_incidents(id, incs));
     }
     let node_facts: Vec<_> = input
         .facts
         .iter()
         .filter(|f| f.kind == FactKind::NodeRoot && in_range(f.t, opts))
         .collect();
-    let mut nodes: NodeRoots<'_> = HashMap::new();
+    let mut nodes: NodeRoots<'_> = FxHashMap::default();
     for f in &node_facts {
         if let Some(h) = f.host.as_deref() {
             nodes.entry(h).or_default().push(f);
         }
     }
     let mut costs: Vec<JobCost> = Vec::new();
-    let mut hosts_of: HashMap<&str, Vec<&[String]>> = HashMap::new();
+    let mut hosts_of: FxHashMap<&str, Vec<&[Name]>> = FxHashMap::default();
     for (id, job) in &timelines {
         if !in_range(job.attempts[0].start, opts) {
             continue;
         }
-        let incs = incidents.get(id.as_str()).map_or(&[][..], Vec::as_slice);
+        let incs = incidents.get(id).map_or(&[][..], Vec::as_slice);
         let mut cost = jobs::cost(job, incs, &nodes, &opts.settings);
         cost.interruptions.retain(|i| in_range(i.failure, opts));
         hosts_of.insert(
-            id.as_str(),
+            &**id,
             job.attempts.iter().map(|a| a.hosts.as_slice()).collect(),
         );
         costs.push(cost);

@@ -3,9 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use super::input::Fact;
+use super::input::{Fact, Name};
 use super::jobs::JobCost;
 use super::taxonomy::{Bucket, BUCKETS};
 use crate::time::{format_ms, Millis};
@@ -201,20 +202,21 @@ pub fn poisson_sf(k: usize, lambda: f64) -> f64 {
 /// In host order, so that sums over it do not depend on a hash's order.
 pub fn exposure<'a>(
     jobs: &[JobCost],
-    hosts_of: &HashMap<&str, Vec<&'a [String]>>,
+    hosts_of: &FxHashMap<&str, Vec<&'a [Name]>>,
 ) -> BTreeMap<&'a str, f64> {
-    let mut out: BTreeMap<&'a str, f64> = BTreeMap::new();
+    // Summed by hash (in job order for each host, as a tree would), ordered once.
+    let mut out: FxHashMap<&'a str, f64> = FxHashMap::default();
     for j in jobs {
-        let Some(attempts) = hosts_of.get(j.job_id.as_str()) else {
+        let Some(attempts) = hosts_of.get(&*j.job_id) else {
             continue;
         };
         for (hosts, (a, b)) in attempts.iter().zip(&j.runtimes) {
             for h in hosts.iter() {
-                *out.entry(h.as_str()).or_default() += (b - a) as f64 / HOUR;
+                *out.entry(&**h).or_default() += (b - a) as f64 / HOUR;
             }
         }
     }
-    out
+    out.into_iter().collect()
 }
 
 /// Hosts blamed by more distinct jobs than chance explains.
@@ -227,7 +229,7 @@ pub fn lemons(
     let mut blamed: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for i in jobs_all.iter().flat_map(|j| &j.interruptions) {
         if let (Some(h), true) = (i.host.as_deref(), i.bucket.blames_host()) {
-            blamed.entry(h).or_default().insert(i.job_id.as_str());
+            blamed.entry(h).or_default().insert(&*i.job_id);
         }
     }
     let hosts_seen = exposure.len().max(blamed.len()).max(1);
@@ -305,7 +307,7 @@ fn histories<'a>(
         let e = Event {
             time: format_ms(i.failure),
             code: code.to_string(),
-            job: Some(i.job_id.clone()),
+            job: Some(i.job_id.to_string()),
         };
         events.entry(host).or_default().push((i.failure, e));
     }
@@ -313,10 +315,10 @@ fn histories<'a>(
         let Some(host) = f.host.as_deref().and_then(|h| hosts.get(h)) else {
             continue;
         };
-        if seen.insert((host, f.t, f.code.as_str())) {
+        if seen.insert((host, f.t, &*f.code)) {
             let e = Event {
                 time: format_ms(f.t),
-                code: f.code.clone(),
+                code: f.code.to_string(),
                 job: None,
             };
             events.entry(host).or_default().push((f.t, e));
@@ -339,14 +341,14 @@ pub fn fix_outcomes(jobs: &[JobCost], t: &Thresholds) -> Vec<Fix> {
             let (Some(code), Some(restart)) = (&i.code, i.restart) else {
                 continue;
             };
-            if !out.contains_key(code.as_str()) {
+            if !out.contains_key(&**code) {
                 let fix = Fix {
-                    code: code.clone(),
+                    code: code.to_string(),
                     ..Fix::default()
                 };
-                out.insert(code.clone(), fix);
+                out.insert(code.to_string(), fix);
             }
-            let Some(e) = out.get_mut(code.as_str()) else {
+            let Some(e) = out.get_mut(&**code) else {
                 continue;
             };
             e.n += 1;
@@ -355,7 +357,7 @@ pub fn fix_outcomes(jobs: &[JobCost], t: &Thresholds) -> Vec<Fix> {
                 .find(|n| n.attempt == i.attempt + 1)
                 .filter(|n| n.failure - restart < t.fix_threshold_ms);
             match next {
-                Some(n) if n.code.as_deref() == Some(code.as_str()) => e.failed_same += 1,
+                Some(n) if n.code.as_deref() == Some(&**code) => e.failed_same += 1,
                 Some(_) => e.failed_other += 1,
                 None => e.ran_on += 1,
             }

@@ -169,7 +169,7 @@ fn fix_outcomes_equal_the_truth() {
 #[test]
 fn every_interruption_has_the_truths_cause_host_and_inputs() {
     let Scored { truth, report } = fleet();
-    let jobs: BTreeMap<&str, _> = report.jobs.iter().map(|j| (j.job_id.as_str(), j)).collect();
+    let jobs: BTreeMap<&str, _> = report.jobs.iter().map(|j| (&*j.job_id, j)).collect();
     let mut checked = 0;
     for tj in &truth.jobs {
         let rj = jobs.get(tj.job_id.as_str()).expect("every job reported");
