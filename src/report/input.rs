@@ -62,30 +62,16 @@ pub type Name = Arc<str>;
 
 /// The distinct [`Name`]s read so far: each value is allocated once.
 #[derive(Debug, Default)]
-pub struct Names {
-    set: HashSet<Name, FxBuildHasher>,
-    /// The last few values handed out: a job's lines come together and name the same job,
-    /// host, code and category, found here without hashing.
-    recent: [Option<Name>; 4],
-    next: usize,
-}
+pub struct Names(HashSet<Name, FxBuildHasher>);
 
 impl Names {
     /// The shared copy of `s`.
     pub fn get(&mut self, s: &str) -> Name {
-        if let Some(n) = self.recent.iter().flatten().find(|n| ***n == *s) {
+        if let Some(n) = self.0.get(s) {
             return Arc::clone(n);
         }
-        let n = match self.set.get(s) {
-            Some(n) => Arc::clone(n),
-            None => {
-                let n: Name = Arc::from(s);
-                self.set.insert(Arc::clone(&n));
-                n
-            }
-        };
-        self.recent[self.next] = Some(Arc::clone(&n));
-        self.next = (self.next + 1) % self.recent.len();
+        let n: Name = Arc::from(s);
+        self.0.insert(Arc::clone(&n));
         n
     }
 }
@@ -570,10 +556,9 @@ pub fn read_json_lines<R: BufRead>(
     Ok(())
 }
 
-/// Reads a file of a scan's JSON lines like [`read_json_lines`], through a 4 MiB buffer: a
-/// million incidents are about 10 GB, and reading them with `read` costs the kernel a copy
-/// where a memory map costs it a page fault per 64 kB (measured about four times the time on
-/// the 2-core development VM; docs/report.md).
+/// Reads a file of a scan's JSON lines like [`read_json_lines`], through a 4 MiB buffer (a
+/// memory map measured no faster on a million incidents' 10 GB in the page cache;
+/// docs/report.md).
 pub fn read_json_file(path: &std::path::Path, input: &mut Input) -> Result<(), InputError> {
     let what = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| InputError::Read {

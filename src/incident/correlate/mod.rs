@@ -734,9 +734,7 @@ impl Correlator {
             // The oldest failure no longer takes late lines: its attempt's hosts go.
             gone.extend(job.closed.pop_front().map(|c| c.hosts).unwrap_or_default());
         }
-        if !gone.is_empty() {
-            self.forget_hosts(key, gone);
-        }
+        self.forget_hosts(key, gone);
     }
 
     /// Resolves incidents whose quiet period has passed on the clock.
