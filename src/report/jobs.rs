@@ -250,7 +250,7 @@ pub fn from_incidents(id: &Name, incidents: &[&IncidentFact]) -> Job {
     }
 }
 
-/// The node root lines of each host, by time.
+/// The node root lines of each host, in time order.
 pub type NodeRoots<'a> = FxHashMap<&'a str, Vec<&'a Fact>>;
 
 /// A failure as found: its time, headline and where it came from.
@@ -433,7 +433,8 @@ fn attempt_failures(
     out
 }
 
-/// The earliest node root line on one of `hosts` in `from..=to`.
+/// The earliest node root line on one of `hosts` in `from..=to` (each host's lines are in time
+/// order: the first at or after `from` is found by halving).
 fn earliest_node_root<'a>(
     hosts: &[Name],
     nodes: &NodeRoots<'a>,
@@ -443,8 +444,8 @@ fn earliest_node_root<'a>(
     hosts
         .iter()
         .filter_map(|h| nodes.get(&**h))
-        .flatten()
-        .filter(|n| n.t >= from && n.t <= to)
+        .filter_map(|lines| lines.get(lines.partition_point(|n| n.t < from)))
+        .filter(|n| n.t <= to)
         .min_by_key(|n| n.t)
         .copied()
 }
@@ -496,7 +497,7 @@ mod tests {
             gpu: None,
             t: Some(t),
             world_size: None,
-            fingerprint: format!("fp-{t}").into(),
+            fingerprint: Name::from(format!("fp-{t}").as_str()),
         }
     }
 

@@ -119,6 +119,9 @@ pub fn build(input: &Input, opts: &Options) -> Report {
             nodes.entry(h).or_default().push(f);
         }
     }
+    for lines in nodes.values_mut() {
+        lines.sort_by_key(|f| f.t);
+    }
     let mut costs: Vec<JobCost> = Vec::new();
     let mut hosts_of: FxHashMap<&str, Vec<&[Name]>> = FxHashMap::default();
     for (id, job) in &timelines {
