@@ -20,6 +20,8 @@ use crate::enrich::{MatchEvent, Scope};
 use crate::kb::entry::Role;
 use crate::time::Millis;
 
+use super::skim::value_end;
+
 /// Why an input could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
@@ -265,9 +267,9 @@ impl<'a> Captures<'a> {
         v.as_deref().and_then(|n| n.trim().parse().ok())
     }
 
-    /// The captures from their object's span, walked like the line ([`super::skim`]); serde
-    /// reads anything else (`None`: not readable either way).
-    fn skim(span: &'a [u8]) -> Option<Captures<'a>> {
+    /// The captures object that starts at `at` in `s`, walked once like the line
+    /// ([`super::skim`]), and its end.
+    fn skim_at(s: &'a [u8], at: usize) -> Option<(Captures<'a>, usize)> {
         let slot = |key: &[u8]| -> Option<usize> {
             Some(match key {
                 b"nranks" => 0,
@@ -279,28 +281,26 @@ impl<'a> Captures<'a> {
                 _ => return None,
             })
         };
-        let Some([nranks, rank, elapsed, timeout, node, host]) =
-            super::skim::fields(span, slot, |_| false)
-        else {
-            return value(span);
-        };
-        Some(Captures {
+        let ([nranks, rank, elapsed, timeout, node, host], end) =
+            super::skim::object(s, at, slot, |_, s, at| value_end(s, at), |_| false)?;
+        let captures = Captures {
             nranks: text(nranks)?,
             rank: text(rank)?,
             elapsed_ms: text(elapsed)?,
             timeout_ms: text(timeout)?,
             node: text(node)?,
             host: text(host)?,
-        })
+        };
+        Some((captures, end))
     }
 }
 
 impl<'a> Root<'a> {
-    /// The root from its object's span (`null` or absent: none), walked like the line; serde
-    /// reads anything else.
-    fn skim(span: &'a [u8]) -> Option<Option<Root<'a>>> {
-        if matches!(span, b"" | b"null") {
-            return Some(None);
+    /// The root that starts at `at` in `s` (`null`: none), its captures included, walked once
+    /// like the line, and its end.
+    fn skim_at(s: &'a [u8], at: usize) -> Option<(Option<Root<'a>>, usize)> {
+        if s[at..].starts_with(b"null") {
+            return Some((None, at + 4));
         }
         let slot = |key: &[u8]| -> Option<usize> {
             Some(match key {
@@ -313,19 +313,26 @@ impl<'a> Root<'a> {
                 _ => return None,
             })
         };
-        let Some([code, category, host, gpu, stamp, captures]) =
-            super::skim::fields(span, slot, |_| false)
-        else {
-            return value(span);
+        let mut captures = None;
+        let end_of = |k, s: &'a [u8], at| match k {
+            5 => {
+                let (c, end) = Captures::skim_at(s, at)?;
+                captures = Some(c);
+                Some(end)
+            }
+            _ => value_end(s, at),
         };
-        Some(Some(Root {
+        let ([code, category, host, gpu, stamp, _], end) =
+            super::skim::object(s, at, slot, end_of, |_| false)?;
+        let root = Root {
             error_code: text(code)??,
             category: text(category)??,
             host: text(host)?,
             gpu: text(gpu)?,
             timestamp: text(stamp)?,
-            captures: Captures::skim(captures)?,
-        }))
+            captures: captures.unwrap_or_default(),
+        };
+        Some((Some(root), end))
     }
 }
 
@@ -357,27 +364,37 @@ struct Evidence {
 }
 
 impl Culprit {
-    /// `culprit.evidence.world_size` from the culprit's span, walked like the line; serde
-    /// reads anything else.
-    fn skim(span: &[u8]) -> Option<Option<Culprit>> {
-        if matches!(span, b"" | b"null") {
-            return Some(None);
+    /// `culprit.evidence.world_size` of the culprit that starts at `at` in `s` (`null`: none),
+    /// walked once like the line, and the culprit's end.
+    fn skim_at(s: &[u8], at: usize) -> Option<(Option<Culprit>, usize)> {
+        fn null(s: &[u8], at: usize) -> Option<usize> {
+            s[at..].starts_with(b"null").then_some(at + 4)
         }
-        fn one<'s>(span: &'s [u8], key: &[u8]) -> Option<[&'s [u8]; 1]> {
-            super::skim::fields::<1>(span, |k| (k == key).then_some(0), |f| !f[0].is_empty())
+        if let Some(end) = null(s, at) {
+            return Some((None, end));
         }
-        let world = one(span, b"evidence").and_then(|[evidence]| match evidence {
-            b"" | b"null" => Some(b"".as_slice()),
-            e => one(e, b"world_size").map(|[w]| w),
-        });
-        let Some(world) = world else {
-            return value(span);
+        let mut world = None;
+        let evidence = |_, s: &[u8], at| {
+            if let Some(end) = null(s, at) {
+                return Some(end);
+            }
+            let world_size = |k: &[u8]| (k == b"world_size").then_some(0);
+            let ([w], end) =
+                super::skim::object(s, at, world_size, |_, s, at| value_end(s, at), |_| false)?;
+            world = small_number(w)?;
+            Some(end)
         };
-        Some(Some(Culprit {
-            evidence: Some(Evidence {
-                world_size: small_number(world)?,
-            }),
-        }))
+        let ([_], end) = super::skim::object(
+            s,
+            at,
+            |k| (k == b"evidence").then_some(0),
+            evidence,
+            |_| false,
+        )?;
+        let culprit = Culprit {
+            evidence: Some(Evidence { world_size: world }),
+        };
+        Some((Some(culprit), end))
     }
 }
 
@@ -464,8 +481,30 @@ impl<'a> Line<'a> {
         let enough = |f: &[&[u8]; 15]| {
             f[0] == br#""incident""# && [1, 10, 11, 12, 13, 14].iter().all(|&k| !f[k].is_empty())
         };
-        let [kind, job, code, category, role, scope, rank, host, stamp, captures, fp, known, root, culprit, id] =
-            super::skim::fields(line, slot, enough)?;
+        // The captures, the root and the culprit are read as they are walked past.
+        let (mut captures, mut root, mut culprit) = (None, None, None);
+        let end_of = |k, s: &'a [u8], at| match k {
+            9 => {
+                let (c, end) = Captures::skim_at(s, at)?;
+                captures = Some(c);
+                Some(end)
+            }
+            12 => {
+                let (r, end) = Root::skim_at(s, at)?;
+                root = r;
+                Some(end)
+            }
+            13 => {
+                let (c, end) = Culprit::skim_at(s, at)?;
+                culprit = c;
+                Some(end)
+            }
+            _ => value_end(s, at),
+        };
+        let (
+            [kind, job, code, category, role, scope, rank, host, stamp, _, fp, known, _, _, id],
+            _,
+        ) = super::skim::object(line, 0, slot, end_of, enough)?;
         let or_empty = |span| text(span).map(Option::unwrap_or_default);
         Some(Line {
             kind: text(kind)??,
@@ -477,12 +516,12 @@ impl<'a> Line<'a> {
             rank: small_number(rank)?,
             host: text(host)?,
             timestamp: text(stamp)?,
-            captures: Captures::skim(captures)?,
+            captures: captures.unwrap_or_default(),
             fingerprint: or_empty(fp)?,
             id: or_empty(id)?,
             root_known: flag(known)?,
-            root: Root::skim(root)?,
-            culprit: Culprit::skim(culprit)?,
+            root,
+            culprit,
         })
     }
 }
@@ -596,20 +635,40 @@ pub fn read_json_lines<R: BufRead>(
     Ok(())
 }
 
-/// Reads a file of a scan's JSON lines like [`read_json_lines`], through a 4 MiB buffer (a
-/// memory map measured no faster on a million incidents' 10 GB in the page cache;
-/// docs/report.md).
+/// Reads a file of a scan's JSON lines like [`read_json_lines`]. A regular file is mapped, not
+/// copied through a buffer: on a million incidents' 10 GB in the page cache the copy was a sixth
+/// of the read (docs/report.md). What another process appends meanwhile is not read; a file
+/// truncated while it is read stops the process (SIGBUS), as with any mapped input.
 pub fn read_json_file(path: &std::path::Path, input: &mut Input) -> Result<(), InputError> {
     let what = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|source| InputError::Read {
+    let read_err = |source| InputError::Read {
         what: what.clone(),
         source,
-    })?;
-    read_json_lines(
-        std::io::BufReader::with_capacity(4 << 20, file),
-        &what,
-        input,
-    )
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let meta = file.metadata().map_err(read_err)?;
+    // SAFETY: the map is private and read only, and dropped before this returns; its bytes
+    // change only if another process truncates or rewrites the file meanwhile (above).
+    #[allow(unsafe_code)]
+    let map = match meta.is_file() && meta.len() > 0 {
+        true => unsafe { memmap2::MmapOptions::new().map(&file) }.ok(),
+        false => None,
+    };
+    let Some(map) = map else {
+        return read_json_lines(
+            std::io::BufReader::with_capacity(4 << 20, file),
+            &what,
+            input,
+        );
+    };
+    let _ = map.advise(memmap2::Advice::Sequential);
+    let mut lines = JsonLines::default();
+    let mut at = 0;
+    for end in memchr::memchr_iter(b'\n', &map) {
+        lines.read(&map[at..end], &what, input)?;
+        at = end + 1;
+    }
+    lines.read(&map[at..], &what, input)
 }
 
 /// A scan's JSON objects read one at a time (lines of a file, records of a topic), keeping

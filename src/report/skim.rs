@@ -54,7 +54,7 @@ fn skip_ws(s: &[u8], mut i: usize) -> usize {
 }
 
 /// The end (exclusive) of the value starting at `at` (no leading whitespace).
-fn value_end(s: &[u8], at: usize) -> Option<usize> {
+pub fn value_end(s: &[u8], at: usize) -> Option<usize> {
     match *s.get(at)? {
         b'"' => string_end(s, at),
         b'{' | b'[' => {
@@ -100,37 +100,55 @@ pub fn fields<const N: usize>(
     slot: impl Fn(&[u8]) -> Option<usize>,
     enough: impl Fn(&[&[u8]; N]) -> bool,
 ) -> Option<[&[u8]; N]> {
+    object(line, 0, slot, |_, s, at| value_end(s, at), enough).map(|(out, _)| out)
+}
+
+/// [`fields`] of the object that starts at `at` (after any whitespace) in `s`, with the end
+/// (exclusive) of the object, or of the value after which `enough` stopped the walk. The end of
+/// a wanted value comes from `end_of(slot, s, start)`: a caller that reads a nested object
+/// walks it there once, instead of jumping over it here and walking its span again.
+pub fn object<'s, const N: usize>(
+    s: &'s [u8],
+    at: usize,
+    slot: impl Fn(&[u8]) -> Option<usize>,
+    mut end_of: impl FnMut(usize, &'s [u8], usize) -> Option<usize>,
+    enough: impl Fn(&[&'s [u8]; N]) -> bool,
+) -> Option<([&'s [u8]; N], usize)> {
     let mut out: [&[u8]; N] = [&[]; N];
-    let mut i = skip_ws(line, 0);
-    if line.get(i) != Some(&b'{') {
+    let mut i = skip_ws(s, at);
+    if s.get(i) != Some(&b'{') {
         return None;
     }
-    i = skip_ws(line, i + 1);
-    if line.get(i) == Some(&b'}') {
-        return Some(out);
+    i = skip_ws(s, i + 1);
+    if s.get(i) == Some(&b'}') {
+        return Some((out, i + 1));
     }
     loop {
-        if line.get(i) != Some(&b'"') {
+        if s.get(i) != Some(&b'"') {
             return None;
         }
-        let key_end = string_end(line, i)?;
-        let key = &line[i + 1..key_end - 1];
-        i = skip_ws(line, key_end);
-        if line.get(i) != Some(&b':') {
+        let key_end = string_end(s, i)?;
+        let key = &s[i + 1..key_end - 1];
+        i = skip_ws(s, key_end);
+        if s.get(i) != Some(&b':') {
             return None;
         }
-        i = skip_ws(line, i + 1);
-        let end = value_end(line, i)?;
-        if let Some(k) = slot(key).filter(|k| *k < N) {
-            out[k] = &line[i..end];
-            if enough(&out) {
-                return Some(out);
+        i = skip_ws(s, i + 1);
+        let end = match slot(key).filter(|k| *k < N) {
+            Some(k) => {
+                let end = end_of(k, s, i)?;
+                out[k] = s.get(i..end)?;
+                if enough(&out) {
+                    return Some((out, end));
+                }
+                end
             }
-        }
-        i = skip_ws(line, end);
-        match line.get(i) {
-            Some(b',') => i = skip_ws(line, i + 1),
-            Some(b'}') => return Some(out),
+            None => value_end(s, i)?,
+        };
+        i = skip_ws(s, end);
+        match s.get(i) {
+            Some(b',') => i = skip_ws(s, i + 1),
+            Some(b'}') => return Some((out, i + 1)),
             _ => return None,
         }
     }
