@@ -10,7 +10,6 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::io::BufRead;
-use std::sync::Arc;
 
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
@@ -60,10 +59,10 @@ pub enum FactKind {
 
 /// A job id, host, code or category: shared, not copied, by every fact and incident that names
 /// it (a million incidents name a few hundred thousand distinct values). One pointer wide, half
-/// of an `Arc<str>`: a million incidents' facts hold a few million of them, and the memory they
-/// first touch is a third of the read's time (docs/report.md).
+/// of an `Arc<str>`, to one allocation holding the count, the length and the text: a million
+/// incidents' facts hold a few million of them (docs/report.md).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Name(Arc<Box<str>>);
+pub struct Name(arcstr::ArcStr);
 
 impl std::ops::Deref for Name {
     type Target = str;
@@ -80,13 +79,13 @@ impl std::borrow::Borrow<str> for Name {
 
 impl From<&str> for Name {
     fn from(s: &str) -> Name {
-        Name(Arc::new(Box::from(s)))
+        Name(arcstr::ArcStr::from(s))
     }
 }
 
 impl std::fmt::Debug for Name {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(&**self.0, f)
+        std::fmt::Debug::fmt(self.0.as_str(), f)
     }
 }
 

@@ -250,8 +250,9 @@ pub fn from_incidents(id: &Name, incidents: &[&IncidentFact]) -> Job {
     }
 }
 
-/// The node root lines of each host, in time order.
-pub type NodeRoots<'a> = FxHashMap<&'a str, Vec<&'a Fact>>;
+/// The node root lines of each host with their times, in time order (the times side by side:
+/// a search by time reads one array, not a fact per step).
+pub type NodeRoots<'a> = FxHashMap<&'a str, Vec<(Millis, &'a Fact)>>;
 
 /// A failure as found: its time, headline and where it came from.
 #[derive(Debug, Clone)]
@@ -444,10 +445,10 @@ fn earliest_node_root<'a>(
     hosts
         .iter()
         .filter_map(|h| nodes.get(&**h))
-        .filter_map(|lines| lines.get(lines.partition_point(|n| n.t < from)))
-        .filter(|n| n.t <= to)
-        .min_by_key(|n| n.t)
-        .copied()
+        .filter_map(|lines| lines.get(lines.partition_point(|(t, _)| *t < from)))
+        .filter(|(t, _)| *t <= to)
+        .min_by_key(|(t, _)| *t)
+        .map(|(_, n)| *n)
 }
 
 /// Takes a node's root line as the failure's root.
@@ -581,8 +582,11 @@ mod tests {
             ..xid.clone()
         };
         let mut nodes: NodeRoots<'_> = NodeRoots::default();
-        nodes.entry("h2").or_default().push(&xid);
-        nodes.entry("h9").or_default().push(&elsewhere);
+        nodes.entry("h2").or_default().push((xid.t, &xid));
+        nodes
+            .entry("h9")
+            .or_default()
+            .push((elsewhere.t, &elsewhere));
         let s = Settings::default();
         let hang = incident(88 * MIN, "NCCL_TIMEOUT", "collective_timeout", false, "h1");
         let joined = &cost(job, &[&hang], &nodes, &s).interruptions[0];

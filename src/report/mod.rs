@@ -116,11 +116,11 @@ pub fn build(input: &Input, opts: &Options) -> Report {
     let mut nodes: NodeRoots<'_> = FxHashMap::default();
     for f in &node_facts {
         if let Some(h) = f.host.as_deref() {
-            nodes.entry(h).or_default().push(f);
+            nodes.entry(h).or_default().push((f.t, f));
         }
     }
     for lines in nodes.values_mut() {
-        lines.sort_by_key(|f| f.t);
+        lines.sort_by_key(|(t, _)| *t);
     }
     let mut costs: Vec<JobCost> = Vec::new();
     let mut hosts_of: FxHashMap<&str, Vec<&[Name]>> = FxHashMap::default();
