@@ -129,26 +129,28 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
             ("tests/corpus/blind/batch5".to_string(), "blind".to_string()),
             ("tests/corpus/blind/batch6".to_string(), "blind".to_string()),
             ("tests/corpus/blind/batch7".to_string(), "blind".to_string()),
+            ("tests/corpus/blind/batch8".to_string(), "blind".to_string()),
             (
-                "tests/corpus/blind/batch8".to_string(),
+                "tests/corpus/blind/batch9".to_string(),
                 "held-out".to_string()
             ),
             ("tests/corpus/real".to_string(), "in-sample".to_string()),
         ]
     );
-    // (detected, top-1, false alarms at most) as measured on 2026-12-02 (tests/corpus/README.md),
-    // in-sample figures since each batch was released (batch5 to batch7 on 2026-12-02, each
-    // after its single held-out score); batch8 is held out, its floor the figure it was scored
-    // once at.
+    // (detected, top-1, false alarms at most) as measured on 2026-12-03 (tests/corpus/README.md),
+    // in-sample figures since each batch was released (batch5 to batch8 on 2026-12-02 and -03,
+    // each after its single held-out score); batch9 is held out, its floor the figure it was
+    // scored once at.
     let floors = [
-        (157, 155, 1),
+        (159, 157, 1),
         (71, 70, 0),
         (90, 89, 0),
         (75, 75, 0),
         (77, 76, 0),
-        (69, 68, 0),
+        (71, 70, 0),
         (69, 69, 2),
-        (33, 32, 0),
+        (69, 69, 0),
+        (66, 63, 1),
     ];
     for (report, (detected, top1, alarms)) in reports.iter().zip(floors) {
         let o = &report["overall"];
