@@ -94,8 +94,48 @@ pub struct SetInfo {
     pub dir: String,
 }
 
-/// The sets under `dir`: every directory (itself included) with a `set.toml`, in path order;
-/// when there is none, `dir` itself as one set without a kind.
+/// `a` before `b` in natural order: runs of digits compare as numbers (`batch2` before
+/// `batch10`), everything else as text.
+fn natural_order(a: &Path, b: &Path) -> std::cmp::Ordering {
+    fn runs(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        for (i, c) in s.char_indices().skip(1) {
+            let prev = s[..i]
+                .chars()
+                .next_back()
+                .is_some_and(|p| p.is_ascii_digit());
+            if prev != c.is_ascii_digit() {
+                out.push((prev, &s[start..i]));
+                start = i;
+            }
+        }
+        if start < s.len() {
+            out.push((
+                s[start..].starts_with(|c: char| c.is_ascii_digit()),
+                &s[start..],
+            ));
+        }
+        out
+    }
+    let (a, b) = (a.to_string_lossy(), b.to_string_lossy());
+    fn key((digits, run): (bool, &str)) -> (bool, usize, &str) {
+        let n = run.trim_start_matches('0');
+        // Numbers by their length, then their digits; text after numbers, by itself.
+        match digits {
+            true => (false, n.len(), n),
+            false => (true, 0, run),
+        }
+    }
+    runs(&a)
+        .into_iter()
+        .map(key)
+        .cmp(runs(&b).into_iter().map(key))
+}
+
+/// The sets under `dir`: every directory (itself included) with a `set.toml`, in natural path
+/// order (`batch2` before `batch10`); when there is none, `dir` itself as one set without a
+/// kind.
 pub fn find_sets(dir: &Path) -> Result<Vec<(PathBuf, Option<SetInfo>)>, EvalError> {
     fn walk(
         root: &Path,
@@ -129,7 +169,7 @@ pub fn find_sets(dir: &Path) -> Result<Vec<(PathBuf, Option<SetInfo>)>, EvalErro
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_dir())
             .collect();
-        subdirs.sort();
+        subdirs.sort_by(|a, b| natural_order(a, b));
         for d in subdirs {
             walk(root, &d, out)?;
         }
@@ -525,6 +565,26 @@ pub fn render_text(r: &SetScore) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sets_come_in_natural_order() {
+        let dir = tempfile::tempdir().expect("tmp");
+        for name in ["batch10", "batch2", "batch1", "real", "batch9b", "batch9a"] {
+            let d = dir.path().join(name);
+            std::fs::create_dir(&d).expect("dir");
+            let set = "kind = \"blind\"\ncollected = \"2026-12-03\"\n";
+            std::fs::write(d.join("set.toml"), set).expect("set.toml");
+        }
+        let names: Vec<String> = find_sets(dir.path())
+            .expect("sets")
+            .into_iter()
+            .map(|(p, _)| p.file_name().expect("name").to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            ["batch1", "batch2", "batch9a", "batch9b", "batch10", "real"]
+        );
+    }
 
     #[test]
     fn excerpts_parse_and_check_their_culprit() {
