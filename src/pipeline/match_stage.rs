@@ -325,6 +325,9 @@ impl MatchStage {
             self.metrics.set_kb(&next.engine.kb);
             tracing::info!(kb_version = %next.version(), "matching with the reloaded knowledge base");
             self.loaded = next;
+            // The old KB's engine and regexes were freed just now (this stage held the last
+            // reference): hand their pages back rather than keep them resident.
+            crate::runtime::memory::release_free_memory();
         }
         Ok(())
     }
