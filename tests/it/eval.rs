@@ -131,7 +131,10 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
             ("tests/corpus/blind/batch7".to_string(), "blind".to_string()),
             ("tests/corpus/blind/batch8".to_string(), "blind".to_string()),
             ("tests/corpus/blind/batch9".to_string(), "blind".to_string()),
-            ("tests/corpus/blind/batch10".to_string(), "blind".to_string()),
+            (
+                "tests/corpus/blind/batch10".to_string(),
+                "blind".to_string()
+            ),
             (
                 "tests/corpus/blind/batch11".to_string(),
                 "held-out".to_string()
