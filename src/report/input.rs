@@ -19,7 +19,7 @@ use crate::enrich::{MatchEvent, Scope};
 use crate::kb::entry::Role;
 use crate::time::Millis;
 
-use super::skim::value_end;
+use super::skim::{null_end, skip};
 
 /// Why an input could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -281,7 +281,7 @@ impl<'a> Captures<'a> {
             })
         };
         let ([nranks, rank, elapsed, timeout, node, host], end) =
-            super::skim::object(s, at, slot, |_, s, at| value_end(s, at), |_| false)?;
+            super::skim::object(s, at, slot, skip, |_| false)?;
         let captures = Captures {
             nranks: text(nranks)?,
             rank: text(rank)?,
@@ -298,8 +298,8 @@ impl<'a> Root<'a> {
     /// The root that starts at `at` in `s` (`null`: none), its captures included, walked once
     /// like the line, and its end.
     fn skim_at(s: &'a [u8], at: usize) -> Option<(Option<Root<'a>>, usize)> {
-        if s[at..].starts_with(b"null") {
-            return Some((None, at + 4));
+        if let Some(end) = null_end(s, at) {
+            return Some((None, end));
         }
         let slot = |key: &[u8]| -> Option<usize> {
             Some(match key {
@@ -319,7 +319,7 @@ impl<'a> Root<'a> {
                 captures = Some(c);
                 Some(end)
             }
-            _ => value_end(s, at),
+            k => skip(k, s, at),
         };
         let ([code, category, host, gpu, stamp, _], end) =
             super::skim::object(s, at, slot, end_of, |_| false)?;
@@ -366,20 +366,16 @@ impl Culprit {
     /// `culprit.evidence.world_size` of the culprit that starts at `at` in `s` (`null`: none),
     /// walked once like the line, and the culprit's end.
     fn skim_at(s: &[u8], at: usize) -> Option<(Option<Culprit>, usize)> {
-        fn null(s: &[u8], at: usize) -> Option<usize> {
-            s[at..].starts_with(b"null").then_some(at + 4)
-        }
-        if let Some(end) = null(s, at) {
+        if let Some(end) = null_end(s, at) {
             return Some((None, end));
         }
         let mut world = None;
         let evidence = |_, s: &[u8], at| {
-            if let Some(end) = null(s, at) {
+            if let Some(end) = null_end(s, at) {
                 return Some(end);
             }
             let world_size = |k: &[u8]| (k == b"world_size").then_some(0);
-            let ([w], end) =
-                super::skim::object(s, at, world_size, |_, s, at| value_end(s, at), |_| false)?;
+            let ([w], end) = super::skim::object(s, at, world_size, skip, |_| false)?;
             world = small_number(w)?;
             Some(end)
         };
@@ -498,7 +494,7 @@ impl<'a> Line<'a> {
                 culprit = c;
                 Some(end)
             }
-            _ => value_end(s, at),
+            k => skip(k, s, at),
         };
         let (
             [kind, job, code, category, role, scope, rank, host, stamp, _, fp, known, _, _, id],

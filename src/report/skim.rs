@@ -1,7 +1,7 @@
 //! A JSON line's top-level fields by name, found without parsing the rest.
 //!
 //! A scan's match and incident lines are mostly text the report never reads (each carries its
-//! entry's diagnosis: root cause, workarounds, references). [`fields`] walks the top-level
+//! entry's diagnosis: root cause, workarounds, references). [`object`] walks the top-level
 //! object, jumps over each value (strings with `memchr`, nested values by their brackets) and
 //! hands back the byte span of the values asked for; [`super::input`] parses only those with
 //! serde. It does not validate what it jumps over: a line it cannot walk, or whose wanted spans
@@ -53,6 +53,17 @@ fn skip_ws(s: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// The end of a wanted value that the caller does not walk itself: [`value_end`], for
+/// [`object`]'s `end_of`.
+pub fn skip(_slot: usize, s: &[u8], at: usize) -> Option<usize> {
+    value_end(s, at)
+}
+
+/// The end (exclusive) of a `null` starting at `at`; `None` for anything else.
+pub fn null_end(s: &[u8], at: usize) -> Option<usize> {
+    s.get(at..)?.starts_with(b"null").then_some(at + 4)
+}
+
 /// The end (exclusive) of the value starting at `at` (no leading whitespace).
 pub fn value_end(s: &[u8], at: usize) -> Option<usize> {
     match *s.get(at)? {
@@ -90,21 +101,13 @@ pub fn value_end(s: &[u8], at: usize) -> Option<usize> {
     }
 }
 
-/// The spans of the top-level values of the object `line` whose keys `slot` numbers (a key's
-/// text as written, without its quotes), at those numbers; an empty span for a key not there;
-/// `None` when `line` is not an object this can walk. The walk stops as soon as `enough` says
-/// the spans found so far are all the caller needs (an incident's diagnosis, context and
-/// counts come after the fields the report reads, and are never looked at).
-pub fn fields<const N: usize>(
-    line: &[u8],
-    slot: impl Fn(&[u8]) -> Option<usize>,
-    enough: impl Fn(&[&[u8]; N]) -> bool,
-) -> Option<[&[u8]; N]> {
-    object(line, 0, slot, |_, s, at| value_end(s, at), enough).map(|(out, _)| out)
-}
-
-/// [`fields`] of the object that starts at `at` (after any whitespace) in `s`, with the end
-/// (exclusive) of the object, or of the value after which `enough` stopped the walk. The end of
+/// The spans of the top-level values of the object that starts at `at` (after any whitespace)
+/// in `s` whose keys `slot` numbers (a key's text as written, without its quotes), at those
+/// numbers (an empty span for a key not there), with the end (exclusive) of the object, or of
+/// the value after which `enough` stopped the walk; `None` when it is not an object this can
+/// walk. `enough` says when the spans found so far are all the caller needs (an incident's
+/// diagnosis, context and counts come after the fields the report reads, and are never looked
+/// at). The end of
 /// a wanted value comes from `end_of(slot, s, start)`: a caller that reads a nested object
 /// walks it there once, instead of jumping over it here and walking its span again.
 pub fn object<'s, const N: usize>(
@@ -157,6 +160,15 @@ pub fn object<'s, const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The spans of the top-level values of the object `line`, as [`object`] finds them.
+    fn fields<const N: usize>(
+        line: &[u8],
+        slot: impl Fn(&[u8]) -> Option<usize>,
+        enough: impl Fn(&[&[u8]; N]) -> bool,
+    ) -> Option<[&[u8]; N]> {
+        object(line, 0, slot, skip, enough).map(|(out, _)| out)
+    }
 
     #[test]
     fn finds_the_fields_asked_for_and_jumps_over_the_rest() {

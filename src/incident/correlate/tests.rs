@@ -550,15 +550,22 @@ fn a_late_node_event_of_a_restarted_jobs_old_host_revises_the_failure_the_restar
     assert!(out.iter().all(|e| e.job_id != "j"), "{out:#?}");
 }
 
+/// A correlator whose expiry is held at 10:00 of the tests' day, as the service holds it at its
+/// slowest input partition (node-00's), when `held`.
+fn corr_held_at_ten(held: bool) -> Correlator {
+    let mut c = corr(IncidentConfig::default());
+    if held {
+        c.hold_expiry(Some(1_714_564_800_000));
+    }
+    c
+}
+
 #[test]
 fn an_early_node_event_waits_for_the_job_lines_of_a_lagging_lane_while_expiry_is_held() {
     // node-00's Xid at 10:00 is read first; another partition is already 6 hours ahead; job
     // j's timeouts on node-00 (10:10) come last, from the lagging partition.
     let run = |held: bool| {
-        let mut c = corr(IncidentConfig::default());
-        if held {
-            c.hold_expiry(Some(1_714_564_800_000));
-        }
+        let mut c = corr_held_at_ten(held);
         let mut out = feed(
             &mut c,
             &[node_xid("node-00", 0), timeout("other", 8, 6 * 3600)],
@@ -588,11 +595,7 @@ fn a_job_that_restarted_many_times_before_its_node_log_caught_up_keeps_each_fail
     // restart marker; node-00's kernel log lags and its Xid of the first failure (10:00) is
     // read last.
     let run = |held: bool| {
-        let mut c = corr(IncidentConfig::default());
-        if held {
-            // The service holds expiry at its slowest input partition: node-00's, still at 10:00.
-            c.hold_expiry(Some(1_714_564_800_000));
-        }
+        let mut c = corr_held_at_ten(held);
         let mut ids = Vec::new();
         for k in 0..8 {
             let base = k * 3 * 3600;
