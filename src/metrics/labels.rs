@@ -86,6 +86,9 @@ label_set!(
         /// An unknown-line event (`type: "unknown"`): its template noted for incidents
         /// without a known root.
         Unknown => "unknown",
+        /// A match member's progress note (`type: "progress"`): how far it read an input
+        /// partition, which holds expiry while that partition is behind.
+        Progress => "progress",
         /// Another `type`, or an unknown-line event while `[unknown]` is off; skipped.
         Skipped => "skipped",
         /// Dead-lettered: unreadable (reason `invalid_event`), or correlating it panicked

@@ -102,6 +102,8 @@ struct Wire {
     cluster: Option<String>,
     template_id: Option<String>,
     template: Option<String>,
+    #[serde(default)]
+    behind: bool,
     example: Option<String>,
     count: Option<u64>,
 }
@@ -129,6 +131,18 @@ pub enum EventsRecord {
     },
     /// An unknown-line event: a template the job showed.
     Unknown(Box<UnknownNote>),
+    /// A match member's progress note ([`super::progress`]): input partition `partition` of
+    /// `topic` was read up to a line stamped `timestamp`.
+    Progress {
+        /// The input topic.
+        topic: String,
+        /// The input partition.
+        partition: i32,
+        /// The last line's timestamp as found; none while its member has read no stamped line.
+        timestamp: Option<String>,
+        /// Whether the partition had records not yet read.
+        behind: bool,
+    },
     /// Another `type` (a future kind): not the correlator's.
     Other,
 }
@@ -197,6 +211,20 @@ fn unknown_note(w: Wire) -> Result<EventsRecord, String> {
     })))
 }
 
+fn progress_note(w: Wire) -> Result<EventsRecord, String> {
+    match w.source {
+        Some(Provenance::Kafka {
+            topic, partition, ..
+        }) => Ok(EventsRecord::Progress {
+            topic,
+            partition,
+            timestamp: w.timestamp,
+            behind: w.behind,
+        }),
+        _ => Err("a progress note without a Kafka source".into()),
+    }
+}
+
 /// Reads one events-topic payload; the error says why it is not a readable match event.
 pub fn decode_event(
     payload: &[u8],
@@ -206,6 +234,7 @@ pub fn decode_event(
     let unknown = match w.kind.as_deref() {
         Some("match") => false,
         Some("unknown") => true,
+        Some("progress") => return progress_note(w),
         Some(_) => return Ok(EventsRecord::Other),
         None => return Err("no \"type\"".into()),
     };
@@ -442,6 +471,17 @@ impl CorrelateStage {
         let r = &records[i];
         match decode_event(payload, &self.p.loaded.enricher) {
             Ok(EventsRecord::Other) => (CorrelatorResult::Skipped, None),
+            Ok(EventsRecord::Progress {
+                topic,
+                partition,
+                timestamp,
+                behind,
+            }) => {
+                self.p
+                    .incidents
+                    .progress(&topic, partition, timestamp.as_deref(), behind);
+                (CorrelatorResult::Progress, None)
+            }
             Ok(EventsRecord::Unknown(_)) if !self.unknown => (CorrelatorResult::Skipped, None),
             Ok(EventsRecord::Unknown(note)) => {
                 if self.unknown_dedupe.seen(r.id.tp.partition, &note.source) {

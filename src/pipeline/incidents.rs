@@ -342,6 +342,25 @@ impl IncidentStage {
         self.emit();
     }
 
+    /// Notes a match member's progress ([`super::progress`]): input partition `partition` of
+    /// `topic` was read up to a line stamped `stamp`; while it is `behind` (records not yet
+    /// read), expiry waits for it whether or not its lines match.
+    /// A partition behind whose position is not known yet (`stamp` none) holds expiry where it
+    /// is until the partition reports one.
+    pub fn progress(&mut self, topic: &str, partition: i32, stamp: Option<&str>, behind: bool) {
+        let t = match stamp {
+            Some(stamp) => self.correlator.stamp_ms(stamp),
+            None if behind => Some(super::lanes::UNKNOWN),
+            None => None,
+        };
+        let Some(t) = t else {
+            return;
+        };
+        let now = Instant::now();
+        self.lanes.progress(topic, partition, t, behind, now);
+        self.correlator.hold_expiry(self.lanes.low_watermark(now));
+    }
+
     /// Adopts the ids of the incidents a previous correlator left open
     /// ([`super::rebuild::open_incidents`]).
     pub fn adopt(&mut self, open: &[super::rebuild::OpenIncident]) {

@@ -10,6 +10,12 @@
 //! ([`crate::incident::correlate::Correlator::hold_expiry`]). A lane that sent nothing for
 //! [`LANE_IDLE`] of wall time no longer holds it (a healthy host's partition may send no match
 //! for days).
+//!
+//! A lane is heard from by its matches and by its match member's progress notes
+//! ([`crate::pipeline::progress`]): the log time of the last line the member read from that
+//! partition, sent while it reads whether or not the lines match. A node partition read days
+//! of log time behind the others sends no match while its lines are healthy; its notes keep it
+//! holding expiry until it has caught up.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -21,6 +27,10 @@ use crate::time::Millis;
 
 /// Wall time after which a lane that sent no match stops holding expiry back.
 pub const LANE_IDLE: Duration = Duration::from_secs(2);
+
+/// The time of a lane behind whose position is not known yet: it holds expiry back entirely
+/// until its match member reports where it is.
+pub const UNKNOWN: Millis = 0;
 
 /// Lanes remembered at most; past it the one idle longest is forgotten.
 pub const MAX_LANES: usize = 4_096;
@@ -44,19 +54,40 @@ struct Lane {
 impl Lanes {
     /// Notes `event` (read from an input partition, at log time `t`) arriving at `at`.
     pub fn note(&mut self, event: &MatchEvent, t: Option<Millis>, at: Instant) {
-        let (
+        if let (
             Provenance::Kafka {
                 topic, partition, ..
             },
             Some(t),
         ) = (&event.source, t)
-        else {
-            return;
-        };
+        {
+            self.heard(topic, *partition, t, at);
+        }
+    }
+
+    /// A match member's progress note: input partition `partition` of `topic` was read up to
+    /// log time `t`, as of `at`. A partition `behind` (records not yet read) holds expiry as a
+    /// match would; one read to its end only moves its time on (it holds expiry while its
+    /// matches come, as before: a current host whose clock is off holds nothing back for
+    /// long).
+    pub fn progress(&mut self, topic: &str, partition: i32, t: Millis, behind: bool, at: Instant) {
+        if behind {
+            self.heard(topic, partition, t, at);
+        } else if let Some(lane) = self
+            .latest
+            .get_mut(topic)
+            .and_then(|p| p.get_mut(&partition))
+        {
+            lane.t = lane.t.max(t);
+        }
+    }
+
+    /// Notes that input partition `partition` of `topic` was read up to log time `t` at `at`.
+    fn heard(&mut self, topic: &str, partition: i32, t: Millis, at: Instant) {
         if let Some(lane) = self
             .latest
-            .get_mut(topic.as_str())
-            .and_then(|p| p.get_mut(partition))
+            .get_mut(topic)
+            .and_then(|p| p.get_mut(&partition))
         {
             lane.t = lane.t.max(t);
             lane.seen = at;
@@ -73,15 +104,16 @@ impl Lanes {
                 }
             }
         }
-        let tick = self.order.push((topic.clone(), *partition));
+        let tick = self.order.push((topic.to_string(), partition));
         self.latest
-            .entry(topic.clone())
+            .entry(topic.to_string())
             .or_default()
-            .insert(*partition, Lane { t, seen: at, tick });
+            .insert(partition, Lane { t, seen: at, tick });
     }
 
-    /// The earliest latest log time of the lanes that sent a match within [`LANE_IDLE`] of
-    /// `at`; `None` when one lane or none is active (nothing to wait for).
+    /// The earliest latest log time of the lanes heard from within [`LANE_IDLE`] of `at`;
+    /// `None` when one lane or none is active (nothing to wait for), unless that lane's
+    /// position is [`UNKNOWN`].
     pub fn low_watermark(&self, at: Instant) -> Option<Millis> {
         let mut active = self
             .latest
@@ -90,7 +122,10 @@ impl Lanes {
             .filter(|l| at.saturating_duration_since(l.seen) < LANE_IDLE)
             .map(|l| l.t);
         let first = active.next()?;
-        Some(first.min(active.min()?))
+        match active.min() {
+            Some(next) => Some(first.min(next)),
+            None => (first == UNKNOWN).then_some(UNKNOWN),
+        }
     }
 }
 

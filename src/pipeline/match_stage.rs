@@ -133,6 +133,8 @@ pub(super) struct MatchStage {
     quarantine: Option<Quarantine>,
     /// Role `match`: the correlator shard of each event ([`super::shard`]).
     partitioner: Option<super::shard::EventPartitioner>,
+    /// How far each input partition was read, told to the correlator ([`super::progress`]).
+    noter: super::progress::Noter,
 }
 
 /// How far [`MatchStage::process`] got in handing outputs to the sink: what the panic wrapper
@@ -252,6 +254,7 @@ impl MatchStage {
             unknown,
             quarantine: p.quarantine,
             partitioner: p.partitioner,
+            noter: super::progress::Noter::default(),
         })
     }
 
@@ -621,9 +624,23 @@ impl MatchStage {
         let kb_version = self.loaded.version().to_string();
         self.outputs.clear();
         self.progress.emitting = true;
+        let dispositions = &self.dispositions;
+        self.noter
+            .plan(records, |i| matches!(dispositions[i], Disposition::Scan));
+        let (mut before, mut noted) = self.note_progress(batch, records, None);
+        self.progress.partial += before;
         let mut e = 0;
         for i in 0..self.dispositions.len() {
-            let (outputs, sent) = self.emit(batch, records, i, &mut e, &kb_version)?;
+            let (mut outputs, mut sent) = match noted {
+                Ok(()) => self.emit(batch, records, i, &mut e, &kb_version)?,
+                Err(err) => (0, Err(err)),
+            };
+            (outputs, noted) = (outputs + std::mem::take(&mut before), Ok(()));
+            if sent.is_ok() {
+                let (n, noted) = self.note_progress(batch, records, Some(i));
+                self.progress.partial += n;
+                (outputs, sent) = (outputs + n, noted);
+            }
             if let Err(err) = sent {
                 let done = records.iter().map(|r| &r.id);
                 tracker.resolve_many(done.zip(self.outputs.iter().copied()));
@@ -645,6 +662,49 @@ impl MatchStage {
             return Err(limit.into());
         }
         Ok(())
+    }
+
+    /// Sends the progress notes ([`super::progress`]) due before the batch's events (`i` is
+    /// `None`: as outputs of its first record) or after record `i` (its partition's note when
+    /// it is the last the batch read of it).
+    fn note_progress(
+        &mut self,
+        batch: &Batch,
+        records: &[SourceRecord],
+        i: Option<usize>,
+    ) -> (u32, Result<(), crate::sink::kafka::SinkError>) {
+        use super::progress::Target;
+        let backlog = self.health.backlog();
+        let mut to = match self.incidents.as_mut() {
+            Some(incidents) => Target::InProcess(incidents),
+            None => Target::Kafka {
+                sink: &self.sink,
+                stop: &self.stop,
+                partitioner: self.partitioner.as_ref(),
+            },
+        };
+        let Some(i) = i else {
+            let dispositions = &self.dispositions;
+            let mut seen: Vec<&crate::offsets::TopicPartition> = Vec::new();
+            let first = records.iter().enumerate().filter_map(|(k, r)| {
+                let new = matches!(dispositions[k], Disposition::Scan) && !seen.contains(&&r.id.tp);
+                new.then(|| {
+                    seen.push(&r.id.tp);
+                    (&r.id, batch.payload(r).unwrap_or_default())
+                })
+            });
+            let Some(carrier) = records.first() else {
+                return (0, Ok(()));
+            };
+            return self.noter.before(first, &backlog, &carrier.id, &mut to);
+        };
+        if !self.noter.is_last(i) {
+            return (0, Ok(()));
+        }
+        let r = &records[i];
+        let payload = batch.payload(r).unwrap_or_default();
+        let behind = backlog.contains(&r.id.tp);
+        self.noter.after(&r.id, payload, behind, &mut to)
     }
 
     /// Decodes `records` into the scan buffer (their spans of lines) and their dispositions,

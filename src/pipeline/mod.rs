@@ -55,6 +55,7 @@ pub mod incidents;
 pub mod lanes;
 pub mod match_stage;
 pub mod outputs;
+pub mod progress;
 pub mod quarantine;
 pub mod rebuild;
 pub mod settings;

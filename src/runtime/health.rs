@@ -59,6 +59,8 @@ pub struct Health {
     /// Why a stage stopped on its own (an error, a panic that escaped): `/readyz` fails with it
     /// from then on.
     stopped: Mutex<Option<String>>,
+    /// The assigned partitions with records not yet read, as of the source's last statistics.
+    backlog: Mutex<Vec<TopicPartition>>,
 }
 
 /// A snapshot of what the service did.
@@ -104,6 +106,7 @@ impl Health {
             current: AtomicBool::new(false),
             stall_timeout,
             stopped: Mutex::new(None),
+            backlog: Mutex::new(Vec::new()),
         })
     }
 
@@ -122,6 +125,21 @@ impl Health {
     /// See [`Health::set_input_current`].
     pub fn input_current(&self) -> bool {
         self.current.load(Ordering::Relaxed)
+    }
+
+    /// The assigned partitions with records not yet read (their lag above 0), as of the
+    /// source's last statistics: a match member tells the correlator they are behind
+    /// (`pipeline::progress`).
+    pub fn set_backlog(&self, behind: Vec<TopicPartition>) {
+        *self.backlog.lock().unwrap_or_else(|p| p.into_inner()) = behind;
+    }
+
+    /// See [`Health::set_backlog`].
+    pub fn backlog(&self) -> Vec<TopicPartition> {
+        self.backlog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The partitions the source holds paused while the pipeline is full.

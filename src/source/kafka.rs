@@ -216,12 +216,19 @@ impl SourceContext {
             self.health.set_assigned(a.count());
             let mut assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
             assigned.clear();
+            let mut backlog = Vec::new();
             for e in a.elements() {
                 assigned
                     .entry(e.topic().to_string())
                     .or_default()
                     .insert(e.partition());
+                backlog.push(TopicPartition {
+                    topic: e.topic().into(),
+                    partition: e.partition(),
+                });
             }
+            // Behind until the statistics say a partition was read to its end.
+            self.health.set_backlog(backlog);
         }
     }
 
@@ -300,6 +307,7 @@ impl ClientContext for SourceContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
         self.links.stats(KafkaClient::Consumer, &statistics);
         let (mut reported, mut behind) = (0, false);
+        let mut backlog = Vec::new();
         let assigned = self.assigned.lock().unwrap_or_else(|p| p.into_inner());
         for (topic, t) in &statistics.topics {
             for (&partition, p) in &t.partitions {
@@ -310,15 +318,27 @@ impl ClientContext for SourceContext {
                     continue;
                 }
                 let Some(lag) = read_lag(p) else {
+                    // Not read yet: behind until it reports a lag.
+                    backlog.push(TopicPartition {
+                        topic: topic.as_str().into(),
+                        partition,
+                    });
                     continue;
                 };
                 reported += 1;
                 behind |= lag > 0;
+                if lag > 0 {
+                    backlog.push(TopicPartition {
+                        topic: topic.as_str().into(),
+                        partition,
+                    });
+                }
                 let committed = (p.committed_offset >= 0).then_some(p.committed_offset);
                 self.metrics.set_partition(topic, partition, lag, committed);
             }
         }
         let assigned: usize = assigned.values().map(std::collections::HashSet::len).sum();
+        self.health.set_backlog(backlog);
         self.health.set_input_current(
             assigned > 0 && reported >= assigned && !behind && !self.links.in_outage(),
         );

@@ -291,6 +291,16 @@ impl Correlator {
         elect::log_ms(event, near)
     }
 
+    /// The log time of a line stamped `stamp` (a match member's progress note), read like an
+    /// event's ([`Self::log_ms`]).
+    pub fn stamp_ms(&self, stamp: &str) -> Option<Millis> {
+        let near = self.clock.or(self.cfg.clock_anchor).or_else(wall_now);
+        let stamp = crate::time::parse(stamp)?;
+        stamp
+            .millis()
+            .or_else(|| near.map(|r| stamp.millis_near(Some(r))))
+    }
+
     /// [`Self::observe`] with the event's log time already read ([`Self::log_ms`]).
     pub fn observe_at(
         &mut self,
