@@ -281,6 +281,7 @@ impl IncidentStage {
         self.times.clear();
         for (_, event) in events {
             let t = self.correlator.log_ms(event);
+
             self.lanes.note(event, t, now);
             self.times.push(t);
         }

@@ -28,6 +28,12 @@ use crate::time::Millis;
 /// Wall time after which a lane that sent no match stops holding expiry back.
 pub const LANE_IDLE: Duration = Duration::from_secs(2);
 
+/// Wall time a lane that its match member reported behind keeps holding expiry without another
+/// note: long enough for a consumer group to hand its partitions to another member (a
+/// rebalance takes seconds, during which no member reads them); a member that died for good
+/// holds nothing after it.
+pub const BEHIND_IDLE: Duration = Duration::from_secs(30);
+
 /// The time of a lane behind whose position is not known yet: it holds expiry back entirely
 /// until its match member reports where it is.
 pub const UNKNOWN: Millis = 0;
@@ -47,7 +53,8 @@ pub struct Lanes {
 #[derive(Debug)]
 struct Lane {
     t: Millis,
-    seen: Instant,
+    /// Until when it holds expiry without being heard from again.
+    until: Instant,
     tick: u64,
 }
 
@@ -61,36 +68,39 @@ impl Lanes {
             Some(t),
         ) = (&event.source, t)
         {
-            self.heard(topic, *partition, t, at);
+            self.heard(topic, *partition, t, at + LANE_IDLE);
         }
     }
 
     /// A match member's progress note: input partition `partition` of `topic` was read up to
-    /// log time `t`, as of `at`. A partition `behind` (records not yet read) holds expiry as a
-    /// match would; one read to its end only moves its time on (it holds expiry while its
-    /// matches come, as before: a current host whose clock is off holds nothing back for
-    /// long).
+    /// log time `t`, as of `at`. A partition `behind` (records not yet read) holds expiry for
+    /// [`BEHIND_IDLE`]; one read to its end only moves its time on and holds no longer than
+    /// [`LANE_IDLE`] (it holds expiry while its matches come, as before: a current host whose
+    /// clock is off holds nothing back for long).
     pub fn progress(&mut self, topic: &str, partition: i32, t: Millis, behind: bool, at: Instant) {
         if behind {
-            self.heard(topic, partition, t, at);
+            self.heard(topic, partition, t, at + BEHIND_IDLE);
         } else if let Some(lane) = self
             .latest
             .get_mut(topic)
             .and_then(|p| p.get_mut(&partition))
         {
+            // Read to its end: it holds no longer than a lane that sends matches.
             lane.t = lane.t.max(t);
+            lane.until = lane.until.min(at + LANE_IDLE);
         }
     }
 
-    /// Notes that input partition `partition` of `topic` was read up to log time `t` at `at`.
-    fn heard(&mut self, topic: &str, partition: i32, t: Millis, at: Instant) {
+    /// Notes that input partition `partition` of `topic` was read up to log time `t`, holding
+    /// expiry until at least `until`.
+    fn heard(&mut self, topic: &str, partition: i32, t: Millis, until: Instant) {
         if let Some(lane) = self
             .latest
             .get_mut(topic)
             .and_then(|p| p.get_mut(&partition))
         {
             lane.t = lane.t.max(t);
-            lane.seen = at;
+            lane.until = lane.until.max(until);
             lane.tick = self.order.touch(lane.tick);
             return;
         }
@@ -108,10 +118,11 @@ impl Lanes {
         self.latest
             .entry(topic.to_string())
             .or_default()
-            .insert(partition, Lane { t, seen: at, tick });
+            .insert(partition, Lane { t, until, tick });
     }
 
-    /// The earliest latest log time of the lanes heard from within [`LANE_IDLE`] of `at`;
+    /// The earliest latest log time of the lanes still holding at `at` (heard from within
+    /// [`LANE_IDLE`], or [`BEHIND_IDLE`] when reported behind);
     /// `None` when one lane or none is active (nothing to wait for), unless that lane's
     /// position is [`UNKNOWN`].
     pub fn low_watermark(&self, at: Instant) -> Option<Millis> {
@@ -119,7 +130,7 @@ impl Lanes {
             .latest
             .values()
             .flat_map(HashMap::values)
-            .filter(|l| at.saturating_duration_since(l.seen) < LANE_IDLE)
+            .filter(|l| at < l.until)
             .map(|l| l.t);
         let first = active.next()?;
         match active.min() {

@@ -8,6 +8,7 @@
 mod backpressure;
 mod crash_loop;
 mod dead_letters;
+mod demo_fleet;
 mod identity;
 mod in_process;
 mod incidents;
