@@ -320,7 +320,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
         }
     };
     // Stop the members first, then the correlator: its producer flushes the last changes.
-    // (records read, match events acknowledged) over the members.
+    // (records read, match events acknowledged) over the members, their progress notes apart.
     let mut report = Ok((0, 0));
     for m in matchers {
         m.shutdown();
@@ -328,7 +328,7 @@ pub async fn run(args: DemoArgs) -> Result<DemoSummary, DemoError> {
             Ok(r) => {
                 if let Ok((records, events)) = report.as_mut() {
                     *records += r.stats.records;
-                    *events += r.stats.events_acked;
+                    *events += r.stats.events_acked.saturating_sub(r.stats.progress_notes);
                 }
             }
             Err(e) => report = Err(e),
@@ -563,6 +563,14 @@ impl Printer {
                 };
                 let payload = msg.payload().unwrap_or_default();
                 let value = serde_json::from_slice::<Value>(payload).ok();
+                let note = value.as_ref().is_some_and(|v| v["type"] == "progress");
+                pos.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(msg.partition(), msg.offset() + 1);
+                if note {
+                    // A match member's progress note: how far it read, not a match.
+                    continue;
+                }
                 let mut out = std::io::stdout().lock();
                 let written = match (format, kind, &value) {
                     (Format::Json, _, _) => {
@@ -588,9 +596,6 @@ impl Printer {
                     }
                 }
                 count.fetch_add(1, Ordering::Relaxed);
-                pos.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(msg.partition(), msg.offset() + 1);
             }
         });
         Ok(Printer {

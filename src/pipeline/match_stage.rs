@@ -696,7 +696,11 @@ impl MatchStage {
             let Some(carrier) = records.first() else {
                 return (0, Ok(()));
             };
-            return self.noter.before(first, &backlog, &carrier.id, &mut to);
+            let (n, sent) = self.noter.before(first, &backlog, &carrier.id, &mut to);
+            self.health
+                .notes_sent
+                .fetch_add(u64::from(n), Ordering::Relaxed);
+            return (n, sent);
         };
         if !self.noter.is_last(i) {
             return (0, Ok(()));
@@ -704,7 +708,11 @@ impl MatchStage {
         let r = &records[i];
         let payload = batch.payload(r).unwrap_or_default();
         let behind = backlog.contains(&r.id.tp);
-        self.noter.after(&r.id, payload, behind, &mut to)
+        let (n, sent) = self.noter.after(&r.id, payload, behind, &mut to);
+        self.health
+            .notes_sent
+            .fetch_add(u64::from(n), Ordering::Relaxed);
+        (n, sent)
     }
 
     /// Decodes `records` into the scan buffer (their spans of lines) and their dispositions,

@@ -61,6 +61,8 @@ pub struct Health {
     stopped: Mutex<Option<String>>,
     /// The assigned partitions with records not yet read, as of the source's last statistics.
     backlog: Mutex<Vec<TopicPartition>>,
+    /// Progress notes handed to the producer (counted among the events too).
+    pub notes_sent: AtomicU64,
 }
 
 /// A snapshot of what the service did.
@@ -72,8 +74,10 @@ pub struct Stats {
     pub bytes: u64,
     /// Match events handed to the producer.
     pub events_sent: u64,
-    /// Match events acknowledged by the broker.
+    /// Match events acknowledged by the broker (progress notes included).
     pub events_acked: u64,
+    /// Progress notes handed to the producer (`pipeline::progress`).
+    pub progress_notes: u64,
     /// Records found undecodable.
     pub invalid: u64,
     /// Dead letters acknowledged.
@@ -107,6 +111,7 @@ impl Health {
             stall_timeout,
             stopped: Mutex::new(None),
             backlog: Mutex::new(Vec::new()),
+            notes_sent: AtomicU64::new(0),
         })
     }
 
@@ -162,6 +167,7 @@ impl Health {
             bytes: self.bytes.load(Ordering::Relaxed),
             events_sent: self.events_sent.load(Ordering::Relaxed),
             events_acked: self.delivered.events.load(Ordering::Relaxed),
+            progress_notes: self.notes_sent.load(Ordering::Relaxed),
             invalid: self.invalid.load(Ordering::Relaxed),
             dead_letters_acked: self.delivered.dead_letters.load(Ordering::Relaxed),
             assigned_partitions: self.assigned.load(Ordering::Relaxed),

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use faultline::bench::fleet::{write_fleet, FleetOptions};
 use serde_json::Value;
 
-use super::*;
+use super::out_of_process::faultline;
 
 /// (job, root code, root host) of every incident: each id's last change.
 fn answers(stdout: &str) -> BTreeMap<(String, String, String), usize> {
