@@ -188,6 +188,59 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_reported_behind_holds_expiry_without_matches_until_it_is_read() {
+        let mut lanes = Lanes::default();
+        let t0 = Instant::now();
+        lanes.note(&event(0), Some(100_000), t0);
+        // Partition 1 sends no match: its member's notes say it is behind at 10_000.
+        lanes.progress("logs", 1, 10_000, true, t0);
+        assert_eq!(lanes.low_watermark(t0), Some(10_000));
+        // Past a match lane's idleness, with lane 0 still sending, it still holds.
+        let later = t0 + LANE_IDLE + Duration::from_millis(1);
+        lanes.note(&event(0), Some(200_000), later);
+        assert_eq!(lanes.low_watermark(later), Some(10_000));
+        // Read to its end: it moves on, and stops holding after a match lane's idleness.
+        lanes.progress("logs", 1, 150_000, false, later);
+        assert_eq!(lanes.low_watermark(later), Some(150_000));
+        let done = later + LANE_IDLE;
+        lanes.note(&event(0), Some(300_000), done);
+        assert_eq!(lanes.low_watermark(done), None);
+        // A member that stops reporting a partition behind holds it at most BEHIND_IDLE.
+        lanes.progress("logs", 2, 250_000, true, done);
+        let gone = done + BEHIND_IDLE;
+        lanes.note(&event(0), Some(400_000), gone);
+        assert_eq!(lanes.low_watermark(gone), None);
+    }
+
+    #[test]
+    fn a_partition_behind_at_an_unknown_position_holds_everything_until_it_reports_one() {
+        let mut lanes = Lanes::default();
+        let t0 = Instant::now();
+        lanes.progress("logs", 1, UNKNOWN, true, t0);
+        assert_eq!(
+            lanes.low_watermark(t0),
+            Some(UNKNOWN),
+            "alone, it still holds"
+        );
+        lanes.note(&event(0), Some(100_000), t0);
+        assert_eq!(lanes.low_watermark(t0), Some(UNKNOWN));
+        lanes.progress("logs", 1, 40_000, true, t0);
+        assert_eq!(lanes.low_watermark(t0), Some(40_000));
+        // An unknown position never moves a known one back.
+        lanes.progress("logs", 1, UNKNOWN, true, t0);
+        assert_eq!(lanes.low_watermark(t0), Some(40_000));
+    }
+
+    #[test]
+    fn a_note_of_a_partition_read_to_its_end_starts_no_hold() {
+        let mut lanes = Lanes::default();
+        let t0 = Instant::now();
+        lanes.note(&event(0), Some(100_000), t0);
+        lanes.progress("logs", 1, 5_000, false, t0);
+        assert_eq!(lanes.low_watermark(t0), None);
+    }
+
+    #[test]
     fn a_line_without_a_time_or_from_a_file_is_no_lane() {
         let mut lanes = Lanes::default();
         let t0 = Instant::now();
