@@ -624,9 +624,6 @@ impl MatchStage {
         let kb_version = self.loaded.version().to_string();
         self.outputs.clear();
         self.progress.emitting = true;
-        let dispositions = &self.dispositions;
-        self.noter
-            .plan(records, |i| matches!(dispositions[i], Disposition::Scan));
         let (mut before, mut noted) = self.note_progress(batch, records, None);
         self.progress.partial += before;
         let mut e = 0;
@@ -664,55 +661,23 @@ impl MatchStage {
         Ok(())
     }
 
-    /// Sends the progress notes ([`super::progress`]) due before the batch's events (`i` is
-    /// `None`: as outputs of its first record) or after record `i` (its partition's note when
-    /// it is the last the batch read of it).
+    /// Sends the progress notes ([`super::progress`]) due before the batch (`i` none) or after `i`.
     fn note_progress(
         &mut self,
         batch: &Batch,
         records: &[SourceRecord],
         i: Option<usize>,
     ) -> (u32, Result<(), crate::sink::kafka::SinkError>) {
-        use super::progress::Target;
-        let backlog = self.health.backlog();
-        let mut to = match self.incidents.as_mut() {
-            Some(incidents) => Target::InProcess(incidents),
-            None => Target::Kafka {
-                sink: &self.sink,
-                stop: &self.stop,
-                partitioner: self.partitioner.as_ref(),
-            },
-        };
-        let Some(i) = i else {
-            let dispositions = &self.dispositions;
-            let mut seen: Vec<&crate::offsets::TopicPartition> = Vec::new();
-            let first = records.iter().enumerate().filter_map(|(k, r)| {
-                let new = matches!(dispositions[k], Disposition::Scan) && !seen.contains(&&r.id.tp);
-                new.then(|| {
-                    seen.push(&r.id.tp);
-                    (&r.id, batch.payload(r).unwrap_or_default())
-                })
-            });
-            let Some(carrier) = records.first() else {
-                return (0, Ok(()));
-            };
-            let (n, sent) = self.noter.before(first, &backlog, &carrier.id, &mut to);
-            self.health
-                .notes_sent
-                .fetch_add(u64::from(n), Ordering::Relaxed);
-            return (n, sent);
-        };
-        if !self.noter.is_last(i) {
-            return (0, Ok(()));
-        }
-        let r = &records[i];
-        let payload = batch.payload(r).unwrap_or_default();
-        let behind = backlog.contains(&r.id.tp);
-        let (n, sent) = self.noter.after(&r.id, payload, behind, &mut to);
-        self.health
-            .notes_sent
-            .fetch_add(u64::from(n), Ordering::Relaxed);
-        (n, sent)
+        let to = super::progress::Target::of(
+            self.incidents.as_mut(),
+            self.partitioner.as_ref(),
+            &self.sink,
+            &self.stop,
+        );
+        let dispositions = &self.dispositions;
+        let scanned = |k: usize| matches!(dispositions[k], Disposition::Scan);
+        self.noter
+            .notes(batch, records, scanned, i, &self.health, to)
     }
 
     /// Decodes `records` into the scan buffer (their spans of lines) and their dispositions,

@@ -30,9 +30,9 @@ use super::shard::EventPartitioner;
 use crate::envelope;
 use crate::offsets::{RecordId, TopicPartition};
 use crate::record::{LogRecord, Provenance};
-use crate::runtime::Shutdown;
+use crate::runtime::{Health, Shutdown};
 use crate::sink::kafka::{KafkaSink, SinkError};
-use crate::source::kafka::SourceRecord;
+use crate::source::kafka::{Batch, SourceRecord};
 
 /// The least wall time between two notes of one input partition (well under
 /// [`super::lanes::LANE_IDLE`], so a partition behind keeps holding expiry).
@@ -78,15 +78,38 @@ struct Lane {
 pub enum Target<'a> {
     /// Role `all`: straight to the correlator.
     InProcess(&'a mut IncidentStage),
-    /// Role `match`: the events topic, to the shard of the line's cluster.
+    /// Role `match` (with `[incidents]`, for the correlators): the events topic, to the shard of
+    /// the line's cluster.
     Kafka {
         /// The events producer.
         sink: &'a KafkaSink,
         /// The pipeline's stop, which a blocked send watches.
         stop: &'a Shutdown,
-        /// The correlator shards, when sharded.
-        partitioner: Option<&'a EventPartitioner>,
+        /// The correlator shards.
+        partitioner: &'a EventPartitioner,
     },
+}
+
+impl<'a> Target<'a> {
+    /// Where a match stage's notes go: role `all` correlates in process (`incidents`), role
+    /// `match` feeds correlators (its `partitioner` is set); a process without `[incidents]` has
+    /// no one to tell (`None`).
+    pub fn of(
+        incidents: Option<&'a mut IncidentStage>,
+        partitioner: Option<&'a EventPartitioner>,
+        sink: &'a KafkaSink,
+        stop: &'a Shutdown,
+    ) -> Option<Self> {
+        match (incidents, partitioner) {
+            (Some(incidents), _) => Some(Target::InProcess(incidents)),
+            (None, Some(partitioner)) => Some(Target::Kafka {
+                sink,
+                stop,
+                partitioner,
+            }),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A match stage's notes: each partition's last stamped line, which records of a batch end
@@ -99,9 +122,56 @@ pub struct Noter {
 }
 
 impl Noter {
+    /// The notes of `batch` (its `records`, those `scanned` says were scanned) due before its
+    /// events (`i` none: [`Self::before`], as outputs of its first record) or after record `i`
+    /// ([`Self::after`], when it is the last the batch read of its partition), counted in
+    /// `health`. Returns the outputs added and the first send error.
+    pub fn notes(
+        &mut self,
+        batch: &Batch,
+        records: &[SourceRecord],
+        scanned: impl Fn(usize) -> bool,
+        i: Option<usize>,
+        health: &Health,
+        to: Option<Target<'_>>,
+    ) -> (u32, Result<(), SinkError>) {
+        let Some(mut to) = to else {
+            return (0, Ok(()));
+        };
+        let backlog = health.backlog();
+        let (n, sent) = match i {
+            None => {
+                self.plan(records, &scanned);
+                let mut seen: Vec<&TopicPartition> = Vec::new();
+                let first = records.iter().enumerate().filter_map(|(k, r)| {
+                    let new = scanned(k) && !seen.contains(&&r.id.tp);
+                    new.then(|| {
+                        seen.push(&r.id.tp);
+                        (&r.id, batch.payload(r).unwrap_or_default())
+                    })
+                });
+                match records.first() {
+                    Some(carrier) => self.before(first, &backlog, &carrier.id, &mut to),
+                    None => (0, Ok(())),
+                }
+            }
+            Some(i) if self.is_last(i) => {
+                let r = &records[i];
+                let payload = batch.payload(r).unwrap_or_default();
+                let behind = backlog.contains(&r.id.tp);
+                self.after(&r.id, payload, behind, &mut to)
+            }
+            Some(_) => (0, Ok(())),
+        };
+        health
+            .notes_sent
+            .fetch_add(u64::from(n), std::sync::atomic::Ordering::Relaxed);
+        (n, sent)
+    }
+
     /// Finds, among `records` (those `scanned` says were scanned), the last one of each
     /// partition: after its outputs, [`Self::after`] sends that partition's note.
-    pub fn plan(&mut self, records: &[SourceRecord], scanned: impl Fn(usize) -> bool) {
+    fn plan(&mut self, records: &[SourceRecord], scanned: &impl Fn(usize) -> bool) {
         self.lasts.clear();
         for (i, r) in records.iter().enumerate().rev() {
             if scanned(i) && !self.lasts.iter().any(|&j| records[j].id.tp == r.id.tp) {
@@ -111,7 +181,7 @@ impl Noter {
     }
 
     /// Whether record `i` of the planned batch ends its partition's part of it.
-    pub fn is_last(&self, i: usize) -> bool {
+    fn is_last(&self, i: usize) -> bool {
         self.lasts.contains(&i)
     }
 
@@ -121,7 +191,7 @@ impl Noter {
     /// the batch does not read (its position when known, else none: the correlator then waits
     /// for it). `first` gives each partition's first record in the batch and its payload.
     /// Returns the outputs added and the first send error.
-    pub fn before<'p>(
+    fn before<'p>(
         &mut self,
         first: impl Iterator<Item = (&'p RecordId, &'p [u8])>,
         backlog: &[TopicPartition],
@@ -168,7 +238,7 @@ impl Noter {
     /// its last stamped line and sends the partition's note (`behind`: the partition has
     /// records not yet read). Returns the outputs it added to the record (0 or 1) and the send's
     /// result.
-    pub fn after(
+    fn after(
         &mut self,
         id: &RecordId,
         payload: &[u8],
@@ -233,7 +303,7 @@ impl Noter {
             return (0, Ok(()));
         }
         let cluster = stamp.and_then(|s| s.cluster.as_deref());
-        let partition = partitioner.map(|p| p.partition_of(cluster, &source));
+        let partition = Some(partitioner.partition_of(cluster, &source));
         let key = tp.to_string();
         let result = sink.send_event(carrier, key.as_bytes(), &self.json, partition, stop);
         (1, result)
