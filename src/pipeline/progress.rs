@@ -15,8 +15,8 @@
 //!  "timestamp":"Nov 29 09:02:41"}
 //! ```
 //!
-//! It goes to the events topic like a match of that line would (the shard of its cluster), so
-//! the correlator that owns the partition's matches hears it. A note is never correlated; a
+//! It goes to every shard's partition of the events topic (one without `shard_by`): any
+//! correlator may own some of the partition's lines. A note is never correlated; a
 //! consumer of the events topic that reads matches skips `type: "progress"` as it skips any
 //! type it does not know. In role `all` the note goes straight to the in-process correlator.
 
@@ -62,7 +62,6 @@ pub struct ProgressNote<'a> {
 #[derive(Debug, Clone)]
 struct Stamp {
     timestamp: String,
-    cluster: Option<String>,
     offset: i64,
     line: u64,
 }
@@ -78,8 +77,7 @@ struct Lane {
 pub enum Target<'a> {
     /// Role `all`: straight to the correlator.
     InProcess(&'a mut IncidentStage),
-    /// Role `match` (with `[incidents]`, for the correlators): the events topic, to the shard of
-    /// the line's cluster.
+    /// Role `match` (with `[incidents]`, for the correlators): the events topic, every shard.
     Kafka {
         /// The events producer.
         sink: &'a KafkaSink,
@@ -302,20 +300,26 @@ impl Noter {
             tracing::error!(error = %e, "serialising a progress note");
             return (0, Ok(()));
         }
-        let cluster = stamp.and_then(|s| s.cluster.as_deref());
-        let partition = Some(partitioner.partition_of(cluster, &source));
+        // Every shard's correlator may hold lines of this partition (its clusters): all hear it.
         let key = tp.to_string();
-        let result = sink.send_event(carrier, key.as_bytes(), &self.json, partition, stop);
-        (1, result)
+        let mut sent = 0;
+        for partition in partitioner.shards() {
+            let result =
+                sink.send_event(carrier, key.as_bytes(), &self.json, Some(partition), stop);
+            sent += 1;
+            if result.is_err() {
+                return (sent, result);
+            }
+        }
+        (sent, Ok(()))
     }
 }
 
 /// The stamp of record `id`'s last stamped line.
 fn stamp_of(id: &RecordId, payload: &[u8]) -> Option<Stamp> {
-    let (timestamp, cluster, line) = last_stamp(payload)?;
+    let (timestamp, line) = last_stamp(payload)?;
     Some(Stamp {
         timestamp,
-        cluster,
         offset: id.offset,
         line,
     })
@@ -325,10 +329,10 @@ fn stamp_of(id: &RecordId, payload: &[u8]) -> Option<Stamp> {
 /// decoded whole for a note.
 const LINES_TRIED: usize = 8;
 
-/// The timestamp and cluster of the last record of a payload's last line that has a timestamp
+/// The timestamp of the last record of a payload's last line that has a timestamp
 /// (a JSON envelope's field, a syslog or ISO prefix) among its last [`LINES_TRIED`], and that
 /// line's number (1-based).
-pub fn last_stamp(payload: &[u8]) -> Option<(String, Option<String>, u64)> {
+pub fn last_stamp(payload: &[u8]) -> Option<(String, u64)> {
     let mut scratch: Vec<LogRecord<'static>> = Vec::new();
     let mut end = payload.len();
     let mut tried = 0;
@@ -340,12 +344,12 @@ pub fn last_stamp(payload: &[u8]) -> Option<(String, Option<String>, u64)> {
             let mut found = None;
             envelope::each_record(line, &mut scratch, &mut |r| {
                 if let Some(ts) = &r.meta.timestamp {
-                    found = Some((ts.clone(), r.meta.cluster.clone()));
+                    found = Some(ts.clone());
                 }
             });
-            if let Some((ts, cluster)) = found {
+            if let Some(ts) = found {
                 let n = crate::record::line_count(&payload[..start]);
-                return Some((ts, cluster, n + 1));
+                return Some((ts, n + 1));
             }
         }
         if start == 0 {
@@ -366,20 +370,21 @@ mod tests {
             b"Nov 29 09:02:41 gpu-7 kernel: NVRM: Xid 79\nNov 29 09:02:43 gpu-7 kernel: ok\n\n";
         assert_eq!(
             last_stamp(payload),
-            Some(("Nov 29 09:02:43".to_string(), None, 2))
+            Some(("Nov 29 09:02:43".to_string(), 2))
         );
-        let json = br#"{"message":"step 9","timestamp":"2024-05-01T10:00:00Z","cluster":"east"}"#;
+        let json = br#"{"message":"step 9","timestamp":"2024-05-01T10:00:00Z"}"#;
         assert_eq!(
             last_stamp(json),
-            Some((
-                "2024-05-01T10:00:00Z".to_string(),
-                Some("east".to_string()),
-                1
-            ))
+            Some(("2024-05-01T10:00:00Z".to_string(), 1))
         );
-        assert_eq!(last_stamp(b"2024-05-01T10:00:00Z a\nno time here"), {
-            Some(("2024-05-01T10:00:00Z".to_string(), None, 1))
-        });
+        assert_eq!(
+            last_stamp(b"2024-05-01T10:00:00Z a\nno time here"),
+            Some(("2024-05-01T10:00:00Z".to_string(), 1))
+        );
         assert_eq!(last_stamp(b"no time at all\n"), None);
+        // Only the last lines are tried: a long untimed record is not decoded whole.
+        let mut long = b"2024-05-01T10:00:00Z first\n".to_vec();
+        long.extend(b"untimed\n".repeat(LINES_TRIED));
+        assert_eq!(last_stamp(&long), None);
     }
 }

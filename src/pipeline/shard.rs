@@ -29,6 +29,15 @@ impl EventPartitioner {
         }
     }
 
+    /// Every shard's partition: where a note that each correlator must hear goes (a progress
+    /// note, `pipeline::progress`).
+    pub fn shards(&self) -> std::ops::Range<i32> {
+        match self.shard_by {
+            None => 0..1,
+            Some(ShardBy::Cluster) => 0..self.partitions,
+        }
+    }
+
     /// The shard key of `event`: its cluster, else the topic its line was read from.
     pub fn shard_key(event: &MatchEvent) -> &str {
         key_of(event.cluster.as_deref(), &event.source)
