@@ -369,8 +369,15 @@ async fn two_cluster_shards_correlate_their_own_jobs() {
         .collect();
     stop(children);
 
-    // Each shard's events on its own partition, each correlator busy with one.
-    let events = consume_all(&bootstrap, &f.t.output, 2);
+    // Each shard's events on its own partition, each correlator busy with one; the members'
+    // progress notes (how far they read each input partition) reach both shards.
+    let records = consume_all(&bootstrap, &f.t.output, 2);
+    let (notes, events): (Vec<&In>, Vec<&In>) =
+        records.iter().partition(|e| e.json()["type"] == "progress");
+    let mut noted: Vec<i32> = notes.iter().map(|n| n.partition).collect();
+    noted.sort_unstable();
+    noted.dedup();
+    assert_eq!(noted, [0, 1], "every shard hears the progress notes");
     for e in &events {
         let cluster = e.json()["cluster"].as_str().expect("cluster").to_string();
         assert_eq!(e.partition, shard_of(&cluster, 2), "{cluster}");
