@@ -136,6 +136,9 @@ impl Noter {
         let Some(mut to) = to else {
             return (0, Ok(()));
         };
+        if i.is_some_and(|i| !self.is_last(i)) {
+            return (0, Ok(()));
+        }
         let backlog = health.backlog();
         let (n, sent) = match i {
             None => {
@@ -153,13 +156,12 @@ impl Noter {
                     None => (0, Ok(())),
                 }
             }
-            Some(i) if self.is_last(i) => {
+            Some(i) => {
                 let r = &records[i];
                 let payload = batch.payload(r).unwrap_or_default();
                 let behind = backlog.contains(&r.id.tp);
                 self.after(&r.id, payload, behind, &mut to)
             }
-            Some(_) => (0, Ok(())),
         };
         health
             .notes_sent
