@@ -67,6 +67,8 @@ fn matchers(c: &mut Criterion) {
     let hs = HyperscanMatcher::compile(&sources).expect("compiles");
     let set = RegexSetBuilder::new(&sources)
         .unicode(false)
+        .size_limit(256 << 20)
+        .dfa_size_limit(64 << 20)
         .build()
         .expect("compiles");
     let literal_sets: Vec<Option<Vec<Vec<u8>>>> =
@@ -79,6 +81,8 @@ fn matchers(c: &mut Criterion) {
         .collect();
     let always_set = RegexSetBuilder::new(always.iter().map(|&i| sources[i]))
         .unicode(false)
+        .size_limit(256 << 20)
+        .dfa_size_limit(64 << 20)
         .build()
         .expect("compiles");
     let literals: Vec<Vec<u8>> = literal_sets.iter().flatten().flatten().cloned().collect();
