@@ -5,20 +5,23 @@
 //! time behind the job logs sends no match while its lines are healthy, so it held nothing
 //! back: the jobs' failures resolved and were forgotten before that node's late Xid arrived,
 //! and the Xid became an incident of its own (the demo's last misses on a 150 MB fleet slice).
-//! A match member therefore sends, for each input partition it reads, a note with the log time
-//! of the last line it read there, at most every [`INTERVAL`] per partition, whether or not the
-//! lines matched:
+//! A match member therefore tells the correlator how far it has read each input partition,
+//! whether or not the lines matched: before a batch's events, a note for each partition the
+//! batch reads (where it stood, else the batch's first stamped line of it) and, at most every
+//! [`INTERVAL`], one for each assigned partition its last statistics show behind (no time while
+//! it has read nothing there); after the batch, one with the last stamped line it read:
 //!
 //! ```json
 //! {"type":"progress","schema_version":1,
 //!  "source":{"kind":"kafka","topic":"logs","partition":3,"offset":1041,"line":1},
-//!  "timestamp":"Nov 29 09:02:41"}
+//!  "timestamp":"Nov 29 09:02:41","behind":true}
 //! ```
 //!
 //! It goes to every shard's partition of the events topic (one without `shard_by`): any
 //! correlator may own some of the partition's lines. A note is never correlated; a
 //! consumer of the events topic that reads matches skips `type: "progress"` as it skips any
-//! type it does not know. In role `all` the note goes straight to the in-process correlator.
+//! type it does not know. In role `all` the note goes straight to the in-process correlator;
+//! a process without `[incidents]` sends none.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -34,8 +37,8 @@ use crate::runtime::{Health, Shutdown};
 use crate::sink::kafka::{KafkaSink, SinkError};
 use crate::source::kafka::{Batch, SourceRecord};
 
-/// The least wall time between two notes of one input partition (well under
-/// [`super::lanes::LANE_IDLE`], so a partition behind keeps holding expiry).
+/// The least wall time between two notes of a partition behind that the batches do not read
+/// (well under [`super::lanes::BEHIND_IDLE`], so it keeps holding expiry).
 pub const INTERVAL: Duration = Duration::from_millis(250);
 
 /// Input partitions remembered at most; past it the notes start again empty.
