@@ -124,8 +124,8 @@ pub struct Noter {
 
 impl Noter {
     /// The notes of `batch` (its `records`, those `scanned` says were scanned) due before its
-    /// events (`i` none: [`Self::before`], as outputs of its first record) or after record `i`
-    /// ([`Self::after`], when it is the last the batch read of its partition), counted in
+    /// events (`i` none: `before`, as outputs of its first record) or after record `i`
+    /// (`after`, when it is the last the batch read of its partition), counted in
     /// `health`. Returns the outputs added and the first send error.
     pub fn notes(
         &mut self,
@@ -335,7 +335,7 @@ fn stamp_of(id: &RecordId, payload: &[u8]) -> Option<Stamp> {
 const LINES_TRIED: usize = 8;
 
 /// The timestamp of the last record of a payload's last line that has a timestamp
-/// (a JSON envelope's field, a syslog or ISO prefix) among its last [`LINES_TRIED`], and that
+/// (a JSON envelope's field, a syslog or ISO prefix) among its last eight, and that
 /// line's number (1-based).
 pub fn last_stamp(payload: &[u8]) -> Option<(String, u64)> {
     let mut scratch: Vec<LogRecord<'static>> = Vec::new();
