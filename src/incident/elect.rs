@@ -331,7 +331,12 @@ impl Election {
 /// one without a year (syslog, glog) is placed in the year nearest `reference` (the
 /// correlator's clock), or not at all without one.
 pub fn log_ms(event: &MatchEvent, reference: Option<Millis>) -> Option<Millis> {
-    let stamp = time::parse(event.timestamp.as_deref()?)?;
+    stamp_ms(event.timestamp.as_deref()?, reference)
+}
+
+/// The log time of timestamp text `stamp`, as [`log_ms`] reads an event's.
+pub fn stamp_ms(stamp: &str, reference: Option<Millis>) -> Option<Millis> {
+    let stamp = time::parse(stamp)?;
     match stamp.millis() {
         Some(ms) => Some(ms),
         None => reference.map(|r| stamp.millis_near(Some(r))),

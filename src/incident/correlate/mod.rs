@@ -295,10 +295,7 @@ impl Correlator {
     /// event's ([`Self::log_ms`]).
     pub fn stamp_ms(&self, stamp: &str) -> Option<Millis> {
         let near = self.clock.or(self.cfg.clock_anchor).or_else(wall_now);
-        let stamp = crate::time::parse(stamp)?;
-        stamp
-            .millis()
-            .or_else(|| near.map(|r| stamp.millis_near(Some(r))))
+        elect::stamp_ms(stamp, near)
     }
 
     /// [`Self::observe`] with the event's log time already read ([`Self::log_ms`]).
