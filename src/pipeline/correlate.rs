@@ -104,6 +104,7 @@ struct Wire {
     template: Option<String>,
     #[serde(default)]
     behind: bool,
+    assigned: Option<bool>,
     example: Option<String>,
     count: Option<u64>,
 }
@@ -142,6 +143,9 @@ pub enum EventsRecord {
         timestamp: Option<String>,
         /// Whether the partition had records not yet read.
         behind: bool,
+        /// Whether the partition is its member's (`false`: a partition no rebalance gave the
+        /// member, told so that one no member reads yet holds expiry a while).
+        assigned: bool,
     },
     /// Another `type` (a future kind): not the correlator's.
     Other,
@@ -220,6 +224,7 @@ fn progress_note(w: Wire) -> Result<EventsRecord, String> {
             partition,
             timestamp: w.timestamp,
             behind: w.behind,
+            assigned: w.assigned.unwrap_or(true),
         }),
         _ => Err("a progress note without a Kafka source".into()),
     }
@@ -476,10 +481,14 @@ impl CorrelateStage {
                 partition,
                 timestamp,
                 behind,
+                assigned,
             }) => {
-                self.p
-                    .incidents
-                    .progress(&topic, partition, timestamp.as_deref(), behind);
+                let incidents = &mut self.p.incidents;
+                if assigned {
+                    incidents.progress(&topic, partition, timestamp.as_deref(), behind);
+                } else {
+                    incidents.unassigned(&topic, partition);
+                }
                 (CorrelatorResult::Progress, None)
             }
             Ok(EventsRecord::Unknown(_)) if !self.unknown => (CorrelatorResult::Skipped, None),
@@ -621,6 +630,50 @@ mod tests {
             d.seen(0, &src);
         }
         assert_eq!(d.len(), MAX_SOURCES);
+    }
+
+    #[test]
+    fn progress_notes_round_trip_and_say_whose_partition_it_is() {
+        let enricher = &Loaded::new(crate::kb::KnowledgeBase::embedded().expect("embedded KB"))
+            .expect("compiles")
+            .enricher;
+        let source = kafka(41, 2);
+        let json = |timestamp, behind, assigned| {
+            let note = super::super::progress::ProgressNote {
+                kind: "progress",
+                schema_version: crate::enrich::SCHEMA_VERSION,
+                source: &source,
+                timestamp,
+                behind,
+                assigned,
+            };
+            serde_json::to_vec(&note).expect("serialises")
+        };
+        let own = decode_event(&json(Some("Nov 29 09:02:41"), true, None), enricher);
+        assert!(
+            matches!(
+                own,
+                Ok(EventsRecord::Progress { ref topic, partition: 3, timestamp: Some(ref t), behind: true, assigned: true })
+                    if topic == "logs" && t == "Nov 29 09:02:41"
+            ),
+            "{own:?}"
+        );
+        let other = json(None, true, Some(false));
+        assert!(
+            String::from_utf8_lossy(&other).contains(r#""assigned":false"#),
+            "the word is on the wire"
+        );
+        assert!(
+            matches!(
+                decode_event(&other, enricher),
+                Ok(EventsRecord::Progress {
+                    timestamp: None,
+                    assigned: false,
+                    ..
+                })
+            ),
+            "a partition not the member's"
+        );
     }
 
     #[test]

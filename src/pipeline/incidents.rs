@@ -362,6 +362,15 @@ impl IncidentStage {
         self.correlator.hold_expiry(self.lanes.low_watermark(now));
     }
 
+    /// Notes a match member's word that input partition `partition` of `topic` is not its own:
+    /// one no member has told of yet holds expiry where it is for a while
+    /// ([`super::lanes::Lanes::unassigned`]).
+    pub fn unassigned(&mut self, topic: &str, partition: i32) {
+        let now = Instant::now();
+        self.lanes.unassigned(topic, partition, now);
+        self.correlator.hold_expiry(self.lanes.low_watermark(now));
+    }
+
     /// Adopts the ids of the incidents a previous correlator left open
     /// ([`super::rebuild::open_incidents`]).
     pub fn adopt(&mut self, open: &[super::rebuild::OpenIncident]) {

@@ -34,6 +34,12 @@ pub const LANE_IDLE: Duration = Duration::from_secs(2);
 /// holds nothing after it.
 pub const BEHIND_IDLE: Duration = Duration::from_secs(30);
 
+/// Wall time a partition no member has told of yet holds expiry after a member first says it
+/// is not its own ([`Lanes::unassigned`]): longer than librdkafka's default
+/// `session.timeout.ms` (45 s), after which a member that joined the group but does not read
+/// the partitions it was given loses them to one that does, which then tells of them.
+pub const UNASSIGNED_HOLD: Duration = Duration::from_secs(60);
+
 /// The time of a lane behind whose position is not known yet: it holds expiry back entirely
 /// until its match member reports where it is.
 pub const UNKNOWN: Millis = 0;
@@ -88,6 +94,28 @@ impl Lanes {
             // Read to its end: it holds no longer than a lane that sends matches.
             lane.t = lane.t.max(t);
             lane.until = lane.until.min(at + LANE_IDLE);
+        }
+    }
+
+    /// A match member's word that input partition `partition` of `topic` is not its own, at
+    /// `at`. Members that start apart leave a partition unread, and unmentioned, while another
+    /// reads its own to their end; the failures whose node lines wait there must not expire
+    /// meanwhile. A partition no note or match has told of yet therefore holds expiry where it
+    /// is ([`UNKNOWN`]) for [`UNASSIGNED_HOLD`] after the first such word; later words do not
+    /// extend it (another member may read it and be quiet, caught up), and once its own member
+    /// tells of it, that member's notes alone count.
+    pub fn unassigned(&mut self, topic: &str, partition: i32, at: Instant) {
+        let known = self
+            .latest
+            .get(topic)
+            .is_some_and(|p| p.contains_key(&partition));
+        if !known {
+            tracing::debug!(
+                topic,
+                partition,
+                "an input partition no member has told of yet: holding expiry for it a while"
+            );
+            self.heard(topic, partition, UNKNOWN, at + UNASSIGNED_HOLD);
         }
     }
 
@@ -254,6 +282,41 @@ mod tests {
         lanes.note(&event(2), Some(7), t0);
         lanes.note(&event(3), Some(9), t0);
         assert_eq!(lanes.low_watermark(t0), Some(7));
+    }
+
+    #[test]
+    fn a_partition_no_member_has_told_of_holds_expiry_a_while_and_only_until_its_member_does() {
+        let mut lanes = Lanes::default();
+        let t0 = Instant::now();
+        lanes.progress("logs", 0, 100_000, true, t0);
+        lanes.progress("logs", 1, 200_000, true, t0);
+        assert_eq!(lanes.low_watermark(t0), Some(100_000));
+        // Member A, reading 0 and 1, tells of partition 2, which member B has not started on.
+        lanes.unassigned("logs", 2, t0);
+        assert_eq!(lanes.low_watermark(t0), Some(UNKNOWN), "held where it is");
+        // A's later words do not extend the hold past UNASSIGNED_HOLD from the first.
+        let later = t0 + UNASSIGNED_HOLD - Duration::from_millis(1);
+        lanes.unassigned("logs", 2, later);
+        lanes.progress("logs", 0, 300_000, true, later);
+        lanes.progress("logs", 1, 300_000, true, later);
+        assert_eq!(lanes.low_watermark(later), Some(UNKNOWN));
+        let past = t0 + UNASSIGNED_HOLD + Duration::from_millis(1);
+        lanes.unassigned("logs", 2, past);
+        lanes.progress("logs", 0, 400_000, true, past);
+        lanes.progress("logs", 1, 400_000, true, past);
+        assert_eq!(
+            lanes.low_watermark(past),
+            Some(400_000),
+            "a member that never reports holds nothing for good"
+        );
+        // B tells of partition 2: its position holds from then on, A's words change nothing.
+        lanes.progress("logs", 2, 150_000, true, past);
+        lanes.unassigned("logs", 2, past);
+        assert_eq!(lanes.low_watermark(past), Some(150_000));
+        // A partition already heard of through its matches is not held by the word either.
+        lanes.note(&event(3), Some(500_000), past);
+        lanes.unassigned("logs", 3, past);
+        assert_eq!(lanes.low_watermark(past), Some(150_000));
     }
 
     #[test]

@@ -17,6 +17,14 @@
 //!  "timestamp":"Nov 29 09:02:41","behind":true}
 //! ```
 //!
+//! A member also tells, at most every [`INTERVAL`] with its batches, of each partition of the
+//! input topics that no rebalance gave it (`"assigned":false`, no time): when members start
+//! apart, one may read its partitions to their end before another has read, or mentioned, any
+//! of its own, and the correlator, hearing of no such partition, would expire the failures
+//! whose node lines wait there. A correlator lets such a note hold expiry only for a partition
+//! it has heard nothing else of, and only for [`super::lanes::UNASSIGNED_HOLD`] after the
+//! first one ([`super::lanes::Lanes::unassigned`]).
+//!
 //! It goes to every shard's partition of the events topic (one without `shard_by`): any
 //! correlator may own some of the partition's lines. A note is never correlated; a
 //! consumer of the events topic that reads matches skips `type: "progress"` as it skips any
@@ -59,6 +67,9 @@ pub struct ProgressNote<'a> {
     pub timestamp: Option<&'a str>,
     /// Whether the partition had records not yet read at the member's last statistics.
     pub behind: bool,
+    /// `false` for a partition the member is not assigned (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assigned: Option<bool>,
 }
 
 /// The last stamped line read from a partition.
@@ -154,8 +165,21 @@ impl Noter {
                         (&r.id, batch.payload(r).unwrap_or_default())
                     })
                 });
+                // An in-process correlator hears only this member's partitions.
+                let unassigned = match to {
+                    Target::InProcess(_) => Vec::new(),
+                    Target::Kafka { .. } => health.unassigned(),
+                };
                 match records.first() {
-                    Some(carrier) => self.before(first, &backlog, &carrier.id, &mut to),
+                    Some(carrier) => {
+                        let (n, sent) = self.before(first, &backlog, &carrier.id, &mut to);
+                        if sent.is_err() {
+                            (n, sent)
+                        } else {
+                            let (m, sent) = self.unassigned(&unassigned, &carrier.id, &mut to);
+                            (n + m, sent)
+                        }
+                    }
                     None => (0, Ok(())),
                 }
             }
@@ -237,6 +261,38 @@ impl Noter {
         (sent, Ok(()))
     }
 
+    /// At most every [`INTERVAL`], a note for each partition of `unassigned` (no rebalance gave
+    /// it to this member), as outputs of record `carrier`. Returns the outputs added and the
+    /// first send error.
+    fn unassigned(
+        &mut self,
+        unassigned: &[TopicPartition],
+        carrier: &RecordId,
+        to: &mut Target<'_>,
+    ) -> (u32, Result<(), SinkError>) {
+        let now = Instant::now();
+        let mut sent = 0;
+        for tp in unassigned {
+            self.bound(tp);
+            let lane = self.lanes.entry(tp.clone()).or_default();
+            if lane
+                .noted
+                .is_some_and(|at| now.saturating_duration_since(at) < INTERVAL)
+            {
+                continue;
+            }
+            lane.noted = Some(now);
+            // What it read before a rebalance took it away is another member's to tell now.
+            lane.stamp = None;
+            let (n, result) = self.send_note(tp, true, Some(false), carrier, to);
+            sent += n;
+            if result.is_err() {
+                return (sent, result);
+            }
+        }
+        (sent, Ok(()))
+    }
+
     /// After record `id` (its `payload`), the last one the batch read of its partition: keeps
     /// its last stamped line and sends the partition's note (`behind`: the partition has
     /// records not yet read). Returns the outputs it added to the record (0 or 1) and the send's
@@ -274,6 +330,19 @@ impl Noter {
         carrier: &RecordId,
         to: &mut Target<'_>,
     ) -> (u32, Result<(), SinkError>) {
+        self.send_note(tp, behind, None, carrier, to)
+    }
+
+    /// Sends partition `tp`'s note (`assigned`: `Some(false)` for a partition not this
+    /// member's) as outputs of record `carrier`.
+    fn send_note(
+        &mut self,
+        tp: &TopicPartition,
+        behind: bool,
+        assigned: Option<bool>,
+        carrier: &RecordId,
+        to: &mut Target<'_>,
+    ) -> (u32, Result<(), SinkError>) {
         let stamp = self.lanes.get(tp).and_then(|l| l.stamp.as_ref());
         let timestamp = stamp.map(|s| s.timestamp.as_str());
         let (sink, stop, partitioner) = match to {
@@ -299,6 +368,7 @@ impl Noter {
             source: &source,
             timestamp,
             behind,
+            assigned,
         };
         self.json.clear();
         if let Err(e) = serde_json::to_writer(&mut self.json, &note) {

@@ -61,6 +61,9 @@ pub struct Health {
     stopped: Mutex<Option<String>>,
     /// The assigned partitions with records not yet read, as of the source's last statistics.
     backlog: Mutex<Vec<TopicPartition>>,
+    /// The partitions of the input topics this member is not assigned, as of the source's last
+    /// rebalance or statistics.
+    unassigned: Mutex<Vec<TopicPartition>>,
     /// Progress notes handed to the producer (counted among the events too).
     pub notes_sent: AtomicU64,
 }
@@ -111,6 +114,7 @@ impl Health {
             stall_timeout,
             stopped: Mutex::new(None),
             backlog: Mutex::new(Vec::new()),
+            unassigned: Mutex::new(Vec::new()),
             notes_sent: AtomicU64::new(0),
         })
     }
@@ -142,6 +146,22 @@ impl Health {
     /// See [`Health::set_backlog`].
     pub fn backlog(&self) -> Vec<TopicPartition> {
         self.backlog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The partitions of the input topics that no rebalance gave this member: another member
+    /// reads them, or none does yet. A match member tells the correlator of them
+    /// (`pipeline::progress`), so that a partition whose member has not started reading holds
+    /// expiry back until it reports.
+    pub fn set_unassigned(&self, unassigned: Vec<TopicPartition>) {
+        *self.unassigned.lock().unwrap_or_else(|p| p.into_inner()) = unassigned;
+    }
+
+    /// See [`Health::set_unassigned`].
+    pub fn unassigned(&self) -> Vec<TopicPartition> {
+        self.unassigned
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()

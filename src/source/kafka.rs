@@ -193,6 +193,9 @@ pub struct SourceContext {
     /// The current assignment, partitions by topic: the statistics still list partitions
     /// revoked earlier, with their old committed offset.
     assigned: Mutex<HashMap<String, std::collections::HashSet<i32>>>,
+    /// Every partition of the input topics, from the metadata at each rebalance and from the
+    /// statistics: those not [`Self::assigned`] are told to the correlator as unassigned.
+    partitions: Mutex<HashMap<String, std::collections::BTreeSet<i32>>>,
     /// Past the shutdown drain: the close's revoke must not wait again.
     closing: AtomicBool,
     drain_timeout: Duration,
@@ -229,6 +232,21 @@ impl SourceContext {
             }
             // Behind until the statistics say a partition was read to its end.
             self.health.set_backlog(backlog);
+            let mut partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
+            for topic in assigned.keys() {
+                match c.fetch_metadata(Some(topic), METADATA_TIMEOUT) {
+                    Ok(m) => {
+                        for t in m.topics().iter().filter(|t| t.name() == topic) {
+                            let known = partitions.entry(topic.clone()).or_default();
+                            known.extend(t.partitions().iter().map(|p| p.id()));
+                        }
+                    }
+                    // The statistics list the topic's partitions within their interval.
+                    Err(e) => tracing::debug!(topic, error = %e, "reading the topic's partitions"),
+                }
+            }
+            self.health
+                .set_unassigned(unassigned_of(&partitions, &assigned));
         }
     }
 
@@ -337,6 +355,16 @@ impl ClientContext for SourceContext {
                 self.metrics.set_partition(topic, partition, lag, committed);
             }
         }
+        {
+            let mut partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
+            for (topic, t) in &statistics.topics {
+                // librdkafka's internal "unassigned" partition is -1.
+                let ids = t.partitions.keys().copied().filter(|&p| p >= 0);
+                partitions.entry(topic.clone()).or_default().extend(ids);
+            }
+            self.health
+                .set_unassigned(unassigned_of(&partitions, &assigned));
+        }
         let assigned: usize = assigned.values().map(std::collections::HashSet::len).sum();
         self.health.set_backlog(backlog);
         self.health.set_input_current(
@@ -385,6 +413,29 @@ impl ConsumerContext for SourceContext {
             }
         }
     }
+}
+
+/// How long a rebalance waits for an input topic's metadata (its partitions).
+const METADATA_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The partitions of `partitions` (every partition of each input topic) not in `assigned`.
+fn unassigned_of(
+    partitions: &HashMap<String, std::collections::BTreeSet<i32>>,
+    assigned: &HashMap<String, std::collections::HashSet<i32>>,
+) -> Vec<TopicPartition> {
+    let mut out = Vec::new();
+    for (topic, all) in partitions {
+        let mine = assigned.get(topic);
+        for &partition in all {
+            if !mine.is_some_and(|m| m.contains(&partition)) {
+                out.push(TopicPartition {
+                    topic: topic.as_str().into(),
+                    partition,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// One shared name per topic, so records do not allocate it. Records come in runs of one
@@ -474,6 +525,7 @@ impl KafkaSource {
             queue: Mutex::new(Queue::default()),
             paused: AtomicBool::new(false),
             assigned: Mutex::new(HashMap::new()),
+            partitions: Mutex::new(HashMap::new()),
             closing: AtomicBool::new(false),
             drain_timeout: kafka.drain_timeout,
             commits: Mutex::new(CommitPolicy::new(kafka.commit_interval)),
