@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what faultline builds and tests against, when it is missing: the Hyperscan library
-# (Debian's libhyperscan-dev; libvectorscan-dev on arm64) and the tools the tests start for real.
+# (Debian's libhyperscan-dev; libvectorscan-dev on arm64) and the tools the tests start for real
+# (Prometheus and promtool, Alertmanager, headless Chromium for the pages, kcat, OpenSSL).
 # With CI set (CI=true, as .ci/run runs), also the cargo tools that scripts/test.sh and .ci/run
 # use where present (cargo-deny, cargo-fuzz), so a fresh CI machine checks what a developer's
 # does; a developer installs them once with the same `cargo install --locked` line.
@@ -14,7 +15,7 @@ case "$(uname -m)" in
   x86_64|amd64) hs=libhyperscan-dev ;;
   *) hs=libvectorscan-dev ;;
 esac
-for pkg in "$hs" pkg-config gcc g++ make ripgrep prometheus libssl-dev libzstd-dev zlib1g-dev kcat openssl python3; do
+for pkg in "$hs" pkg-config gcc g++ make ripgrep prometheus prometheus-alertmanager chromium libssl-dev libzstd-dev zlib1g-dev kcat openssl python3; do
   have_pkg "$pkg" || need+=("$pkg")
 done
 for pkg in ${FAULTLINE_EXTRA_PACKAGES:-}; do

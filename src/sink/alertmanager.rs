@@ -19,7 +19,11 @@
 //! - **Firing**: `startsAt` is the first log time (never later than now), `endsAt` now plus four
 //!   resend intervals; every open alert is posted again each `resend_interval_ms`, so it stays
 //!   firing while the incident is open and ends by itself if faultline is gone for longer.
-//! - **Resolved**: the incident's resolution posts the alert with `endsAt` = now.
+//! - **Resolved**: the incident's resolution posts the alert with `endsAt` = now, but never
+//!   before it has fired for `min_firing_ms` of wall time (default 60 s, over Alertmanager's
+//!   default `group_wait` of 30 s): a failure that a replayed backlog opens and resolves within
+//!   a second still reaches the receivers. Until then it is posted firing, and its resolution
+//!   goes with the first change or resend after.
 //! - **Delivery** ([`crate::sink::http`], shared with the webhook, TLS included): transport
 //!   errors, 408, 429 and 5xx are retried with exponential backoff up to `max_attempts`; other
 //!   4xx are not. A change whose alert could not be posted is counted (`failed`) and posted
@@ -81,6 +85,8 @@ pub struct RawAlertmanagerConfig {
     pub ca_file: Option<std::path::PathBuf>,
     /// How often every open alert is posted again.
     pub resend_interval_ms: Option<u64>,
+    /// The least wall time an alert fires before its resolution is posted (0: at once).
+    pub min_firing_ms: Option<u64>,
     /// For one request, connection to response.
     pub timeout_ms: Option<u64>,
     /// Attempts per request, the first included.
@@ -114,6 +120,10 @@ pub struct AlertmanagerConfig {
     pub ca_file: Option<std::path::PathBuf>,
     /// How often every open alert is posted again.
     pub resend_interval: Duration,
+    /// The least wall time an alert fires before its resolution is posted: longer than
+    /// Alertmanager's `group_wait`, so that a failure resolved in log time at once (a replayed
+    /// backlog) still reaches the receivers.
+    pub min_firing: Duration,
     /// For one request, connection to response.
     pub timeout: Duration,
     /// Attempts per request, the first included.
@@ -152,6 +162,7 @@ impl AlertmanagerConfig {
             endpoint,
             ca_file: None,
             resend_interval: Duration::from_secs(60),
+            min_firing: Duration::from_secs(60),
             timeout: Duration::from_secs(10),
             max_attempts: 5,
             initial_backoff: Duration::from_millis(500),
@@ -174,6 +185,7 @@ impl AlertmanagerConfig {
         crate::sink::http::check_settings(url, c.ca_file.as_deref(), errors);
         let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
         c.resend_interval = ms(raw.resend_interval_ms, c.resend_interval);
+        c.min_firing = ms(raw.min_firing_ms, c.min_firing);
         c.timeout = ms(raw.timeout_ms, c.timeout);
         c.initial_backoff = ms(raw.initial_backoff_ms, c.initial_backoff);
         c.max_backoff = ms(raw.max_backoff_ms, c.max_backoff);
@@ -232,6 +244,7 @@ impl AlertmanagerConfig {
             p.value("ca_file", path.display().to_string());
         }
         p.number("resend_interval_ms", self.resend_interval.as_millis());
+        p.number("min_firing_ms", self.min_firing.as_millis());
         p.number("timeout_ms", self.timeout.as_millis());
         p.number("max_attempts", self.max_attempts);
         p.number("initial_backoff_ms", self.initial_backoff.as_millis());
@@ -518,6 +531,24 @@ impl AlertmanagerSink {
 struct Tracked {
     incident: Arc<IncidentEvent>,
     labels: BTreeMap<String, String>,
+    /// When its alert first fired (its labels' first post).
+    fired: SystemTime,
+}
+
+/// A resolved incident whose alert keeps firing until `due` ([`AlertmanagerConfig::min_firing`]).
+#[derive(Debug, Clone)]
+struct Ending {
+    due: SystemTime,
+    /// The resolved incident, its labels and when it first fired.
+    tracked: Tracked,
+}
+
+/// Incident `i` as a firing alert at `now`, whatever its status.
+fn firing(i: &IncidentEvent, cfg: &AlertmanagerConfig, now: SystemTime) -> Alert {
+    let mut a = alert(i, cfg, now);
+    a.ends_at =
+        format_ms(ms_of(now) + (cfg.resend_interval * ENDS_AFTER_RESENDS).as_millis() as Millis);
+    a
 }
 
 /// The alerts of the open incidents, posted on each change and again every resend interval.
@@ -525,6 +556,8 @@ struct Tracked {
 pub struct Alerter {
     sink: AlertmanagerSink,
     open: HashMap<u64, Tracked>,
+    /// Resolved incidents whose alerts have not fired for `min_firing` yet, oldest first.
+    ending: VecDeque<Ending>,
     /// Resolutions whose request failed: posted again at the next resend.
     unresolved: VecDeque<Alert>,
     max_unresolved: usize,
@@ -539,6 +572,7 @@ impl Alerter {
         Alerter {
             sink,
             open: HashMap::new(),
+            ending: VecDeque::new(),
             unresolved: VecDeque::new(),
             max_unresolved,
             undelivered: Vec::new(),
@@ -556,9 +590,25 @@ impl Alerter {
         &self.sink
     }
 
-    /// Open incidents with an alert.
+    /// Incidents whose alert fires: the open ones and those resolved too recently
+    /// ([`AlertmanagerConfig::min_firing`]).
     pub fn open(&self) -> usize {
-        self.open.len()
+        self.open.len() + self.ending.len()
+    }
+
+    /// The resolutions due at `now` (and, past the bound of `queue`, the oldest), as
+    /// resolved alerts.
+    fn due(&mut self, now: SystemTime) -> Vec<Alert> {
+        let mut out = Vec::new();
+        while let Some(e) = self.ending.front() {
+            if e.due > now && self.ending.len() <= self.max_unresolved {
+                break;
+            }
+            if let Some(e) = self.ending.pop_front() {
+                out.push(alert(&e.tracked.incident, &self.sink.cfg, now));
+            }
+        }
+        out
     }
 
     /// Posts the alerts of `changes` (one request for all): firing for open incidents,
@@ -570,32 +620,57 @@ impl Alerter {
         now: SystemTime,
     ) -> Result<(), PostFailed> {
         let mut alerts = Vec::new();
-        let mut resolutions = Vec::new();
+        let mut resolutions = self.due(now);
         for i in changes {
             let cfg = &self.sink.cfg;
             let resolved = i.status == Status::Resolved;
-            let previous = if resolved {
-                self.open.remove(&i.serial)
-            } else {
-                self.open.get(&i.serial).cloned()
+            // A late line may revise an incident resolved too recently to have stopped firing.
+            let ending = self
+                .ending
+                .iter()
+                .position(|e| e.tracked.incident.serial == i.serial);
+            let previous = match ending.and_then(|k| self.ending.remove(k)) {
+                Some(e) => Some(e.tracked),
+                None if resolved => self.open.remove(&i.serial),
+                None => self.open.get(&i.serial).cloned(),
             };
             if cfg.ticketed_only && !i.ticket.raised && previous.is_none() {
                 continue;
             }
             let a = alert(i, cfg, now);
+            let fired = previous
+                .as_ref()
+                .filter(|p| p.labels == a.labels)
+                .map_or(now, |p| p.fired);
             if let Some(p) = previous.filter(|p| p.labels != a.labels) {
                 let mut old = alert(&p.incident, cfg, now);
                 old.ends_at = format_ms(ms_of(now));
                 resolutions.push(old);
             }
             if resolved {
-                resolutions.push(a);
+                let due = fired + cfg.min_firing;
+                if due > now {
+                    // Resolved in log time before the receivers could hear of it (a replayed
+                    // backlog): it fires a while first.
+                    alerts.push(firing(i, cfg, now));
+                    self.ending.push_back(Ending {
+                        due,
+                        tracked: Tracked {
+                            incident: Arc::clone(i),
+                            labels: a.labels,
+                            fired,
+                        },
+                    });
+                } else {
+                    resolutions.push(a);
+                }
             } else {
                 self.open.insert(
                     i.serial,
                     Tracked {
                         incident: Arc::clone(i),
                         labels: a.labels.clone(),
+                        fired,
                     },
                 );
                 alerts.push(a);
@@ -637,14 +712,23 @@ impl Alerter {
         self.unresolved.push_back(a);
     }
 
-    /// Posts every open alert again (extending `endsAt`) and the resolutions that failed.
+    /// Posts every open alert again (extending `endsAt`; those of incidents resolved too
+    /// recently too), the resolutions now due and the resolutions that failed.
     pub fn resend(&mut self, now: SystemTime) -> Result<(), PostFailed> {
+        let due = self.due(now);
+        let cfg = &self.sink.cfg;
         let mut alerts: Vec<Alert> = self
             .open
             .values()
-            .map(|t| alert(&t.incident, &self.sink.cfg, now))
+            .map(|t| alert(&t.incident, cfg, now))
+            .chain(
+                self.ending
+                    .iter()
+                    .map(|e| firing(&e.tracked.incident, cfg, now)),
+            )
             .collect();
-        let n = self.unresolved.len();
+        let n = self.unresolved.len() + due.len();
+        alerts.extend(due);
         alerts.extend(self.unresolved.drain(..));
         if alerts.is_empty() {
             return Ok(());
@@ -985,6 +1069,91 @@ mod tests {
     }
 
     #[test]
+    fn an_incident_resolved_at_once_fires_for_min_firing_before_it_resolves() {
+        let server = TicketServer::accepting();
+        let (mut a, _) = alerter(&server.url);
+        let changes: Vec<Arc<IncidentEvent>> =
+            incident("llm-7").into_iter().map(Arc::new).collect();
+        let now = at("2024-05-01T13:00:00Z");
+        // A replayed backlog: opened, updated and resolved in one batch.
+        a.changes(&changes, now).expect("posted");
+        let bodies = posted(&server);
+        assert_eq!(bodies.len(), 1);
+        assert!(
+            bodies[0]
+                .iter()
+                .all(|b| b["endsAt"] == "2024-05-01T13:04:00.000Z"),
+            "firing only: {:?}",
+            bodies[0]
+        );
+        assert_eq!(a.open(), 1, "it still fires");
+        // A resend before min_firing keeps it firing; the first after resolves it.
+        a.resend(now + Duration::from_secs(30)).expect("posted");
+        a.resend(now + Duration::from_secs(60)).expect("posted");
+        let bodies = posted(&server);
+        assert_eq!(bodies.len(), 3);
+        assert_eq!(bodies[1][0]["endsAt"], "2024-05-01T13:04:30.000Z");
+        assert_eq!(bodies[2].len(), 1, "{:?}", bodies[2]);
+        assert_eq!(
+            bodies[2][0]["endsAt"], "2024-05-01T13:01:00.000Z",
+            "resolved"
+        );
+        assert_eq!(
+            bodies[2][0]["labels"], bodies[0][0]["labels"],
+            "the same alert"
+        );
+        assert_eq!(a.open(), 0);
+        // With min_firing 0 a resolution goes at once.
+        let (mut a, _) = alerter(&server.url);
+        a.sink.cfg.min_firing = Duration::ZERO;
+        a.changes(&changes, now).expect("posted");
+        assert_eq!(a.open(), 0);
+        let last = posted(&server).pop().expect("posted");
+        assert_eq!(
+            last.last().expect("alerts")["endsAt"],
+            "2024-05-01T13:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn a_late_root_of_an_incident_resolved_too_recently_resolves_its_old_alert() {
+        let mut c = Correlator::new(IncidentConfig::default()).expect("config");
+        let mut out = Vec::new();
+        let timeout = event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout")
+            .rank(1)
+            .ts("2024-05-01T12:10:00Z")
+            .build();
+        c.observe(&timeout, &mut out);
+        let oom = event("CUDA_OOM", Role::Root, "oom")
+            .rank(3)
+            .ts("2024-05-01T12:09:00Z")
+            .build();
+        c.observe(&oom, &mut out);
+        let changes: Vec<Arc<IncidentEvent>> = out.into_iter().map(Arc::new).collect();
+        let mut resolved = (*changes[0]).clone();
+        resolved.status = Status::Resolved;
+        let mut revised = (*changes[1]).clone();
+        revised.status = Status::Resolved;
+        let server = TicketServer::accepting();
+        let (mut a, _) = alerter(&server.url);
+        let now = at("2024-05-01T13:00:00Z");
+        // Opened and resolved at once: it keeps firing under the timeout's labels...
+        a.changes(&[Arc::clone(&changes[0]), Arc::new(resolved)], now)
+            .expect("posted");
+        // ...until a late root revises it: the old labels end, the new ones fire.
+        a.changes(&[Arc::new(revised)], now + Duration::from_secs(5))
+            .expect("posted");
+        let bodies = posted(&server);
+        let second = &bodies[1];
+        assert_eq!(second.len(), 2, "{second:?}");
+        assert_eq!(second[0]["labels"]["error_code"], "CUDA_OOM");
+        assert_eq!(second[0]["endsAt"], "2024-05-01T13:04:05.000Z", "fires");
+        assert_eq!(second[1]["labels"]["error_code"], "NCCL_TIMEOUT");
+        assert_eq!(second[1]["endsAt"], "2024-05-01T13:00:05.000Z", "ends");
+        assert_eq!(a.open(), 1, "one alert of the failure fires");
+    }
+
+    #[test]
     fn failed_requests_retry_with_backoff_and_keep_the_resolution() {
         let server = TicketServer::start(usize::MAX, 503);
         let (mut a, waits) = alerter(&server.url);
@@ -1009,12 +1178,14 @@ mod tests {
         assert_eq!((dead[0].attempts, dead[0].error.as_str()), (3, "HTTP 503"));
         assert_eq!(dead[0].payload[0].labels["alertname"], ALERT_NAME);
         assert!(a.take_undelivered().is_empty(), "taken once");
-        a.changes(&changes[changes.len() - 1..], now)
+        // Resolved once it has fired for min_firing.
+        let later = now + Duration::from_secs(60);
+        a.changes(&changes[changes.len() - 1..], later)
             .expect_err("refused");
         let dead = a.take_undelivered();
         assert_eq!(dead.len(), 1);
         assert_eq!(
-            dead[0].payload[0].ends_at, "2024-05-01T13:00:00.000Z",
+            dead[0].payload[0].ends_at, "2024-05-01T13:01:00.000Z",
             "the resolution"
         );
         assert_eq!(
@@ -1029,14 +1200,14 @@ mod tests {
         // The next resend carries it to a receiver that accepts.
         let server = TicketServer::accepting();
         a.sink.client = HttpClient::new(&server.url, Duration::from_secs(5), None).expect("url");
-        a.resend(now + Duration::from_secs(60)).expect("posted");
+        a.resend(now + Duration::from_secs(120)).expect("posted");
         assert!(
             a.take_undelivered().is_empty(),
             "resends are not dead-lettered"
         );
         let bodies = posted(&server);
         assert_eq!(bodies.len(), 1);
-        assert_eq!(bodies[0][0]["endsAt"], "2024-05-01T13:00:00.000Z");
+        assert_eq!(bodies[0][0]["endsAt"], "2024-05-01T13:01:00.000Z");
         assert!(a.unresolved.is_empty());
     }
 

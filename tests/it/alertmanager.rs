@@ -19,13 +19,20 @@ use crate::kafka::{config, consume_until, produce, test_config, unique, Cluster,
 use crate::observability::http_get;
 
 /// The installed binary `binary` of Debian package `package`, or `None` with a printed
-/// `SKIPPED` line (scripts/setup.sh installs it).
+/// `SKIPPED` line (scripts/setup.sh installs it). Under CI (`CI` set, as `.ci/run` runs) a
+/// missing tool fails the test: CI checks against the real components, never around them.
 pub(crate) fn installed(binary: &str, package: &str, test: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(binary))
             .find(|p| p.is_file())
     });
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    assert!(
+        found.is_some() || !ci,
+        "{test}: `{binary}` is not installed under CI (Debian package `{package}`; \
+         scripts/setup.sh installs it)"
+    );
     if found.is_none() {
         eprintln!(
             "SKIPPED {test}: `{binary}` is not installed (Debian package `{package}`; \
@@ -44,9 +51,9 @@ pub(crate) fn free_port() -> u16 {
 }
 
 /// A running Alertmanager, killed on drop.
-struct Alertmanager {
+pub(crate) struct Alertmanager {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
@@ -60,7 +67,7 @@ impl Drop for Alertmanager {
 impl Alertmanager {
     /// Starts `binary` with a webhook receiver at `receiver`, grouping by incident id with
     /// one-second waits.
-    fn start(binary: &PathBuf, receiver: &str) -> Alertmanager {
+    pub(crate) fn start(binary: &PathBuf, receiver: &str) -> Alertmanager {
         let dir = tempfile::tempdir().expect("tmp");
         let config = dir.path().join("alertmanager.yml");
         std::fs::write(
@@ -102,7 +109,7 @@ impl Alertmanager {
 }
 
 /// The active FaultlineIncident alerts in the API of the Alertmanager at `addr`.
-fn alerts(addr: SocketAddr) -> Vec<Value> {
+pub(crate) fn alerts(addr: SocketAddr) -> Vec<Value> {
     let Some((200, body)) = http_get(
         addr,
         "/api/v2/alerts?filter=alertname%3D%22FaultlineIncident%22",

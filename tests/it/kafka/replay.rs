@@ -6,6 +6,10 @@
 //! and replaced between the job and the node lines, and a correlator. The incidents must be
 //! `scan`'s: same count, same roots and culprit hosts, and one id per failure from its first
 //! change to its last: a late node line revises the failure it belongs to, under its id.
+//! The correlator posts its incidents to a real Alertmanager (Debian's
+//! `prometheus-alertmanager`, grouping by `incident_id`): it sees one notification group per
+//! failure, never two alerts of one failure firing at once (a re-elected root's old alert is
+//! resolved in the request that fires the new one).
 //! (A correlator that takes over knows the incidents left open, not those resolved before it
 //! started: `scale_out.rs` kills the correlator while the lines arrive in order.)
 
@@ -166,8 +170,32 @@ async fn a_fleet_replayed_with_late_node_partitions_gives_the_incidents_of_scan(
     }
     assert!(jobs.len() >= 50, "{} jobs", jobs.len());
 
+    let test =
+        "kafka::replay::a_fleet_replayed_with_late_node_partitions_gives_the_incidents_of_scan";
+    let receiver = std::sync::Arc::new(crate::ticket_server::TicketServer::accepting());
+    let am = match crate::alertmanager::installed(
+        "prometheus-alertmanager",
+        "prometheus-alertmanager",
+        test,
+    ) {
+        Some(binary) => Some(
+            tokio::task::spawn_blocking({
+                let url = receiver.url.clone();
+                move || crate::alertmanager::Alertmanager::start(&binary, &url)
+            })
+            .await
+            .expect("joins"),
+        ),
+        None => None,
+    };
+    let extra = am.as_ref().map_or_else(String::new, |am| {
+        format!(
+            "\n[alertmanager]\nurl = \"http://{}\"\ninitial_backoff_ms = 100\n",
+            am.addr
+        )
+    });
     let (mut broker, bootstrap) = broker();
-    let f = setup(&mut broker, &bootstrap, 1, "").await;
+    let f = setup(&mut broker, &bootstrap, 1, &extra).await;
     let active_admin = free_addr();
     let active = f.member("correlate", Some(active_admin));
     let mut members: Vec<Child> = (0..2).map(|_| f.member("match", None)).collect();
@@ -212,11 +240,84 @@ async fn a_fleet_replayed_with_late_node_partitions_gives_the_incidents_of_scan(
     let jobs_ids =
         |a: &BTreeMap<String, Answer>| a.values().filter(|a| !a.0.starts_with("node:")).count();
     assert_eq!(jobs_ids(&got), jobs_ids(&scanned), "one id per failure");
+    if let Some(am) = &am {
+        one_alert_per_failure(am, &receiver, &got, &seen);
+    }
     eprintln!(
         "replay: {} job lines, {} node lines late, {} lines of the last day, {} incidents",
         job.len(),
         node.len(),
         last_day.len(),
         got.len()
+    );
+}
+
+/// Alertmanager, grouping by `incident_id`, notified one group per failure (every id on the
+/// incidents topic, no other), and no notification showed two alerts of one failure firing.
+fn one_alert_per_failure(
+    am: &crate::alertmanager::Alertmanager,
+    receiver: &crate::ticket_server::TicketServer,
+    got: &BTreeMap<String, Answer>,
+    changes: &[Value],
+) {
+    let ids: std::collections::BTreeSet<String> = got.keys().cloned().collect();
+    let grouped = || -> std::collections::BTreeSet<String> {
+        receiver
+            .requests()
+            .iter()
+            .filter_map(|r| {
+                r.body["groupLabels"]["incident_id"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut seen = grouped();
+    while seen != ids && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        seen = grouped();
+    }
+    assert_eq!(
+        seen,
+        ids,
+        "a notification group for every incident and no other: missing {:?}, extra {:?}",
+        ids.difference(&seen)
+            .map(|id| changes
+                .iter()
+                .filter(|c| c["id"] == id.as_str())
+                .map(|c| format!(
+                    "{} {} {} {} {}",
+                    c["id"], c["status"], c["resolution"], c["root"]["error_code"], c["timeline"]
+                ))
+                .collect::<Vec<_>>())
+            .collect::<Vec<_>>(),
+        seen.difference(&ids).collect::<Vec<_>>()
+    );
+    for r in receiver.requests() {
+        let firing = r.body["alerts"]
+            .as_array()
+            .expect("alerts")
+            .iter()
+            .filter(|a| a["status"] == "firing")
+            .count();
+        assert!(
+            firing <= 1,
+            "two alerts of one failure firing: {}",
+            r.body["alerts"]
+        );
+    }
+    // What Alertmanager holds now: at most one active alert per failure, each under its id.
+    let mut active: BTreeMap<String, usize> = BTreeMap::new();
+    for a in crate::alertmanager::alerts(am.addr) {
+        let id = a["labels"]["incident_id"].as_str().expect("incident_id");
+        assert!(ids.contains(id), "an alert of no incident: {id}");
+        *active.entry(id.to_string()).or_default() += 1;
+    }
+    assert!(active.values().all(|&n| n == 1), "{active:?}");
+    eprintln!(
+        "replay: Alertmanager notified {} groups, {} alerts active at the end",
+        ids.len(),
+        active.len()
     );
 }
