@@ -122,6 +122,10 @@ CUDA_WRAPPERS = [
     # Triton's NVIDIA driver stub (backends/nvidia/driver.c, python/triton/runtime/backends/cuda.c in
     # 2.x): PyErr_Format(PyExc_RuntimeError, "Triton Error [CUDA]: %s", cuGetErrorString(code)).
     r"\bTriton Error \[CUDA\]: ",
+    # Its AMD driver stub (third_party/amd/backend/driver.c gpuAssert): snprintf "%s Code: %d, Messsage: %s" with
+    # prefix "Triton Error [HIP]: " and hipGetErrorString(code) (two blanks before Code, 'Messsage' misspelt;
+    # later "Triton Error [HIP]: Code: %d, Message: %s"); HIP's strings mirror CUDA's ("invalid argument", ...).
+    r"\bTriton Error \[HIP\]: {1,2}Code: \d{1,4}, Mess{1,2}age: ",
     # PyTorch c10/cuda/CUDAException.cpp c10_cuda_check_implementation: "CUDA error: " + cudaGetErrorString
     # (HIP builds: "HIP error: "), and the driver-API check "CUDA driver error: " + cuGetErrorString
     # (ATen's AT_CUDA_DRIVER_CHECK and many extensions' copies).
@@ -151,6 +155,7 @@ CUDA_WRAP_EXAMPLES = [
     "  what():  [12:09:48] mshadow/mshadow/./tensor_gpu-inl.h:35: Check failed: e == cudaSuccess CUDA: {s}",
     "F0506 16:29:05.468179 19928 syncedmem.cpp:71] Check failed: error == cudaSuccess ({n} vs. 0)  {s}",
     "RuntimeError: Triton Error [CUDA]: {s}",
+    "RuntimeError: Triton Error [HIP]:  Code: {n}, Messsage: {s}",
     "RuntimeError: CUDA error: {s}",
     "RuntimeError: CUDA driver error: {s}",
     "OSError: (External) CUDA error({n}), {s}.",
