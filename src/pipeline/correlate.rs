@@ -639,14 +639,8 @@ mod tests {
             .enricher;
         let source = kafka(41, 2);
         let json = |timestamp, behind, assigned| {
-            let note = super::super::progress::ProgressNote {
-                kind: "progress",
-                schema_version: crate::enrich::SCHEMA_VERSION,
-                source: &source,
-                timestamp,
-                behind,
-                assigned,
-            };
+            let note =
+                super::super::progress::ProgressNote::new(&source, timestamp, behind, assigned);
             serde_json::to_vec(&note).expect("serialises")
         };
         let own = decode_event(&json(Some("Nov 29 09:02:41"), true, None), enricher);

@@ -72,6 +72,25 @@ pub struct ProgressNote<'a> {
     pub assigned: Option<bool>,
 }
 
+impl<'a> ProgressNote<'a> {
+    /// The note of the partition of `source` (its last line read), stamped `timestamp`.
+    pub fn new(
+        source: &'a Provenance,
+        timestamp: Option<&'a str>,
+        behind: bool,
+        assigned: Option<bool>,
+    ) -> Self {
+        ProgressNote {
+            kind: "progress",
+            schema_version: crate::enrich::SCHEMA_VERSION,
+            source,
+            timestamp,
+            behind,
+            assigned,
+        }
+    }
+}
+
 /// The last stamped line read from a partition.
 #[derive(Debug, Clone)]
 struct Stamp {
@@ -243,15 +262,9 @@ impl Noter {
             }
         }
         for tp in backlog.iter().filter(|tp| !read.contains(tp)) {
-            self.bound(tp);
-            let lane = self.lanes.entry(tp.clone()).or_default();
-            if lane
-                .noted
-                .is_some_and(|at| now.saturating_duration_since(at) < INTERVAL)
-            {
+            if self.due(tp, now).is_none() {
                 continue;
             }
-            lane.noted = Some(now);
             let (n, result) = self.send(tp, true, carrier, to);
             sent += n;
             if result.is_err() {
@@ -273,15 +286,9 @@ impl Noter {
         let now = Instant::now();
         let mut sent = 0;
         for tp in unassigned {
-            self.bound(tp);
-            let lane = self.lanes.entry(tp.clone()).or_default();
-            if lane
-                .noted
-                .is_some_and(|at| now.saturating_duration_since(at) < INTERVAL)
-            {
+            let Some(lane) = self.due(tp, now) else {
                 continue;
-            }
-            lane.noted = Some(now);
+            };
             // What it read before a rebalance took it away is another member's to tell now.
             lane.stamp = None;
             let (n, result) = self.send_note(tp, true, Some(false), carrier, to);
@@ -291,6 +298,21 @@ impl Noter {
             }
         }
         (sent, Ok(()))
+    }
+
+    /// Partition `tp`'s lane when a note of it is due at `now` (none in the last [`INTERVAL`]),
+    /// marked as noted now.
+    fn due(&mut self, tp: &TopicPartition, now: Instant) -> Option<&mut Lane> {
+        self.bound(tp);
+        let lane = self.lanes.entry(tp.clone()).or_default();
+        if lane
+            .noted
+            .is_some_and(|at| now.saturating_duration_since(at) < INTERVAL)
+        {
+            return None;
+        }
+        lane.noted = Some(now);
+        Some(lane)
     }
 
     /// After record `id` (its `payload`), the last one the batch read of its partition: keeps
@@ -362,14 +384,7 @@ impl Noter {
             offset: stamp.map_or(-1, |s| s.offset),
             line: stamp.map_or(0, |s| s.line),
         };
-        let note = ProgressNote {
-            kind: "progress",
-            schema_version: crate::enrich::SCHEMA_VERSION,
-            source: &source,
-            timestamp,
-            behind,
-            assigned,
-        };
+        let note = ProgressNote::new(&source, timestamp, behind, assigned);
         self.json.clear();
         if let Err(e) = serde_json::to_writer(&mut self.json, &note) {
             tracing::error!(error = %e, "serialising a progress note");

@@ -1033,8 +1033,8 @@ mod tests {
         assert_eq!(a.sink().stats().posted, 3);
     }
 
-    #[test]
-    fn a_re_elected_root_resolves_the_alert_under_its_old_labels() {
+    /// An incident opened on a rank's NCCL timeout, then re-elected to an earlier OOM root.
+    fn re_elected() -> Vec<Arc<IncidentEvent>> {
         let mut c = Correlator::new(IncidentConfig::default()).expect("config");
         let mut out = Vec::new();
         let timeout = event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout")
@@ -1048,6 +1048,12 @@ mod tests {
             .build();
         c.observe(&oom, &mut out);
         let changes: Vec<Arc<IncidentEvent>> = out.into_iter().map(Arc::new).collect();
+        changes
+    }
+
+    #[test]
+    fn a_re_elected_root_resolves_the_alert_under_its_old_labels() {
+        let changes = re_elected();
         assert_eq!(changes.len(), 2);
         assert_ne!(changes[0].root.error_code, changes[1].root.error_code);
         let server = TicketServer::accepting();
@@ -1117,19 +1123,7 @@ mod tests {
 
     #[test]
     fn a_late_root_of_an_incident_resolved_too_recently_resolves_its_old_alert() {
-        let mut c = Correlator::new(IncidentConfig::default()).expect("config");
-        let mut out = Vec::new();
-        let timeout = event("NCCL_TIMEOUT", Role::Cascade, "collective_timeout")
-            .rank(1)
-            .ts("2024-05-01T12:10:00Z")
-            .build();
-        c.observe(&timeout, &mut out);
-        let oom = event("CUDA_OOM", Role::Root, "oom")
-            .rank(3)
-            .ts("2024-05-01T12:09:00Z")
-            .build();
-        c.observe(&oom, &mut out);
-        let changes: Vec<Arc<IncidentEvent>> = out.into_iter().map(Arc::new).collect();
+        let changes = re_elected();
         let mut resolved = (*changes[0]).clone();
         resolved.status = Status::Resolved;
         let mut revised = (*changes[1]).clone();
