@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -32,7 +33,8 @@ pub struct TicketServer {
     addr: SocketAddr,
     pub tickets: Arc<Mutex<BTreeMap<String, Value>>>,
     pub applied: Arc<Mutex<BTreeSet<String>>>,
-    received: Arc<Mutex<Vec<TicketRequest>>>,
+    /// The requests so far, and a signal on each new one.
+    received: Arc<(Mutex<Vec<TicketRequest>>, Condvar)>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -77,7 +79,27 @@ impl TicketServer {
 
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<TicketRequest> {
-        self.received.lock().expect("lock").clone()
+        self.received.0.lock().expect("lock").clone()
+    }
+
+    /// Waits until the requests received so far satisfy `done`, woken by each new request,
+    /// for at most `timeout`; returns them either way.
+    pub fn wait_for(
+        &self,
+        timeout: Duration,
+        mut done: impl FnMut(&[TicketRequest]) -> bool,
+    ) -> Vec<TicketRequest> {
+        let deadline = Instant::now() + timeout;
+        let (lock, signal) = &*self.received;
+        let mut got = lock.lock().expect("lock");
+        while !done(&got) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            got = signal.wait_timeout(got, left).expect("lock").0;
+        }
+        got.clone()
     }
 }
 
@@ -97,7 +119,7 @@ fn serve_one(
     code: u16,
     tickets: &Mutex<BTreeMap<String, Value>>,
     applied: &Mutex<BTreeSet<String>>,
-    received: &Mutex<Vec<TicketRequest>>,
+    received: &(Mutex<Vec<TicketRequest>>, Condvar),
 ) -> Option<()> {
     let mut reader = BufReader::new(conn);
     let mut headers = BTreeMap::new();
@@ -148,7 +170,8 @@ fn serve_one(
         "HTTP/1.1 {code} {reason}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
     );
     // Recorded before the answer, so a test that saw its call return sees its request.
-    received.lock().expect("lock").push(req);
+    received.0.lock().expect("lock").push(req);
+    received.1.notify_all();
     let _ = reader.into_inner().write_all(response.as_bytes());
     Some(())
 }

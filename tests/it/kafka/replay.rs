@@ -261,23 +261,18 @@ fn one_alert_per_failure(
     changes: &[Value],
 ) {
     let ids: std::collections::BTreeSet<String> = got.keys().cloned().collect();
-    let grouped = || -> std::collections::BTreeSet<String> {
-        receiver
-            .requests()
+    let grouped = |requests: &[crate::ticket_server::TicketRequest]| {
+        requests
             .iter()
             .filter_map(|r| {
                 r.body["groupLabels"]["incident_id"]
                     .as_str()
                     .map(str::to_string)
             })
-            .collect()
+            .collect::<std::collections::BTreeSet<String>>()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut seen = grouped();
-    while seen != ids && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-        seen = grouped();
-    }
+    // Woken by each notification Alertmanager posts.
+    let seen = grouped(&receiver.wait_for(Duration::from_secs(60), |r| grouped(r) == ids));
     assert_eq!(
         seen,
         ids,
