@@ -366,7 +366,7 @@ pub fn alert(i: &IncidentEvent, cfg: &AlertmanagerConfig, now: SystemTime) -> Al
     let ends = if i.status == Status::Resolved {
         now_ms.max(first)
     } else {
-        now_ms + (cfg.resend_interval * ENDS_AFTER_RESENDS).as_millis() as Millis
+        firing_until(cfg, now_ms)
     };
     Alert {
         labels: label_set(i, &cfg.labels),
@@ -546,9 +546,13 @@ struct Ending {
 /// Incident `i` as a firing alert at `now`, whatever its status.
 fn firing(i: &IncidentEvent, cfg: &AlertmanagerConfig, now: SystemTime) -> Alert {
     let mut a = alert(i, cfg, now);
-    a.ends_at =
-        format_ms(ms_of(now) + (cfg.resend_interval * ENDS_AFTER_RESENDS).as_millis() as Millis);
+    a.ends_at = format_ms(firing_until(cfg, ms_of(now)));
     a
+}
+
+/// `endsAt` of an alert firing at `now_ms`: [`ENDS_AFTER_RESENDS`] resend intervals ahead.
+fn firing_until(cfg: &AlertmanagerConfig, now_ms: Millis) -> Millis {
+    now_ms + (cfg.resend_interval * ENDS_AFTER_RESENDS).as_millis() as Millis
 }
 
 /// The alerts of the open incidents, posted on each change and again every resend interval.

@@ -232,22 +232,36 @@ impl SourceContext {
             }
             // Behind until the statistics say a partition was read to its end.
             self.health.set_backlog(backlog);
-            let mut partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
+            let mut found = Vec::new();
             for topic in assigned.keys() {
                 match c.fetch_metadata(Some(topic), METADATA_TIMEOUT) {
                     Ok(m) => {
                         for t in m.topics().iter().filter(|t| t.name() == topic) {
-                            let known = partitions.entry(topic.clone()).or_default();
-                            known.extend(t.partitions().iter().map(|p| p.id()));
+                            let ids = t.partitions().iter().map(|p| p.id()).collect();
+                            found.push((topic.clone(), ids));
                         }
                     }
                     // The statistics list the topic's partitions within their interval.
                     Err(e) => tracing::debug!(topic, error = %e, "reading the topic's partitions"),
                 }
             }
-            self.health
-                .set_unassigned(unassigned_of(&partitions, &assigned));
+            self.learn_partitions(found, &assigned);
         }
+    }
+
+    /// Adds `found` (topics and partitions of them) to the input topics' partitions and tells
+    /// the health which of them are not in `assigned`.
+    fn learn_partitions(
+        &self,
+        found: impl IntoIterator<Item = (String, Vec<i32>)>,
+        assigned: &HashMap<String, std::collections::HashSet<i32>>,
+    ) {
+        let mut partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
+        for (topic, ids) in found {
+            partitions.entry(topic).or_default().extend(ids);
+        }
+        self.health
+            .set_unassigned(unassigned_of(&partitions, assigned));
     }
 
     /// A revoke: stop taking records of the partitions, drain their in-flight records up to
@@ -355,16 +369,12 @@ impl ClientContext for SourceContext {
                 self.metrics.set_partition(topic, partition, lag, committed);
             }
         }
-        {
-            let mut partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
-            for (topic, t) in &statistics.topics {
-                // librdkafka's internal "unassigned" partition is -1.
-                let ids = t.partitions.keys().copied().filter(|&p| p >= 0);
-                partitions.entry(topic.clone()).or_default().extend(ids);
-            }
-            self.health
-                .set_unassigned(unassigned_of(&partitions, &assigned));
-        }
+        // librdkafka's internal "unassigned" partition is -1.
+        let found = statistics.topics.iter().map(|(topic, t)| {
+            let ids = t.partitions.keys().copied().filter(|&p| p >= 0);
+            (topic.clone(), ids.collect())
+        });
+        self.learn_partitions(found, &assigned);
         let assigned: usize = assigned.values().map(std::collections::HashSet::len).sum();
         self.health.set_backlog(backlog);
         self.health.set_input_current(
