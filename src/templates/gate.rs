@@ -3,9 +3,10 @@
 //!
 //! Why: `looks_like_error` reads every word of a line (lower-casing, looking at neighbours),
 //! which costs more than Hyperscan's pass over the same bytes, and most lines of a log hold none
-//! of its evidence. Each piece of evidence needs one of a few literal words (`err`, `fail`,
-//! `fatal`, `abort`, `exception`, `panic`, `fault`, `exit`, ... in any case) or a glog prefix
-//! (`E1129 21:...`), and a message is a contiguous part of its raw line, so a raw line without
+//! of its evidence. Each piece of evidence needs a word that starts with one of a few literals
+//! (`err`, `fail`, `fatal`, `abort`, `exception`, `panic`, `fault`, ... in any case), an exit
+//! phrase (`exit code`, `exited with status`), an exception name's segment (`ncclSystemError`) or
+//! a glog prefix (`E1129 21:...`), and a message is a contiguous part of its raw line, so a raw line without
 //! any of them cannot hold a message that looks like an error: it is skipped without being
 //! decoded. The gate only ever says "maybe"; `looks_like_error` still decides, so what is mined
 //! is exactly what it would be without the gate (`tests::the_gate_never_hides_an_error_line`
@@ -15,20 +16,36 @@
 
 use crate::matcher::{HyperscanMatcher, MatchError, Matcher, RawHit};
 
-/// Words, in any case, of which an error line holds at least one: every level word, error
-/// word, exception-name segment, signal and exit phrase that `looks_like_error` accepts
-/// contains one of them (`err` for `ERROR`/`ERR`/`error`/`RuntimeError`, `fail` for
-/// `failed`/`ChildFailedError`, `exit`/`return`/`terminated`/`finished` for the exit phrases,
-/// `fault`/`dumped` for `segmentation fault`/`core dumped`, ...).
-pub const TRIGGERS: &str = "(?i)err|fail|fatal|abort|exception|panic|segfault|crash|crit|severe|\
-                            emerg|traceback|fault|dumped|sigsegv|sigabrt|sigbus|sigfpe|sigill|\
-                            exit|return|terminated|finished|nonzero|non-zero";
+/// The words, in any case and at the start of a word, of which an error line holds at least
+/// one. `looks_like_error` reads a line as words, maximal runs of ASCII letters, and each of its
+/// pieces of evidence is a word that begins with one of these: `err` for `ERROR`, `ERR` and
+/// `errors`, `fail` for `failed` and `failure`, `fault` and `dumped` for `segmentation fault` and
+/// `core dumped`, `sig...` for the signal names, and so on. A word start is the start of the
+/// chunk or a byte that is not a letter (the newline before a line counts); no match reaches past
+/// its line, so a trigger's end always falls in the line it belongs to.
+///
+/// Why word starts: the same words anywhere in a word made every `[default]`, `stderr` and
+/// `interrupt` a candidate, and a candidate is decoded and read word by word. A message starts
+/// at a word start of its raw line (the envelope and prefix decoders cut after a separator).
+pub const TRIGGERS: &str = "(?i)(?:^|[^A-Za-z])(?:err|fail|fatal|abort|exception|panic|segfault|\
+                            crash|crit|severe|emerg|traceback|fault|dumped|\
+                            sig(?:segv|abrt|bus|fpe|ill)|nonzero|non-zero|exitcode|returncode)";
+
+/// The exit phrases, whole: `exit code`, `return status`, `exited with code`, `terminated with
+/// status`, `finished with code` (the words `looks_like_error` reads before an exit value; the
+/// words between them are separated by anything but letters, as its words are).
+pub const EXIT_PHRASES: &str = "(?i)(?:^|[^A-Za-z])(?:(?:exit|return)[^A-Za-z\\n]+|\
+                                (?:exited|terminated|finished)[^A-Za-z\\n]+with[^A-Za-z\\n]+)(?:code|status)";
+
+/// An exception name's segment inside a CamelCase word (`RuntimeError`, `ncclSystemError`,
+/// `ChildFailedError`); a word that starts with one is found by [`TRIGGERS`].
+pub const CAMEL: &str = "[a-z](?:Error|Exception|Failure|Failed|Fault)";
 
 /// The glog severity prefix of an `E` or `F` line: `E1129 21:42:00.429 ...`.
 pub const GLOG: &str = r"[EF]\d{4} \d\d";
 
 /// The gate's patterns, as [`crate::unknown::find::engine`] compiles them into the KB's database.
-pub const PATTERNS: &[&str] = &[TRIGGERS, GLOG];
+pub const PATTERNS: &[&str] = &[TRIGGERS, EXIT_PHRASES, CAMEL, GLOG];
 
 /// The compiled gate and its per-chunk state (`faultline templates`, which mines without the
 /// KB's engine in `--all-lines` mode and reads the gate on its own).
@@ -42,7 +59,7 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// Compiles [`TRIGGERS`] and [`GLOG`].
+    /// Compiles [`PATTERNS`].
     pub fn new() -> Result<Gate, MatchError> {
         let matcher = HyperscanMatcher::compile(PATTERNS)?;
         let scratch = matcher.scratch()?;
