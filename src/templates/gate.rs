@@ -142,7 +142,13 @@ mod tests {
 
     #[test]
     fn lines_are_asked_in_order() {
-        let chunk = b"all good\nERROR x\nfine\nE1129 21:42:00.429 1 a.cc:1] boom\nok";
+        let chunk = "all good\nERROR x\nfine\nE1129 21:42:00.429 1 a.cc:1] boom\nok";
+        assert_eq!(answers(chunk), vec![false, true, false, true, false]);
+    }
+
+    /// The gate's answer for each line of `text`, scanned as one chunk.
+    fn answers(text: &str) -> Vec<bool> {
+        let chunk = text.as_bytes();
         let mut gate = Gate::new().expect("compiles");
         gate.scan(chunk).expect("scans");
         let mut start = 0;
@@ -151,6 +157,29 @@ mod tests {
             got.push(gate.maybe(start, start + line.len()));
             start += line.len() + 1;
         }
-        assert_eq!(got, vec![false, true, false, true, false]);
+        got
+    }
+
+    #[test]
+    fn triggers_count_only_at_word_starts() {
+        // Each line holds a trigger inside a word, or an exit word without its phrase: none of
+        // them can look like an error, and none is a candidate.
+        let quiet = "I1129 api.py:560] [default] worker group heartbeat ok, rank 178\n\
+                     INFO writing to stderr and handling interrupts\n\
+                     INFO executor.Executor: Finished task 0.0 in stage 1.0 (TID 3)\n\
+                     INFO the function will return after the exit of all workers";
+        assert_eq!(answers(quiet), vec![false; 4]);
+        // The same words at word starts, the phrases whole, and names' segments are candidates.
+        let loud = "[default0]:RuntimeError: boom\n\
+                    worker exited with code 1\n\
+                    return status: 2\n\
+                    Segmentation fault (core dumped)\n\
+                    NCCL error: ncclSystemError\n\
+                    rank0: FAILED\n\
+                    child terminated with status 9";
+        assert_eq!(answers(loud), vec![true; 7]);
+        for line in loud.lines() {
+            assert!(looks_like_error(line), "{line}");
+        }
     }
 }
