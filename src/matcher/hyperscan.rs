@@ -41,6 +41,20 @@ impl Fnv {
     }
 }
 
+/// What Hyperscan says of a database it compiles on this host (version, CPU features, mode):
+/// part of a cache file's name, so that a database compiled for other CPU features (another
+/// machine sharing the cache directory, or a run under an emulator such as valgrind) is never
+/// loaded here. Empty when even a one-literal database does not compile.
+fn host_features() -> &'static str {
+    static FEATURES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    FEATURES.get_or_init(|| {
+        HyperscanMatcher::compile(&["faultline"])
+            .ok()
+            .and_then(|m| m.db.info().ok())
+            .unwrap_or_default()
+    })
+}
+
 /// A compiled Hyperscan database of all patterns; pattern id = index in the input slice.
 pub struct HyperscanMatcher {
     db: BlockDatabase,
@@ -112,9 +126,10 @@ impl HyperscanMatcher {
 
     /// Like [`HyperscanMatcher::compile`], but keeps the compiled database in `cache_dir` and
     /// loads it from there next time: compiling the shipped KB takes a few hundred
-    /// milliseconds, loading it a few. The file name is a hash of the patterns and the library
-    /// version; a file that is corrupt, or built for another CPU, is recompiled and replaced.
-    /// Cache problems are never errors: the database is compiled instead.
+    /// milliseconds, loading it a few. The file name is a hash of the patterns, the library
+    /// version and the CPU features Hyperscan compiles for on this host ([`host_features`]); a
+    /// file that is corrupt is recompiled and replaced. Cache problems are never errors: the
+    /// database is compiled instead.
     pub fn compile_cached<S: AsRef<str>>(
         patterns: &[S],
         cache_dir: Option<&std::path::Path>,
@@ -124,6 +139,7 @@ impl HyperscanMatcher {
         };
         let mut key = Fnv::new();
         key.write(hyperscan::version_str().to_bytes());
+        key.write(host_features().as_bytes());
         for p in patterns {
             key.write(&[0]);
             key.write(p.as_ref().as_bytes());
@@ -153,6 +169,8 @@ impl HyperscanMatcher {
     }
 
     /// A cache file: magic, FNV-64 of the payload, then Hyperscan's serialized database.
+    /// Hyperscan's own check accepts a database built for fewer CPU features than the host has
+    /// (it runs, slower), which is why the features are part of the file name.
     fn load(bytes: &[u8]) -> Option<BlockDatabase> {
         let rest = bytes.strip_prefix(CACHE_MAGIC)?;
         let (sum, payload) = rest.split_at_checked(8)?;
@@ -311,6 +329,16 @@ mod tests {
         let (_, other) =
             HyperscanMatcher::compile_cached(&["boom"], Some(dir.path())).expect("compiles");
         assert_eq!(other, CacheUse::Stored);
+    }
+
+    #[test]
+    fn the_cache_key_names_this_hosts_cpu_features() {
+        // What Hyperscan reports for a database compiled here: version, features and mode.
+        let info = host_features();
+        let version = hyperscan::version_str().to_string_lossy().into_owned();
+        let number = version.split_whitespace().next().unwrap_or_default();
+        assert!(info.contains(number), "{info} / {version}");
+        assert!(info.contains("Features:"), "{info}");
     }
 
     #[test]
