@@ -5,11 +5,12 @@
 # Each tool is pinned to one core (taskset -c 0) unless stated, best of RUNS. Throughput is bytes
 # over CPU time (user + sys), which stays honest on a shared machine; wall times are kept too.
 #
-# ripgrep reads a prefix of the corpus (BENCH_RG_MB, default 1 MB, cut at a line end), once per
-# KB size (BENCH_RG_RUNS, default 1), with its regex size limit raised to 2 GB (the shipped KB's
-# patterns exceed its default 100 MB): with those patterns it reads about 0.15 MB/s, so the
-# whole corpus at four KB sizes would take days. Its rows carry their own byte count, and its
-# MB/s are over that prefix.
+# ripgrep reads a prefix of the corpus (BENCH_RG_MB, default 1 MB, divided by the KB's growth
+# factor; cut at a line end), once per KB size (BENCH_RG_RUNS, default 1), at the KB sizes of
+# BENCH_RG_FACTORS (default "1 2"), with its regex size limit raised to 2 GB (the shipped KB's
+# patterns exceed its default 100 MB): with those patterns it reads 0.04 MB/s at the shipped
+# KB's size and 0.001 MB/s at five times it (2026-12-03), so the whole corpus at four KB sizes
+# would take weeks. Its rows carry their own byte count, and its MB/s are over that prefix.
 #
 # Then the Kafka comparisons (scripts/bench-kafka.sh, BENCH_KAFKA=0 skips them): `faultline run`
 # against `kcat -C -e -q` over the same topic of librdkafka's mock broker, one line per record
@@ -32,15 +33,13 @@ bytes=$(stat -c %s "$corpus")
 lines=$(wc -l < "$corpus")
 cat "$corpus" > /dev/null
 rg_mb=${BENCH_RG_MB:-1}
-rg_corpus=$work/corpus-${size_mb}m-head-${rg_mb}m.log
-head -c $((rg_mb * 1000000)) "$corpus" | sed '$d' > "$rg_corpus"
-rg_bytes=$(stat -c %s "$rg_corpus")
 
 export FAULTLINE_CACHE_DIR=$work/cache   # scans below run with the compiled-database cache warm
 results=$work/results.tsv
 : > "$results"
-# measure NAME CMD...: best CPU seconds (user+sys) and its wall seconds, over $runs runs; the row
-# is over the whole corpus unless BYTES is set (the bytes the command read).
+# measure NAME CMD...: best CPU seconds (user+sys) and its wall seconds, over $runs runs (RUNS);
+# the row is over the whole corpus unless BYTES is set (the bytes the command read); with
+# OUTPUT set, what the command prints is appended to that file (the tool's own figures).
 measure() {
   local name=$1; shift
   local bytes=${BYTES:-$bytes} runs=${RUNS:-$runs}
@@ -52,7 +51,8 @@ measure() {
     python3 -c '
 import os, subprocess, sys, time
 t0 = time.monotonic()
-p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+out = open(os.environ["OUTPUT"], "a") if os.environ.get("OUTPUT") else subprocess.DEVNULL
+p = subprocess.Popen(sys.argv[1:], stdout=out, stderr=out)
 _, status, r = os.wait4(p.pid, 0)
 wall = time.monotonic() - t0
 print(f"{r.ru_utime:.4f} {r.ru_stime:.4f} {wall:.4f}")
@@ -77,34 +77,43 @@ for factor in 1 2 5 10; do
   kbdir=$work/kb-x$factor
   [ -d "$kbdir" ] || $bin bench scale-kb --factor "$factor" --out "$kbdir" 2> /dev/null
   $bin bench patterns --kb "$kbdir" --unnamed > "$work/patterns-x$factor.txt"
+  # Compiling, timed once per KB size (BENCH_COMPILE_RUNS; the 10x KB takes minutes): into an
+  # empty cache, which the scans below then read warm. `bench raw-hyperscan` prints
+  # hs_compile_multi's own time (without loading the KB) into compile-x$factor.txt.
+  cache=$work/cache-x$factor
+  rm -rf "$cache" "$work/compile-x$factor.txt" "$work/raw-x$factor.txt"
+  FAULTLINE_CACHE_DIR=$cache OUTPUT=$work/compile-x$factor.txt RUNS=${BENCH_COMPILE_RUNS:-1} \
+    measure "compile x$factor" "$bin" bench raw-hyperscan --kb "$kbdir" /dev/null
+  # The scan's database (the KB's patterns and the unknown-line gate's) compiled untimed.
+  FAULTLINE_CACHE_DIR=$cache "$bin" scan --kb "$kbdir" --no-summary /dev/null 2> /dev/null
+  export FAULTLINE_CACHE_DIR=$cache
   measure "faultline-scan x$factor" "${pin[@]}" "$bin" scan --kb "$kbdir" --threads 1 --no-summary --progress never "$corpus"
-  # Each database compiled once before it is timed (the cache is what a second run finds).
-  "$bin" scan --kb "$kbdir" --no-summary /dev/null 2> /dev/null
-  "$bin" scan --kb "$kbdir" --no-summary --no-unknown /dev/null 2> /dev/null
-  "$bin" bench raw-hyperscan --kb "$kbdir" /dev/null > /dev/null 2>&1
   if [ "$factor" = 1 ]; then
     measure "faultline-scan-no-unknown x1" "${pin[@]}" "$bin" scan --kb "$kbdir" --threads 1 --no-summary --progress never --no-unknown "$corpus"
   fi
-  measure "raw-hyperscan-buffer x$factor" "${pin[@]}" "$bin" bench raw-hyperscan --kb "$kbdir" "$corpus"
-  BYTES=$rg_bytes RUNS=${BENCH_RG_RUNS:-1} measure "ripgrep x$factor" "${pin[@]}" rg --regex-size-limit 2G -c -f "$work/patterns-x$factor.txt" "$rg_corpus"
-  FAULTLINE_CACHE_DIR=off measure "compile x$factor" "$bin" bench raw-hyperscan --kb "$kbdir" /dev/null
-  # The tool's own figures: the scan's time without the file's reads, and hs_compile_multi's
-  # time without loading the KB (best of the runs).
-  for _ in $(seq "$runs"); do
-    "${pin[@]}" "$bin" bench raw-hyperscan --kb "$kbdir" "$corpus" 2> /dev/null
-  done > "$work/raw-x$factor.txt"
-  for _ in $(seq "$runs"); do
-    FAULTLINE_CACHE_DIR=off "$bin" bench raw-hyperscan --kb "$kbdir" /dev/null 2>&1 > /dev/null
-  done > "$work/compile-x$factor.txt"
+  # The tool's own figures too: the scan's time without start-up and the file's reads.
+  OUTPUT=$work/raw-x$factor.txt measure "raw-hyperscan-buffer x$factor" "${pin[@]}" "$bin" bench raw-hyperscan --kb "$kbdir" "$corpus"
+  export FAULTLINE_CACHE_DIR=$work/cache
+  if [[ " ${BENCH_RG_FACTORS:-1 2} " == *" $factor "* ]]; then
+    rg_corpus=$work/corpus-${size_mb}m-rg-x$factor.log
+    head -c $((rg_mb * 1000000 / factor)) "$corpus" | sed '$d' > "$rg_corpus"
+    BYTES=$(stat -c %s "$rg_corpus") RUNS=${BENCH_RG_RUNS:-1} measure "ripgrep x$factor" "${pin[@]}" rg --regex-size-limit 2G -c -f "$work/patterns-x$factor.txt" "$rg_corpus"
+  fi
 done
+export FAULTLINE_CACHE_DIR=$work/cache-x1
 measure "raw-hyperscan-line x1" "${pin[@]}" "$bin" bench raw-hyperscan --kb "$work/kb-x1" --mode line "$corpus"
 measure "wc -l" "${pin[@]}" wc -l "$corpus"
+export FAULTLINE_CACHE_DIR=$work/cache
+"$bin" scan --no-summary /dev/null 2> /dev/null
 measure "startup (database cache warm)" "$bin" scan --no-summary /dev/null
 FAULTLINE_CACHE_DIR=off measure "startup (no database cache)" "$bin" scan --no-summary /dev/null
 cores=$(nproc)
+export FAULTLINE_CACHE_DIR=$work/cache-x1
 measure "faultline-scan all-cores" "$bin" scan --kb "$work/kb-x1" --threads "$cores" --no-summary --progress never "$corpus"
 
-# Output identical to the line-by-line oracle.
+export FAULTLINE_CACHE_DIR=$work/cache
+# Output identical to the line-by-line oracle (matches and unknown-line events: the oracle mines
+# every line, so this also holds the unknown-line gate to the filter).
 $bin scan --no-summary --no-incidents --threads 1 "$corpus" > "$work/hyperscan.jsonl"
 oracle=identical
 if ! $bin bench oracle "$corpus" --expect "$work/hyperscan.jsonl" 2>> "$work/oracle.err"; then oracle=DIFFERENT; fi
