@@ -573,8 +573,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Oracle { file, expect, kb }) => {
-            // The KB `scan` matches with: its progress entries are `faultline report`'s.
-            let kb = Arc::new(kb.load()?.without_progress());
+            let kb = Arc::new(kb.load()?.without_progress()); // as `scan` matches
             let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
             let oracle = Engine::with_matcher(
                 Arc::clone(&kb),
