@@ -346,8 +346,8 @@ fn toml_field(e: &toml::de::Error) -> String {
 
 /// Compiles a pattern for confirming hits after checking the rules every engine relies on.
 pub fn compile_pattern(source: &str) -> Result<Regex, String> {
-    // Parsed once: the rules are checked on the same syntax tree the regex is built from (the
-    // KB's 1,800 patterns were parsed twice at every start).
+    // Parsed once, at every start for every pattern: the rules are checked on the syntax tree
+    // the regex is built from.
     let hir = checked_hir(source)?;
     // Confirming runs once per hit line, a few hundred bytes, and each of hundreds of patterns
     // sees few lines: the lazy DFA's warm-up per pattern cost more than it saved (18 us per
