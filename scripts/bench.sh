@@ -34,7 +34,6 @@ lines=$(wc -l < "$corpus")
 cat "$corpus" > /dev/null
 rg_mb=${BENCH_RG_MB:-1}
 
-export FAULTLINE_CACHE_DIR=$work/cache   # scans below run with the compiled-database cache warm
 results=$work/results.tsv
 : > "$results"
 # measure NAME CMD...: best CPU seconds (user+sys) and its wall seconds, over $runs runs (RUNS);
@@ -80,20 +79,18 @@ for factor in 1 2 5 10; do
   # Compiling, timed once per KB size (BENCH_COMPILE_RUNS; the 10x KB takes minutes): into an
   # empty cache, which the scans below then read warm. `bench raw-hyperscan` prints
   # hs_compile_multi's own time (without loading the KB) into compile-x$factor.txt.
-  cache=$work/cache-x$factor
-  rm -rf "$cache" "$work/compile-x$factor.txt" "$work/raw-x$factor.txt"
-  FAULTLINE_CACHE_DIR=$cache OUTPUT=$work/compile-x$factor.txt RUNS=${BENCH_COMPILE_RUNS:-1} \
+  export FAULTLINE_CACHE_DIR=$work/cache-x$factor
+  rm -rf "$FAULTLINE_CACHE_DIR" "$work/compile-x$factor.txt" "$work/raw-x$factor.txt"
+  OUTPUT=$work/compile-x$factor.txt RUNS=${BENCH_COMPILE_RUNS:-1} \
     measure "compile x$factor" "$bin" bench raw-hyperscan --kb "$kbdir" /dev/null
   # The scan's database (the KB's patterns and the unknown-line gate's) compiled untimed.
-  FAULTLINE_CACHE_DIR=$cache "$bin" scan --kb "$kbdir" --no-summary /dev/null 2> /dev/null
-  export FAULTLINE_CACHE_DIR=$cache
+  "$bin" scan --kb "$kbdir" --no-summary /dev/null 2> /dev/null
   measure "faultline-scan x$factor" "${pin[@]}" "$bin" scan --kb "$kbdir" --threads 1 --no-summary --progress never "$corpus"
   if [ "$factor" = 1 ]; then
     measure "faultline-scan-no-unknown x1" "${pin[@]}" "$bin" scan --kb "$kbdir" --threads 1 --no-summary --progress never --no-unknown "$corpus"
   fi
   # The tool's own figures too: the scan's time without start-up and the file's reads.
   OUTPUT=$work/raw-x$factor.txt measure "raw-hyperscan-buffer x$factor" "${pin[@]}" "$bin" bench raw-hyperscan --kb "$kbdir" "$corpus"
-  export FAULTLINE_CACHE_DIR=$work/cache
   if [[ " ${BENCH_RG_FACTORS:-1 2} " == *" $factor "* ]]; then
     rg_corpus=$work/corpus-${size_mb}m-rg-x$factor.log
     head -c $((rg_mb * 1000000 / factor)) "$corpus" | sed '$d' > "$rg_corpus"
