@@ -14,6 +14,8 @@ use crate::section::{Errors, Printer};
 pub const DEFAULT_INCIDENTS_TOPIC: &str = "faultline.incidents";
 /// Incidents held longer than this stop holding the commit.
 pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(3_600);
+/// How long a resolved incident keeps holding the commit for its late lines, by default.
+pub const DEFAULT_RESOLVED_HOLD: Duration = Duration::from_secs(600);
 
 /// `[incidents]` as written. Setting `topic` turns incidents on.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -37,6 +39,9 @@ pub struct RawIncidentsConfig {
     pub restart_loop_after: Option<u32>,
     /// How long an open incident may hold the commit.
     pub max_hold_ms: Option<u64>,
+    /// How long a resolved incident still holds the commit (at most `max_hold_ms`; 0: not at
+    /// all).
+    pub resolved_hold_ms: Option<u64>,
     /// `all` (match and correlate in one process), `match` or `correlate` ([`ProcessRole`]).
     pub role: Option<String>,
     /// The correlator's consumer group (role `correlate`); default `<kafka.group_id>-correlator`.
@@ -97,6 +102,10 @@ pub struct IncidentsConfig {
     pub correlator: IncidentConfig,
     /// How long an open incident may hold the commit.
     pub max_hold: Duration,
+    /// How long a resolved incident that late lines may still revise holds its records, after
+    /// its resolution (at most `max_hold`): a correlator that takes over within it reads the
+    /// failure again and revises it under its id.
+    pub resolved_hold: Duration,
     /// What this process does.
     pub role: ProcessRole,
     /// The correlator's consumer group when set; see [`IncidentsConfig::correlator_group`].
@@ -133,6 +142,10 @@ impl IncidentsConfig {
         if max_hold.is_zero() {
             errors.push("max_hold_ms", "must be positive");
         }
+        let resolved_hold = inc
+            .resolved_hold_ms
+            .map_or(DEFAULT_RESOLVED_HOLD, Duration::from_millis)
+            .min(max_hold);
         let role = match inc.role.as_deref() {
             None => ProcessRole::All,
             Some(r) => ProcessRole::parse(r).unwrap_or_else(|| {
@@ -155,6 +168,7 @@ impl IncidentsConfig {
             topic,
             correlator,
             max_hold,
+            resolved_hold,
             role,
             group_id: inc.group_id.clone(),
             shard_by,
@@ -181,6 +195,7 @@ impl IncidentsConfig {
         p.number("ticket_window_ms", c.ticket_window_ms);
         p.number("restart_loop_after", c.restart_loop_after);
         p.number("max_hold_ms", self.max_hold.as_millis());
+        p.number("resolved_hold_ms", self.resolved_hold.as_millis());
         p.value("role", self.role.as_str());
         if let Some(g) = &self.group_id {
             p.value("group_id", g);

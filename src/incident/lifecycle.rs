@@ -624,6 +624,12 @@ impl Incident {
             .iter()
             .map(|(h, n)| (h.to_string(), *n))
             .collect();
+        let mut job_hosts: std::collections::BTreeSet<&str> = self
+            .ranks
+            .iter()
+            .filter_map(|(_, s)| s.host.as_deref())
+            .collect();
+        job_hosts.extend(self.hosts.keys().map(|h| &**h));
         IncidentEvent {
             kind: "incident",
             schema_version: SCHEMA_VERSION,
@@ -669,6 +675,12 @@ impl Incident {
             kb_version: self.kb_version.clone(),
             serial: self.serial,
             timeline: Arc::new(self.timeline.view()),
+            replaces: None,
+            job_hosts: job_hosts
+                .into_iter()
+                .take(self.max_hosts)
+                .map(str::to_string)
+                .collect(),
             effective_from: self.first_effective_ms,
         }
     }

@@ -346,6 +346,16 @@ pub struct IncidentEvent {
     /// and the alert's `cluster` label; not part of the JSON contract.
     #[serde(skip)]
     pub timeline: Arc<timeline::TimelineView>,
+    /// Every host the incident's lines placed the job's ranks on or named, sorted (at most
+    /// `max_hosts_per_incident`): a correlator that takes the job over learns from it where the
+    /// job ran, so that a node's late event still joins the failure.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub job_hosts: Vec<String>,
+    /// The root a previous correlator published for this incident, on the change that
+    /// revises it under another root after a takeover: its alert ends. Set by the service
+    /// (`pipeline::incidents`); not part of the JSON contract.
+    #[serde(skip)]
+    pub replaces: Option<Arc<PublishedRoot>>,
     /// The start of the incident's log time range with collective timeouts back-dated to when
     /// their hang began (bounded by `max_backdate_ms`): where [`unrecognised`] looks back
     /// from; not part of the JSON contract.
@@ -371,6 +381,23 @@ pub struct Contributor {
     /// On the host of a node-event root, after it: a consequence of the root (a CUDA error
     /// after the GPU fell off the bus), not a cause of its own.
     pub consequence: bool,
+}
+
+/// The root of an incident as the incidents topic tells it: what its alert's labels name.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+pub struct PublishedRoot {
+    /// [`RootInfo::kb_id`].
+    #[serde(default)]
+    pub kb_id: String,
+    /// [`RootInfo::error_code`].
+    #[serde(default)]
+    pub error_code: String,
+    /// [`RootInfo::category`].
+    #[serde(default)]
+    pub category: String,
+    /// [`RootInfo::severity`], as written.
+    #[serde(default)]
+    pub severity: String,
 }
 
 /// The elected initiator.

@@ -26,6 +26,12 @@
 //! `Idempotency-Key`s for the same changes). Match events are unaffected: they are replayed too
 //! and are at-least-once as before.
 //!
+//! A resolved incident stays held while the correlator keeps it for late lines, at most
+//! `incidents.resolved_hold_ms` after its resolution: a correlator that takes over within it
+//! reads the failure again, from the incidents topic knows it was announced
+//! ([`super::rebuild`], read after each rebalance that assigned partitions), withholds the
+//! replay, and revises the failure under its id when a late line arrives.
+//!
 //! A node's own event (an Xid in the kernel log) is held too, on its own, while it may still
 //! join the incident of a job that shows up later (its log time plus `node_join_ms` and
 //! `window_ms`), and by every incident that elects it as its root until that resolves: after a
@@ -149,6 +155,27 @@ struct NodeHold {
     since: Instant,
 }
 
+/// Reads back what the previous owners of this member's partitions published
+/// ([`super::rebuild::known_incidents`]; blocking), once after each rebalance that assigned
+/// partitions ([`crate::runtime::health::Health::assignments`]).
+pub struct KnownReader {
+    /// Whose assignments count.
+    pub health: Arc<crate::runtime::health::Health>,
+    /// The read.
+    pub read: Box<dyn FnMut() -> Vec<super::rebuild::KnownIncident> + Send>,
+    /// Assignments read for so far.
+    pub seen: u64,
+}
+
+/// Whether an incident change is news to the consumers (see [`IncidentStage::emit`]).
+enum News {
+    New,
+    /// A replay of what a previous correlator announced.
+    Withheld,
+    /// A previous correlator's resolved incident, revised: how it had ended.
+    Revised(super::rebuild::Outcome),
+}
+
 /// Node events held at once; past it the oldest hold is lifted (counted as expired).
 pub const MAX_NODE_HOLDS: usize = 10_000;
 
@@ -195,6 +222,18 @@ pub struct IncidentStage {
     /// The log time of each event of the batch being observed (reused).
     times: Vec<Option<crate::time::Millis>>,
     max_hold: Duration,
+    /// How long a resolved incident holds its records for late lines ([`IncidentsConfig`]).
+    resolved_hold: Duration,
+    /// Resolutions whose records stay held while the correlator keeps the incident for late
+    /// lines: the time of the resolution, the incident's serial, and the release's last party.
+    revisable: std::collections::VecDeque<(Instant, u64, Arc<Release>)>,
+    /// Serials the correlator forgot (reused).
+    forgotten: Vec<u64>,
+    /// How the incidents a previous correlator resolved ended, by id: read again (their
+    /// records were held), they are not announced again unless their outcome changes.
+    resolved_before: HashMap<String, super::rebuild::Outcome>,
+    /// Reads the incidents topic back after each rebalance that assigned partitions.
+    known: Option<KnownReader>,
     published: CorrelatorStats,
     last_publish: Option<Instant>,
     /// Unknown templates per job, listed in incidents without a known root; `None`: unknown
@@ -223,7 +262,10 @@ impl IncidentStage {
         metrics: &Metrics,
         tracer: Option<IncidentTracer>,
     ) -> Result<(Self, Vec<std::thread::JoinHandle<()>>), StartError> {
-        let correlator = Correlator::new(config.correlator.clone())?;
+        let mut correlator = Correlator::new(config.correlator.clone())?;
+        if !config.resolved_hold.is_zero() {
+            correlator.track_forgotten();
+        }
         let dead = DeadLetters {
             topic: outputs
                 .undeliverable_topic
@@ -260,6 +302,11 @@ impl IncidentStage {
                 lanes: super::lanes::Lanes::default(),
                 times: Vec::new(),
                 max_hold: config.max_hold,
+                resolved_hold: config.resolved_hold,
+                revisable: std::collections::VecDeque::new(),
+                forgotten: Vec::new(),
+                resolved_before: HashMap::new(),
+                known: None,
                 published: CorrelatorStats::default(),
                 last_publish: None,
                 recent: None,
@@ -275,6 +322,7 @@ impl IncidentStage {
         if events.is_empty() {
             return;
         }
+        self.read_known();
         let now = Instant::now();
         // Expiry waits for the slowest input partition, this batch's lines included. Each
         // event's log time is read once, here, for the lanes and the correlator.
@@ -371,12 +419,37 @@ impl IncidentStage {
         self.correlator.hold_expiry(self.lanes.low_watermark(now));
     }
 
-    /// Adopts the ids of the incidents a previous correlator left open
-    /// ([`super::rebuild::open_incidents`]).
-    pub fn adopt(&mut self, open: &[super::rebuild::OpenIncident]) {
-        for o in open {
+    /// Reads what a previous correlator published with `reader` after each rebalance that
+    /// assigned partitions (the first one included), before the first record read after it
+    /// is correlated: a correlator that takes a shard over, even one started long before as a
+    /// standby, knows what the shard's previous owner published up to then.
+    pub fn adopt_on_assignment(&mut self, reader: KnownReader) {
+        self.known = Some(reader);
+    }
+
+    /// Runs the [`KnownReader`] when an assignment came since its last read.
+    fn read_known(&mut self) {
+        let Some(r) = self.known.as_mut() else {
+            return;
+        };
+        let now = r.health.assignments();
+        if now == r.seen {
+            return;
+        }
+        r.seen = now;
+        let known = (r.read)();
+        self.adopt(known);
+    }
+
+    /// Adopts the ids of the incidents a previous correlator published
+    /// ([`super::rebuild::known_incidents`]), and remembers how those it resolved ended.
+    pub fn adopt(&mut self, known: Vec<super::rebuild::KnownIncident>) {
+        for k in known {
             self.correlator
-                .adopt(&o.job_id, &o.id, o.first_log_ms, o.last_log_ms);
+                .adopt(&k.job_id, &k.id, (k.first_log_ms, k.last_log_ms), &k.hosts);
+            if let Some(outcome) = k.resolved {
+                self.resolved_before.insert(k.id, outcome);
+            }
         }
     }
 
@@ -401,6 +474,7 @@ impl IncidentStage {
     /// resolves quiet incidents, lifts holds past `max_hold`, publishes metrics. Call it when
     /// idle and after each batch.
     pub fn tick(&mut self, current: bool) {
+        self.read_known();
         let now = Instant::now();
         self.clock.set_current(current, now);
         self.correlator.hold_expiry(self.lanes.low_watermark(now));
@@ -508,72 +582,153 @@ impl IncidentStage {
         self.emit();
     }
 
-    /// Produces the pending changes; a resolution lifts its incident's holds once delivered.
+    /// Produces the pending changes; a resolution lifts its incident's holds once delivered
+    /// and, while the correlator keeps the incident for late lines, at most `resolved_hold`
+    /// later. A change of an incident a previous correlator resolved ([`Self::adopt`]) goes out
+    /// only when its resolution says something new, as an `updated` change and the
+    /// resolution; the rest of its replay is withheld.
     fn emit(&mut self) {
         let mut changes = std::mem::take(&mut self.changes);
-        for change in &mut changes {
-            if let Some(r) = &self.recent {
-                r.attach(change);
-            }
-            let change = &*change;
-            if change.status != Status::Resolved {
-                self.hold_node_root(change);
-            }
-            match change.status {
-                Status::Open => self.families.opened(change),
-                Status::Updated => {}
-                Status::Resolved => {
-                    let label = change
-                        .resolution
-                        .map_or(ResolutionLabel::Quiet, ResolutionLabel::from);
-                    self.families.resolved(label);
-                    self.families.resolved_incident(change);
+        for change in changes.drain(..) {
+            let sent = match self.news(&change) {
+                News::New => self.send(change, true),
+                News::Withheld => self.send(change, false),
+                News::Revised(before) => {
+                    let mut update = change.clone();
+                    update.status = Status::Updated;
+                    update.resolution = None;
+                    update.replaces = Some(Arc::new(before.root));
+                    self.send(update, true) && self.send(change, true)
                 }
-            }
-            if let Some(t) = &self.tracer {
-                t.record(change);
-            }
-            let wanted: Vec<usize> = (0..self.outputs.len())
-                .filter(|&i| self.outputs[i].wants(change))
-                .collect();
-            let release = (change.status == Status::Resolved).then(|| {
-                let ids = self
-                    .holds
-                    .remove(&change.serial)
-                    .map(|h| h.ids)
-                    .unwrap_or_default();
-                // The incidents topic, and every output that takes the change.
-                let parties = 1 + wanted.len() as u32;
-                Release::new(Arc::clone(&self.tracker), ids, parties)
-            });
-            let shared =
-                (self.store.is_some() || !wanted.is_empty()).then(|| Arc::new(change.clone()));
-            if let (Some(store), Some(shared)) = (&self.store, &shared) {
-                store.record_shared(Arc::clone(shared));
-            }
-            self.json.clear();
-            if let Err(e) = serde_json::to_writer(&mut self.json, change) {
-                tracing::error!(error = %e, "serialising an incident");
-            }
-            if let Err(e) = self.sink.send_incident(
-                &self.topic,
-                &change.id,
-                &self.json,
-                release.clone(),
-                &self.stop,
-            ) {
-                // Holds stay: after the restart the incident is read and produced again.
-                self.stop.fail(e.into());
+            };
+            if !sent {
                 break;
-            }
-            if let Some(shared) = shared {
-                for &i in &wanted {
-                    self.outputs[i].offer(Arc::clone(&shared), release.clone());
-                }
             }
         }
         self.changes = changes;
         self.changes.clear();
+        self.settle(Instant::now());
+    }
+
+    /// Whether `change` is news (see [`Self::emit`]).
+    fn news(&mut self, change: &IncidentEvent) -> News {
+        let Some(before) = self.resolved_before.get(&change.id) else {
+            return News::New;
+        };
+        if change.status != Status::Resolved {
+            return News::Withheld;
+        }
+        let outcome = super::rebuild::Outcome::of(change);
+        if *before == outcome {
+            return News::Withheld;
+        }
+        match self.resolved_before.insert(change.id.clone(), outcome) {
+            Some(before) => News::Revised(before),
+            None => News::New,
+        }
+    }
+
+    /// Produces `change` when `announce`, else only records it in the incident store; false
+    /// when the pipeline failed.
+    fn send(&mut self, mut change: IncidentEvent, announce: bool) -> bool {
+        if let Some(r) = &self.recent {
+            r.attach(&mut change);
+        }
+        let change = &change;
+        if change.status != Status::Resolved {
+            self.hold_node_root(change);
+        }
+        let wanted: Vec<usize> = if announce {
+            (0..self.outputs.len())
+                .filter(|&i| self.outputs[i].wants(change))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let release = (change.status == Status::Resolved).then(|| {
+            let ids = self
+                .holds
+                .remove(&change.serial)
+                .map(|h| h.ids)
+                .unwrap_or_default();
+            // The incidents topic, every output that takes the change, and the correlator
+            // forgetting the incident (or `resolved_hold`).
+            let revisable = !self.resolved_hold.is_zero();
+            let parties = u32::from(announce) + wanted.len() as u32 + u32::from(revisable);
+            let release = Release::new(Arc::clone(&self.tracker), ids, parties);
+            if revisable {
+                let at = Instant::now();
+                self.revisable
+                    .push_back((at, change.serial, Arc::clone(&release)));
+            }
+            release
+        });
+        let shared = (self.store.is_some() || !wanted.is_empty()).then(|| Arc::new(change.clone()));
+        if let (Some(store), Some(shared)) = (&self.store, &shared) {
+            store.record_shared(Arc::clone(shared));
+        }
+        if !announce {
+            return true;
+        }
+        match change.status {
+            Status::Open => self.families.opened(change),
+            Status::Updated => {}
+            Status::Resolved => {
+                let label = change
+                    .resolution
+                    .map_or(ResolutionLabel::Quiet, ResolutionLabel::from);
+                self.families.resolved(label);
+                self.families.resolved_incident(change);
+            }
+        }
+        if let Some(t) = &self.tracer {
+            t.record(change);
+        }
+        self.json.clear();
+        if let Err(e) = serde_json::to_writer(&mut self.json, change) {
+            tracing::error!(error = %e, "serialising an incident");
+        }
+        if let Err(e) = self.sink.send_incident(
+            &self.topic,
+            &change.id,
+            &self.json,
+            release.clone(),
+            &self.stop,
+        ) {
+            // Holds stay: after the restart the incident is read and produced again.
+            self.stop.fail(e.into());
+            return false;
+        }
+        if let Some(shared) = shared {
+            for &i in &wanted {
+                self.outputs[i].offer(Arc::clone(&shared), release.clone());
+            }
+        }
+        true
+    }
+
+    /// Lifts the holds of resolved incidents the correlator forgot, and of those resolved
+    /// `resolved_hold` ago.
+    fn settle(&mut self, now: Instant) {
+        self.correlator.drain_forgotten(&mut self.forgotten);
+        if !self.forgotten.is_empty() {
+            let gone: std::collections::HashSet<u64> = self.forgotten.drain(..).collect();
+            self.revisable.retain(|(_, serial, release)| {
+                let keep = !gone.contains(serial);
+                if !keep {
+                    release.done();
+                }
+                keep
+            });
+        }
+        while let Some((at, _, _)) = self.revisable.front() {
+            if now.duration_since(*at) < self.resolved_hold {
+                break;
+            }
+            if let Some((_, _, release)) = self.revisable.pop_front() {
+                release.done();
+            }
+        }
     }
 
     fn publish(&mut self) {
@@ -589,7 +744,8 @@ impl IncidentStage {
         f.tickets_raised.inc_by(s.tickets - p.tickets);
         f.open.set(self.correlator.open_incidents() as i64);
         let incident_holds: usize = self.holds.values().map(|h| h.ids.len()).sum();
-        f.holds.set((incident_holds + self.node_holds.len()) as i64);
+        f.holds
+            .set((incident_holds + self.node_holds.len() + self.revisable.len()) as i64);
         if let Some(t) = self.correlator.now() {
             f.bad_node_score_max
                 .set(self.correlator.fleet().max_score(t).unwrap_or(0.0));
@@ -684,6 +840,22 @@ mod tests {
 
     /// An incident stage with no webhook and no Alertmanager, over `tracker`.
     fn bare_stage(tracker: &Arc<Tracker>) -> IncidentStage {
+        stage_with(
+            tracker,
+            crate::incident::config::RawIncidentsConfig {
+                topic: Some("incidents".into()),
+                quiet_ms: Some(10_000),
+                window_ms: Some(10_000),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// [`bare_stage`] with `[incidents]` as `raw` says.
+    fn stage_with(
+        tracker: &Arc<Tracker>,
+        raw: crate::incident::config::RawIncidentsConfig,
+    ) -> IncidentStage {
         let settings = crate::kafka::KafkaSettings {
             consumer: Vec::new(),
             producer: vec![("bootstrap.servers".into(), "127.0.0.1:1".into())],
@@ -699,12 +871,6 @@ mod tests {
             .expect("a producer needs no broker to start"),
         );
         let metrics = Metrics::new(crate::metrics::MetricsConfig::default()).expect("registry");
-        let raw = crate::incident::config::RawIncidentsConfig {
-            topic: Some("incidents".into()),
-            quiet_ms: Some(10_000),
-            window_ms: Some(10_000),
-            ..Default::default()
-        };
         let mut errors = Vec::new();
         let config = IncidentsConfig::from_raw(
             &raw,
@@ -819,5 +985,81 @@ mod tests {
         assert_eq!(after.opened, before.opened, "no second incident");
         assert_eq!(after.updated, before.updated + 2, "both lines revise it");
         assert_eq!(opened.root.error_code, "CUDA_OOM");
+    }
+
+    /// A resolved incident holds the commit at its first record while the correlator keeps it
+    /// for late lines, and lets it go when the correlator forgets it (here: its job evicted at
+    /// `max_jobs`). A previous correlator's resolved incident read again with the same outcome
+    /// is withheld: nothing waits for the incidents topic (no broker here), so only the
+    /// correlator's forgetting holds its records. Announced, the topic's acknowledgement would
+    /// hold them too.
+    #[test]
+    fn a_resolved_incident_holds_its_records_until_forgotten_and_a_replay_is_withheld() {
+        let at = |h: i64| crate::time::format_ms(1_714_564_800_000 + h * 3_600_000);
+        let xid = |job: &str, h: i64| {
+            event("XID_79", Role::Root, "gpu_hardware")
+                .job(job)
+                .ts(&at(h))
+                .build()
+        };
+        // What the previous correlator published: j's failure, resolved.
+        let mut previous =
+            Correlator::new(crate::incident::IncidentConfig::default()).expect("valid");
+        let mut out = Vec::new();
+        previous.observe(&xid("j", 0), &mut out);
+        previous.resolve_all(&mut out);
+        let published = out.last().expect("resolved").clone();
+        assert_eq!(published.status, Status::Resolved);
+
+        let run = |adopted: bool| {
+            let tracker = Tracker::new();
+            let mut stage = stage_with(
+                &tracker,
+                crate::incident::config::RawIncidentsConfig {
+                    topic: Some("incidents".into()),
+                    quiet_ms: Some(10_000),
+                    window_ms: Some(10_000),
+                    max_jobs: Some(2),
+                    max_open_incidents: Some(2),
+                    ..Default::default()
+                },
+            );
+            if adopted {
+                stage.adopt(vec![super::super::rebuild::KnownIncident {
+                    id: published.id.clone(),
+                    job_id: "j".into(),
+                    first_log_ms: None,
+                    last_log_ms: None,
+                    hosts: Vec::new(),
+                    resolved: Some(super::super::rebuild::Outcome::of(&published)),
+                }]);
+            }
+            let tp = logs();
+            let batch = registered(&tracker, &tp, &[0, 1, 2]);
+            // j fails; k's failure an hour later resolves it (quiet), j is kept.
+            stage.observe(&batch.records[..1], &[(0, xid("j", 0))]);
+            stage.observe(&batch.records, &[(1, xid("k", 1))]);
+            tracker.resolve_many(batch.records.iter().map(|r| (&r.id, 0)));
+            let kept = tracker.take_stores();
+            // l's failure evicts j (max_jobs 2): j is forgotten.
+            let more = registered(&tracker, &tp, &[3]);
+            stage.observe(&more.records, &[(0, xid("l", 2))]);
+            tracker.resolve_many(more.records.iter().map(|r| (&r.id, 0)));
+            (kept, tracker.take_stores())
+        };
+        let (kept, forgotten) = run(true);
+        assert_eq!(kept, vec![(logs(), 0)], "held at j's record while kept");
+        assert_eq!(
+            forgotten,
+            vec![(logs(), 1)],
+            "j forgotten and withheld: up to k's open incident"
+        );
+        let (kept, forgotten) = run(false);
+        assert_eq!(kept, vec![(logs(), 0)]);
+        assert_eq!(
+            forgotten,
+            Vec::new(),
+            "announced: the incidents topic's acknowledgement still holds j"
+        );
     }
 }

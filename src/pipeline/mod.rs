@@ -305,7 +305,11 @@ pub async fn start_with(
         Some(c) if role != ProcessRole::Match => {
             let list = build_outputs(config, admin, stop, extras.outputs)?;
             let (mut stage, threads) = shared.incident_stage(c, list, &sink)?;
-            stage.adopt(&adopt_open_incidents(&settings, c).await);
+            stage.adopt_on_assignment(incidents::KnownReader {
+                health: Arc::clone(health),
+                read: known_incidents(&settings, c),
+                seen: 0,
+            });
             (Some(stage), threads)
         }
         _ => (None, Vec::new()),
@@ -634,35 +638,34 @@ async fn event_partitioner(
     Ok(Some(shard::EventPartitioner::new(partitions, inc.shard_by)))
 }
 
-/// The incidents a previous correlator left open on the incidents topic (none, logged, when
-/// it cannot be read).
-async fn adopt_open_incidents(
+/// Reads the incidents a previous correlator published on the incidents topic (none, logged,
+/// when it cannot be read). Blocking.
+fn known_incidents(
     settings: &crate::kafka::KafkaSettings,
     c: &crate::incident::config::IncidentsConfig,
-) -> Vec<rebuild::OpenIncident> {
+) -> Box<dyn FnMut() -> Vec<rebuild::KnownIncident> + Send> {
     // An incident held past max_hold lost its holds, not its identity: at least ten minutes.
     let lookback = c.max_hold.max(Duration::from_secs(600));
     let (settings, topic) = (settings.clone(), c.topic.clone());
-    let read = tokio::task::spawn_blocking(move || {
-        rebuild::open_incidents(&settings, &topic, lookback, METADATA_TIMEOUT)
-    })
-    .await;
-    match read {
-        Ok(Ok(open)) => {
-            if !open.is_empty() {
-                tracing::info!(
-                    incidents = open.len(),
-                    "adopting the ids of incidents left open"
-                );
+    Box::new(move || {
+        match rebuild::known_incidents(&settings, &topic, lookback, METADATA_TIMEOUT) {
+            Ok(known) => {
+                let open = known.iter().filter(|k| k.resolved.is_none()).count();
+                if !known.is_empty() {
+                    tracing::info!(
+                        open,
+                        resolved = known.len() - open,
+                        "adopting the ids of incidents published before this assignment"
+                    );
+                }
+                known
             }
-            open
+            Err(e) => {
+                tracing::warn!(error = %e, "incidents published before this assignment get new ids");
+                Vec::new()
+            }
         }
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "open incidents of a previous correlator get new ids");
-            Vec::new()
-        }
-        Err(_) => Vec::new(),
-    }
+    })
 }
 
 /// The configured incident outputs, built, then the caller's.

@@ -66,6 +66,8 @@ pub struct Health {
     unassigned: Mutex<Vec<TopicPartition>>,
     /// Progress notes handed to the producer (counted among the events too).
     pub notes_sent: AtomicU64,
+    /// Rebalances that assigned partitions to this member.
+    assignments: AtomicU64,
 }
 
 /// A snapshot of what the service did.
@@ -116,7 +118,18 @@ impl Health {
             backlog: Mutex::new(Vec::new()),
             unassigned: Mutex::new(Vec::new()),
             notes_sent: AtomicU64::new(0),
+            assignments: AtomicU64::new(0),
         })
+    }
+
+    /// A rebalance assigned partitions to this member.
+    pub fn note_assignment(&self) {
+        self.assignments.fetch_add(1, Ordering::Release);
+    }
+
+    /// Rebalances that assigned partitions to this member so far.
+    pub fn assignments(&self) -> u64 {
+        self.assignments.load(Ordering::Acquire)
     }
 
     /// The source's partition count after a rebalance.

@@ -550,6 +550,24 @@ fn firing(i: &IncidentEvent, cfg: &AlertmanagerConfig, now: SystemTime) -> Alert
     a
 }
 
+/// The previous correlator's alert of incident `i` (see [`IncidentEvent::replaces`]), whose
+/// alert is now `a`, resolved at `now`: `a` under the old root's labels, when they differ.
+fn replaced(i: &IncidentEvent, a: &Alert, now: SystemTime) -> Option<Alert> {
+    let root = i.replaces.as_deref()?;
+    let mut old = a.clone();
+    let domain = root.kb_id.split('/').next().unwrap_or("");
+    for (k, v) in [
+        ("error_code", root.error_code.as_str()),
+        ("domain", domain),
+        ("category", root.category.as_str()),
+        ("severity", root.severity.as_str()),
+    ] {
+        old.labels.insert(k.to_string(), v.to_string());
+    }
+    old.ends_at = format_ms(ms_of(now));
+    (old.labels != a.labels).then_some(old)
+}
+
 /// `endsAt` of an alert firing at `now_ms`: [`ENDS_AFTER_RESENDS`] resend intervals ahead.
 fn firing_until(cfg: &AlertmanagerConfig, now_ms: Millis) -> Millis {
     now_ms + (cfg.resend_interval * ENDS_AFTER_RESENDS).as_millis() as Millis
@@ -646,10 +664,15 @@ impl Alerter {
                 .as_ref()
                 .filter(|p| p.labels == a.labels)
                 .map_or(now, |p| p.fired);
-            if let Some(p) = previous.filter(|p| p.labels != a.labels) {
-                let mut old = alert(&p.incident, cfg, now);
-                old.ends_at = format_ms(ms_of(now));
-                resolutions.push(old);
+            match previous {
+                Some(p) if p.labels != a.labels => {
+                    let mut old = alert(&p.incident, cfg, now);
+                    old.ends_at = format_ms(ms_of(now));
+                    resolutions.push(old);
+                }
+                Some(_) => {}
+                // Revised after a takeover: the previous correlator's alert names the old root.
+                None => resolutions.extend(replaced(i, &a, now)),
             }
             if resolved {
                 let due = fired + cfg.min_firing;

@@ -394,6 +394,11 @@ impl ConsumerContext for SourceContext {
             }
             Rebalance::Assign(tpl) => {
                 tracing::info!(partitions = tpl.count(), "partitions assigned");
+                if tpl.count() > 0 {
+                    // Before any of their records is read: a correlator learns what the
+                    // partitions' previous owner published before it correlates them.
+                    self.health.note_assignment();
+                }
             }
             Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
         }

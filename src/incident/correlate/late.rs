@@ -111,6 +111,21 @@ fn span(inc: &Incident) -> (Millis, Millis) {
 }
 
 impl Correlator {
+    /// Starts listing the resolved incidents that are no longer kept for late lines (dropped
+    /// past [`CLOSED_KEPT`], or with their job at `max_jobs`): the service holds a resolved
+    /// incident's records while a late line may still revise it, and lifts the hold when it
+    /// is forgotten ([`Self::drain_forgotten`]).
+    pub fn track_forgotten(&mut self) {
+        self.forgotten.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves the serials of the resolved incidents forgotten since the last call to `out`.
+    pub fn drain_forgotten(&mut self, out: &mut Vec<u64>) {
+        if let Some(f) = self.forgotten.as_mut() {
+            out.append(f);
+        }
+    }
+
     /// How far before an incident's first error its window starts.
     pub(super) fn slack(&self) -> Millis {
         self.cfg.window_ms.max(self.cfg.node_join_ms)

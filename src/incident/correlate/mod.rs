@@ -128,6 +128,9 @@ pub struct Correlator {
     /// Ids of incidents another correlator had open (read back from the incidents topic), per
     /// job: a new incident of the job within one's log-time window takes its id.
     adopted: HashMap<Arc<str>, Vec<adopt::Adopted>>,
+    /// Serials of resolved incidents no longer kept for late lines, since the last
+    /// [`Self::drain_forgotten`]; `None`: nobody asks ([`Self::track_forgotten`]).
+    forgotten: Option<Vec<u64>>,
     stats: CorrelatorStats,
 }
 
@@ -148,6 +151,7 @@ impl Correlator {
             arrivals: 0,
             next_serial: 1,
             adopted: HashMap::new(),
+            forgotten: None,
             stats: CorrelatorStats::default(),
         })
     }
@@ -650,11 +654,13 @@ impl Correlator {
         self.update_tick += 1;
         inc.open_key = (t.max(self.clock.unwrap_or(t)), self.update_tick);
         self.open.insert(inc.open_key, Arc::clone(key));
+        let fresh = inc.id.clone();
         job.incident = Some(inc);
-        if let Some(id) = self.take_adopted(key, log_ms) {
+        if let Some(adopted) = self.take_adopted(key, log_ms, &fresh) {
             if let Some(inc) = self.jobs.get_mut(key).and_then(|j| j.incident.as_mut()) {
-                inc.id = id;
+                inc.id = adopted.id;
             }
+            self.place_adopted(key, &adopted.hosts, t);
         }
     }
 
@@ -739,7 +745,12 @@ impl Correlator {
                     .is_some_and(|c| c.behind(clock, self.cfg.window_ms, slack)))
         {
             // The oldest failure no longer takes late lines: its attempt's hosts go.
-            gone.extend(job.closed.pop_front().map(|c| c.hosts).unwrap_or_default());
+            if let Some(c) = job.closed.pop_front() {
+                if let Some(f) = self.forgotten.as_mut() {
+                    f.push(c.inc.serial);
+                }
+                gone.extend(c.hosts);
+            }
         }
         self.forget_hosts(key, gone);
     }
@@ -779,7 +790,9 @@ impl Correlator {
                 self.stats.evicted_incidents += 1;
                 self.resolve(&victim, Resolution::Evicted, out);
             }
-            self.jobs.remove(&victim);
+            if let (Some(job), Some(f)) = (self.jobs.remove(&victim), self.forgotten.as_mut()) {
+                f.extend(job.closed.iter().map(|c| c.inc.serial));
+            }
             self.stats.evicted_jobs += 1;
         }
         let key: Arc<str> = Arc::from(job_id);

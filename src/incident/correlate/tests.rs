@@ -434,8 +434,8 @@ fn an_adopted_id_is_taken_by_the_same_failure_only() {
         crate::time::parse(&ts(600)).and_then(|t| t.millis()),
     );
     let mut c = corr(IncidentConfig::default());
-    c.adopt("j", "fp2:00000000000000aa", from, to);
-    c.adopt("k", "fp2:00000000000000bb", from, to);
+    c.adopt("j", "fp2:00000000000000aa", (from, to), &[]);
+    c.adopt("k", "fp2:00000000000000bb", (from, to), &[]);
     // Job j's failure, opened this time by its other rank's line.
     let j = feed(&mut c, &[timeout("j", 3, 610)]);
     assert_eq!(j[0].id, "fp2:00000000000000aa");
@@ -448,6 +448,42 @@ fn an_adopted_id_is_taken_by_the_same_failure_only() {
     let other = feed(&mut c, &[timeout("z", 0, 600 + 6 * 3600)]);
     let z = other.iter().find(|e| e.job_id == "z").expect("z opens");
     assert_ne!(z.id, "fp2:00000000000000bb");
+}
+
+/// A correlator that takes a job over reads a resolved failure's records again from its first
+/// match, not the job's earlier lines that said where its ranks ran. The hosts the incidents
+/// topic gave with the adopted incident place the job there: a node's late Xid on a host none
+/// of the failure's lines named revises it under its id; without them it does not.
+#[test]
+fn an_adopted_incidents_hosts_let_a_late_node_event_revise_it() {
+    let run = |hosts: &[String]| {
+        let mut c = corr(IncidentConfig::default());
+        let span = (
+            crate::time::parse(&ts(600)).and_then(|t| t.millis()),
+            crate::time::parse(&ts(601)).and_then(|t| t.millis()),
+        );
+        c.adopt("j", "fp2:00000000000000aa", span, hosts);
+        // The failure read again (ranks 1 and 2 on node-00), resolved quiet.
+        let mut out = feed(&mut c, &[timeout("j", 1, 600), timeout("j", 2, 601)]);
+        out.extend(feed(&mut c, &[timeout("other", 0, 600 + 40 * 60)]));
+        assert!(out
+            .iter()
+            .any(|e| e.id == "fp2:00000000000000aa" && e.status == Status::Resolved));
+        // node-07 (rank 56, which died silently) logs its Xid late.
+        let late = feed(&mut c, &[node_xid("node-07", 0)]);
+        late.iter()
+            .filter(|e| e.id == "fp2:00000000000000aa")
+            .map(|e| (e.status, e.root.error_code.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        run(&["node-00".to_string(), "node-07".to_string()]),
+        [
+            (Status::Updated, "XID_79".to_string()),
+            (Status::Resolved, "XID_79".to_string())
+        ]
+    );
+    assert_eq!(run(&[]), [], "without the hosts, the Xid is not the job's");
 }
 
 /// A node's Xid as its kernel log reports it: no job, the host's.

@@ -2,16 +2,18 @@
 //! (`faultline bench fleet`: restarts under the same job id, checkpoints, Xids, OOM kills),
 //! job logs on ten partitions keyed by job, node logs (kernel lines naming a host and no job)
 //! on two partitions of their own that arrive only after every job line was correlated, as a
-//! backlog replayed after an outage or a shipper that lags. Two match members, one SIGKILLed
-//! and replaced between the job and the node lines, and a correlator. The incidents must be
-//! `scan`'s: same count, same roots and culprit hosts, and one id per failure from its first
-//! change to its last: a late node line revises the failure it belongs to, under its id.
+//! backlog replayed after an outage or a shipper that lags. Two match members and two
+//! correlators (one active, one standing by in the same group); between the job and the node
+//! lines the active correlator and a match member are SIGKILLed, and the standby takes over.
+//! The incidents must be `scan`'s: same count, same roots and culprit hosts, and one id per
+//! failure from its first change to its last: a late node line revises the failure it belongs
+//! to, under its id, though the correlator that resolved it is gone (its records were held,
+//! and the standby reads what it published when the partition is assigned to it).
 //! The correlator posts its incidents to a real Alertmanager (Debian's
 //! `prometheus-alertmanager`, grouping by `incident_id`): it sees one notification group per
 //! failure, never two alerts of one failure firing at once (a re-elected root's old alert is
-//! resolved in the request that fires the new one).
-//! (A correlator that takes over knows the incidents left open, not those resolved before it
-//! started: `scale_out.rs` kills the correlator while the lines arrive in order.)
+//! resolved in the request that fires the new one, also when the revision comes from the
+//! standby).
 
 use std::collections::BTreeMap;
 use std::process::Child;
@@ -21,8 +23,11 @@ use serde_json::Value;
 
 use super::incidents::incidents;
 use super::out_of_process::broker;
-use super::scale_out::{free_addr, setup, stop, LOG_PARTITIONS};
+use super::scale_out::{free_addr, series, setup, stop, LOG_PARTITIONS};
 use super::*;
+
+/// The correlator's count of correlated match events.
+const CORRELATED: &str = "faultline_correlator_events_total{result=\"correlated\"}";
 
 /// Partitions of the job logs; the node logs take the rest.
 const JOB_PARTITIONS: i32 = 10;
@@ -196,8 +201,17 @@ async fn a_fleet_replayed_with_late_node_partitions_gives_the_incidents_of_scan(
     });
     let (mut broker, bootstrap) = broker();
     let f = setup(&mut broker, &bootstrap, 1, &extra).await;
-    let active_admin = free_addr();
-    let active = f.member("correlate", Some(active_admin));
+    // Two correlators in one group, started together: one owns the events partition, the
+    // other stands by.
+    let admins = [free_addr(), free_addr()];
+    let mut correlators: Vec<Child> = admins
+        .iter()
+        .map(|a| f.member("correlate", Some(*a)))
+        .collect();
+    wait_for("both correlators serve their metrics", || {
+        admins.iter().all(|a| series(*a, CORRELATED).is_some())
+    })
+    .await;
     let mut members: Vec<Child> = (0..2).map(|_| f.member("match", None)).collect();
     produce(&bootstrap, &f.t.input, &placed(&job, &jobs)).await;
     wait_for("the job lines' incidents", || {
@@ -207,10 +221,18 @@ async fn a_fleet_replayed_with_late_node_partitions_gives_the_incidents_of_scan(
             >= job_only.len()
     })
     .await;
-    // A match member dies; a new one takes its partitions.
-    let mut killed = members.remove(0);
-    killed.kill().expect("SIGKILL");
-    killed.wait().expect("reaped");
+    // The correlator that resolved them dies, and a match member; the standby takes the
+    // events partition over, a new member the killed one's input partitions. The late node
+    // lines must revise the failures the dead correlator resolved, under their ids.
+    let owner = admins
+        .iter()
+        .position(|a| series(*a, CORRELATED).is_some_and(|n| n > 0.0))
+        .expect("a correlator correlated the job lines");
+    let mut killed = vec![correlators.remove(owner), members.remove(0)];
+    for c in &mut killed {
+        c.kill().expect("SIGKILL");
+        c.wait().expect("reaped");
+    }
     members.push(f.member("match", None));
 
     // Hours of log time late: the node partitions' backlog.
@@ -228,7 +250,7 @@ async fn a_fleet_replayed_with_late_node_partitions_gives_the_incidents_of_scan(
         }
     })
     .await;
-    members.push(active);
+    members.extend(correlators);
     stop(members);
     let (got, split) = by_id(&seen);
     assert!(
