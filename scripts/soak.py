@@ -47,7 +47,8 @@ KB_SRC = os.environ.get("SOAK_KB", "kb")
 # An incident resolves this long (log time) after its last line. The correlator's clock stops
 # while a member is behind (an outage, a rebalance, a catch-up), so a short quiet period does
 # not split a job's two lines into two incidents; it keeps the commits (which an open incident
-# holds at its first record) close to the head.
+# holds at its first record) close to the head. A resolved incident holds its records for late
+# lines for one more quiet period (resolved_hold_ms), so the drain below sees them committed.
 QUIET_MS = 10000
 # The mock broker keeps at most 5 MiB a partition (librdkafka's mock cluster has no setting for
 # it): the load must leave a member that re-reads from a held commit its records, or librdkafka
@@ -399,6 +400,7 @@ watch_interval_ms = 1000
 topic = "{topics['incidents']}"
 window_ms = {QUIET_MS}
 quiet_ms = {QUIET_MS}
+resolved_hold_ms = {QUIET_MS}
 [webhook]
 url = "{hook.url}/tickets"
 max_attempts = 3

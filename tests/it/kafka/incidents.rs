@@ -68,6 +68,8 @@ async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
     raw.admin.listen = Some("127.0.0.1:0".into());
     raw.incidents.window_ms = Some(3_000);
     raw.incidents.quiet_ms = Some(3_000);
+    // A resolved incident holds its records for late lines this long after its resolution.
+    raw.incidents.resolved_hold_ms = Some(1_000);
     raw.telemetry.endpoint = Some(format!("http://{otlp}"));
     raw.telemetry.protocol = Some("grpc".into());
     raw.telemetry.scheduled_delay_ms = Some(100);
@@ -119,7 +121,7 @@ async fn the_running_pipeline_produces_and_resolves_the_xid_incident() {
         (1..=all.len() as u64).collect::<Vec<_>>(),
         "each change once, in order"
     );
-    // The resolution lifted the hold: everything is committed.
+    // The resolution, then resolved_hold_ms, lifted the hold: everything is committed.
     wait_for("everything committed after the resolution", || {
         committed(&cluster.bootstrap, &group, &input, 1) == vec![lines.len() as i64]
     })

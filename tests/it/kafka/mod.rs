@@ -355,6 +355,9 @@ impl IncidentRig {
         let kb = crate::support::repo().join("kb");
         let mut raw = test_config(&cluster.bootstrap, &group, &input, &output, &dlq, &kb);
         raw.incidents.topic = Some(incidents.clone());
+        // Resolved incidents hold their records for late lines only briefly here: the tests
+        // wait for everything to be committed after the resolutions.
+        raw.incidents.resolved_hold_ms = Some(500);
         IncidentRig {
             cluster,
             input,

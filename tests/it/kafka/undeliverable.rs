@@ -43,6 +43,7 @@ async fn changes_a_failing_receiver_never_accepts_end_in_the_dead_letter_topic()
     raw.kb.dir = Some(crate::support::repo().join("kb"));
     raw.dead_letter.undeliverable_topic = Some(undeliverable.clone());
     raw.incidents.topic = Some(topic.clone());
+    raw.incidents.resolved_hold_ms = Some(500);
     raw.incidents.window_ms = Some(3_000);
     raw.incidents.quiet_ms = Some(3_000);
     raw.webhook.url = Some(tickets.url.clone());

@@ -108,6 +108,7 @@ async fn role_all(envelope: Option<&str>) {
     let mut raw = test_config(&cluster.bootstrap, &group, &input, &output, &dlq, kb.path());
     raw.admin.listen = Some("127.0.0.1:0".into());
     raw.incidents.topic = Some(topic.clone());
+    raw.incidents.resolved_hold_ms = Some(500);
     raw.incidents.window_ms = Some(3_000);
     raw.incidents.quiet_ms = Some(3_000);
     raw.input.envelope = envelope.map(str::to_string);
@@ -197,6 +198,7 @@ async fn split_roles_place_unknown_events_on_the_job_shard_and_the_correlator_li
     let base = || {
         let mut raw = test_config(&cluster.bootstrap, &group, &input, &output, &dlq, kb.path());
         raw.incidents.topic = Some(topic.clone());
+        raw.incidents.resolved_hold_ms = Some(500);
         raw.incidents.window_ms = Some(3_000);
         raw.incidents.quiet_ms = Some(3_000);
         raw.incidents.shard_by = Some("cluster".into());
