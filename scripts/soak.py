@@ -613,8 +613,12 @@ references = ["scripts/soak.py"]
             # And every incident on the topic resolved (a member's gauge may lag behind).
             changes = [json.loads(l) for l in
                        broker.read(topics["incidents"], "%s\n").decode().splitlines()]
+            # And the KB reload a change started has finished: under the load a member compiles
+            # the changed KB's database slowly, and it goes on after the load stops.
+            reloads_done = sum(metric_values(a.metrics(),
+                                             "faultline_knowledge_base_reloads_total").values())
             if {c["id"] for c in changes} <= {
-                    c["id"] for c in changes if c["status"] == "resolved"}:
+                    c["id"] for c in changes if c["status"] == "resolved"} and reloads_done >= 1:
                 break
         final_lag = total
         time.sleep(1)  # the sampling period

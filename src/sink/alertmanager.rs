@@ -1174,6 +1174,46 @@ mod tests {
         assert_eq!(a.open(), 1, "one alert of the failure fires");
     }
 
+    /// After a takeover the new correlator's alerter never saw the incident: a revision that
+    /// names the previous correlator's root ends the alert under that root's labels in the
+    /// request that fires the new one; without a root of its own to replace, nothing extra.
+    #[test]
+    fn a_revision_after_a_takeover_resolves_the_previous_correlators_alert() {
+        let changes = re_elected();
+        let timeout = &changes[0];
+        let mut update = (*changes[1]).clone();
+        update.replaces = Some(Arc::new(crate::incident::PublishedRoot {
+            kb_id: timeout.root.kb_id.clone(),
+            error_code: timeout.root.error_code.clone(),
+            category: timeout.root.category.clone(),
+            severity: timeout.root.severity.as_str().to_string(),
+        }));
+        let server = TicketServer::accepting();
+        let (mut a, _) = alerter(&server.url);
+        let now = at("2024-05-01T13:00:00Z");
+        a.changes(&[Arc::new(update.clone())], now).expect("posted");
+        let body = posted(&server).pop().expect("posted");
+        assert_eq!(body.len(), 2, "{body:?}");
+        assert_eq!(body[0]["labels"]["error_code"], "CUDA_OOM");
+        assert_eq!(body[0]["endsAt"], "2024-05-01T13:04:00.000Z", "fires");
+        assert_eq!(body[1]["labels"]["error_code"], "NCCL_TIMEOUT");
+        assert_eq!(
+            body[1]["labels"]["incident_id"], body[0]["labels"]["incident_id"],
+            "the same failure's alert"
+        );
+        assert_eq!(body[1]["endsAt"], "2024-05-01T13:00:00.000Z", "ends");
+        // The same root as before: only the alert itself.
+        let (mut a, _) = alerter(&server.url);
+        update.replaces = Some(Arc::new(crate::incident::PublishedRoot {
+            kb_id: update.root.kb_id.clone(),
+            error_code: update.root.error_code.clone(),
+            category: update.root.category.clone(),
+            severity: update.root.severity.as_str().to_string(),
+        }));
+        a.changes(&[Arc::new(update)], now).expect("posted");
+        assert_eq!(posted(&server).pop().expect("posted").len(), 1);
+    }
+
     #[test]
     fn failed_requests_retry_with_backoff_and_keep_the_resolution() {
         let server = TicketServer::start(usize::MAX, 503);
