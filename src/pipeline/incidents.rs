@@ -438,6 +438,10 @@ impl IncidentStage {
         }
         r.seen = now;
         let known = (r.read)();
+        // The read holds every incident still worth knowing: what earlier reads left is
+        // dropped, so a long-lived member's lists stay bounded by one read.
+        self.correlator.forget_adopted();
+        self.resolved_before.clear();
         self.adopt(known);
     }
 

@@ -62,6 +62,12 @@ impl Correlator {
         });
     }
 
+    /// Forgets the adopted incidents not taken yet: the service reads the incidents topic
+    /// again after each rebalance, and that read holds every incident still worth adopting.
+    pub fn forget_adopted(&mut self) {
+        self.adopted.clear();
+    }
+
     /// Job `key` ran on `hosts` (an adopted incident's): known there from log time `t` on.
     pub(super) fn place_adopted(&mut self, key: &Arc<str>, hosts: &[Arc<str>], t: Millis) {
         let max_hosts = self.cfg.max_hosts_per_incident;
