@@ -142,6 +142,10 @@ CUDA_WRAPPERS = [
     # siblings) after the NCCL all-reduce: LOG(FATAL) << "cudaStreamSynchronize " << cudaGetErrorString(e)
     # and LOG(FATAL) << "cudaGetLastError  " << cudaGetErrorString(e) << " errno:" << e.
     r"\bcuda(?:GetLastError|StreamSynchronize) {1,2}",
+    # torch_memory_saver (SGLang's and verl's GPU memory pause/resume, csrc/utils.h CURESULT_CHECK / CUDA_ERROR_CHECK):
+    # std::cerr << "[torch_memory_saver.cpp] CUresult error: " << result << " (" << cuGetErrorString << ") " << " file=..."
+    # and "[torch_memory_saver.cpp] cudaError error: " << result << " (" << cudaGetErrorString << ") ..."
+    r"\[torch_memory_saver\.cpp\] (?:CUresult|cudaError) error: \d{1,4} \(",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -161,6 +165,7 @@ CUDA_WRAP_EXAMPLES = [
     "OSError: (External) CUDA error({n}), {s}.",
     "  what():  [enforce fail at context_gpu.cu:343] error == cudaSuccess. {n} vs 0. Error at: /var/lib/jenkins/workspace/caffe2/core/context_gpu.cu:343: {s} Error from operator: ",
     "F0912 17:23:26.346724 783 all_reduce_op_handle.cc:75] cudaGetLastError  {s} errno:{n}",
+    "(SGLangHttpServer pid=250977) [torch_memory_saver.cpp] CUresult error: {n} ({s})  file=csrc/utils.h func=cu_mem_create line=194",
 ]
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
