@@ -172,8 +172,9 @@ enum News {
     New,
     /// A replay of what a previous correlator announced.
     Withheld,
-    /// A previous correlator's resolved incident, revised: how it had ended.
-    Revised(super::rebuild::Outcome),
+    /// A previous correlator's resolved incident, revised: how it had ended, and the last
+    /// revision published of it.
+    Revised(super::rebuild::Outcome, u64),
 }
 
 /// Node events held at once; past it the oldest hold is lifted (counted as expired).
@@ -229,9 +230,10 @@ pub struct IncidentStage {
     revisable: std::collections::VecDeque<(Instant, u64, Arc<Release>)>,
     /// Serials the correlator forgot (reused).
     forgotten: Vec<u64>,
-    /// How the incidents a previous correlator resolved ended, by id: read again (their
-    /// records were held), they are not announced again unless their outcome changes.
-    resolved_before: HashMap<String, super::rebuild::Outcome>,
+    /// How the incidents a previous correlator resolved ended, by id, and the last revision
+    /// published of each: read again (their records were held), they are not announced again
+    /// unless their outcome changes, and then under revisions after those published.
+    resolved_before: HashMap<String, (super::rebuild::Outcome, u64)>,
     /// Reads the incidents topic back after each rebalance that assigned partitions.
     known: Option<KnownReader>,
     published: CorrelatorStats,
@@ -452,7 +454,7 @@ impl IncidentStage {
             self.correlator
                 .adopt(&k.job_id, &k.id, (k.first_log_ms, k.last_log_ms), &k.hosts);
             if let Some(outcome) = k.resolved {
-                self.resolved_before.insert(k.id, outcome);
+                self.resolved_before.insert(k.id, (outcome, k.revision));
             }
         }
     }
@@ -597,11 +599,15 @@ impl IncidentStage {
             let sent = match self.news(&change) {
                 News::New => self.send(change, true),
                 News::Withheld => self.send(change, false),
-                News::Revised(before) => {
+                News::Revised(before, published) => {
+                    let mut change = change;
                     let mut update = change.clone();
                     update.status = Status::Updated;
                     update.resolution = None;
                     update.replaces = Some(Arc::new(before.root));
+                    // After every revision published of it (idempotency keys name revisions).
+                    update.revision = published + 1;
+                    change.revision = published + 2;
                     self.send(update, true) && self.send(change, true)
                 }
             };
@@ -616,7 +622,7 @@ impl IncidentStage {
 
     /// Whether `change` is news (see [`Self::emit`]).
     fn news(&mut self, change: &IncidentEvent) -> News {
-        let Some(before) = self.resolved_before.get(&change.id) else {
+        let Some((before, published)) = self.resolved_before.get(&change.id) else {
             return News::New;
         };
         if change.status != Status::Resolved {
@@ -626,8 +632,9 @@ impl IncidentStage {
         if *before == outcome {
             return News::Withheld;
         }
-        match self.resolved_before.insert(change.id.clone(), outcome) {
-            Some(before) => News::Revised(before),
+        let now = (outcome, published + 2);
+        match self.resolved_before.insert(change.id.clone(), now) {
+            Some((before, published)) => News::Revised(before, published),
             None => News::New,
         }
     }
@@ -1036,6 +1043,7 @@ mod tests {
                     last_log_ms: None,
                     hosts: Vec::new(),
                     resolved: Some(super::super::rebuild::Outcome::of(&published)),
+                    revision: published.revision,
                 }]);
             }
             let tp = logs();
@@ -1065,5 +1073,46 @@ mod tests {
             Vec::new(),
             "announced: the incidents topic's acknowledgement still holds j"
         );
+    }
+
+    /// A previous correlator's resolved incident read again: its replay is withheld while the
+    /// outcome is what was published; a new outcome is news, numbered after every revision
+    /// published of it, and the next one after that.
+    #[test]
+    fn a_replayed_resolution_is_news_only_when_its_outcome_changes() {
+        let tracker = Tracker::new();
+        let mut stage = bare_stage(&tracker);
+        let mut c = Correlator::new(crate::incident::IncidentConfig::default()).expect("valid");
+        let mut out = Vec::new();
+        let xid = event("XID_79", Role::Root, "gpu_hardware")
+            .job("j")
+            .ts("2024-05-01T12:00:00Z")
+            .build();
+        c.observe(&xid, &mut out);
+        c.resolve_all(&mut out);
+        let resolved = out.last().expect("resolved").clone();
+        let outcome = super::super::rebuild::Outcome::of(&resolved);
+        stage
+            .resolved_before
+            .insert(resolved.id.clone(), (outcome.clone(), 5));
+        assert!(matches!(stage.news(&out[0]), News::Withheld), "its opening");
+        assert!(
+            matches!(stage.news(&resolved), News::Withheld),
+            "the same end"
+        );
+        let mut revised = resolved.clone();
+        revised.signature = "fp1:00000000000000ff".into();
+        match stage.news(&revised) {
+            News::Revised(before, published) => {
+                assert_eq!((before, published), (outcome, 5));
+            }
+            _ => panic!("a new outcome is news"),
+        }
+        let mut again = revised.clone();
+        again.counts.matches += 1;
+        assert!(matches!(stage.news(&again), News::Revised(_, 7)));
+        let mut other = resolved;
+        other.id = "fp2:0000000000000001".into();
+        assert!(matches!(stage.news(&other), News::New), "another id");
     }
 }

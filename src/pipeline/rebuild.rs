@@ -37,6 +37,8 @@ pub struct KnownIncident {
     pub hosts: Vec<String>,
     /// What its resolution said, when its last change was one; `None`: left open.
     pub resolved: Option<Outcome>,
+    /// The `revision` of its last change.
+    pub revision: u64,
 }
 
 /// What a resolved incident's last change said that a consumer acts on: equal outcomes of one
@@ -85,6 +87,8 @@ struct Change {
     #[serde(default)]
     root: crate::incident::PublishedRoot,
     status: String,
+    #[serde(default)]
+    revision: u64,
     job_id: String,
     #[serde(default)]
     job_hosts: Vec<String>,
@@ -166,6 +170,7 @@ pub fn known_incidents(
             id,
             job_id: c.job_id,
             hosts: c.job_hosts,
+            revision: c.revision,
         })
         .collect())
 }
