@@ -25,10 +25,10 @@ def main() -> None:
     kafka = {}
     if kafka_path and os.path.exists(kafka_path):
         for line in open(kafka_path, encoding="utf-8"):
-            name, b, r, k, f, ss, peak, lpr, sr, parts, runs = line.rstrip("\n").split("\t")
+            name, b, r, k, f, ss, peak, lpr, sr, parts, rounds = line.rstrip("\n").split("\t")
             kafka[name] = dict(bytes=int(b), records=int(r), kcat=float(k), fl=float(f),
                                steady=float(ss), peak_kb=int(peak), lpr=int(lpr),
-                               steady_records=int(sr), parts=int(parts), runs=int(runs))
+                               steady_records=int(sr), parts=int(parts), runs=int(rounds))
     size, lines = int(size), int(lines)
     rows = {}
     for line in open(results_path, encoding="utf-8"):
