@@ -400,6 +400,18 @@ pub struct PublishedRoot {
     pub severity: String,
 }
 
+impl PublishedRoot {
+    /// What `root` publishes.
+    pub fn of(root: &RootInfo) -> Self {
+        PublishedRoot {
+            kb_id: root.kb_id.clone(),
+            error_code: root.error_code.clone(),
+            category: root.category.clone(),
+            severity: root.severity.as_str().to_string(),
+        }
+    }
+}
+
 /// The elected initiator.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RootInfo {

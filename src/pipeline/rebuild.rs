@@ -62,12 +62,7 @@ impl Outcome {
             fingerprint: change.fingerprint.clone(),
             signature: change.signature.clone(),
             matches: change.counts.matches,
-            root: crate::incident::PublishedRoot {
-                kb_id: change.root.kb_id.clone(),
-                error_code: change.root.error_code.clone(),
-                category: change.root.category.clone(),
-                severity: change.root.severity.as_str().to_string(),
-            },
+            root: crate::incident::PublishedRoot::of(&change.root),
         }
     }
 }

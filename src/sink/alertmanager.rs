@@ -38,7 +38,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::incident::{IncidentEvent, Status};
+use crate::incident::{IncidentEvent, PublishedRoot, Status};
 use crate::secret::redact_url;
 use crate::section::{Errors, Printer};
 use crate::sink::http::{HttpClient, HttpError, Pause, RetryPolicy, Sleep};
@@ -293,18 +293,14 @@ fn ms_of(t: SystemTime) -> Millis {
 /// sink, or the webhook's Alertmanager format): `extra` and then faultline's own labels.
 pub fn label_set(i: &IncidentEvent, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut l = extra.clone();
-    let domain = i.root.kb_id.split('/').next().unwrap_or("");
     for (k, v) in [
         ("alertname", ALERT_NAME),
         ("incident_id", &i.id),
         ("job_id", &i.job_id),
-        ("error_code", &i.root.error_code),
-        ("domain", domain),
-        ("category", &i.root.category),
-        ("severity", i.root.severity.as_str()),
     ] {
         l.insert(k.to_string(), v.to_string());
     }
+    set_root_labels(&mut l, &PublishedRoot::of(&i.root));
     if let Some(c) = &i.timeline.cluster {
         l.insert("cluster".into(), c.clone());
     }
@@ -550,11 +546,9 @@ fn firing(i: &IncidentEvent, cfg: &AlertmanagerConfig, now: SystemTime) -> Alert
     a
 }
 
-/// The previous correlator's alert of incident `i` (see [`IncidentEvent::replaces`]), whose
-/// alert is now `a`, resolved at `now`: `a` under the old root's labels, when they differ.
-fn replaced(i: &IncidentEvent, a: &Alert, now: SystemTime) -> Option<Alert> {
-    let root = i.replaces.as_deref()?;
-    let mut old = a.clone();
+/// The labels that name an incident's root: its `error_code`, `domain` (the entry id's first
+/// part), `category` and `severity`.
+fn set_root_labels(labels: &mut BTreeMap<String, String>, root: &PublishedRoot) {
     let domain = root.kb_id.split('/').next().unwrap_or("");
     for (k, v) in [
         ("error_code", root.error_code.as_str()),
@@ -562,8 +556,16 @@ fn replaced(i: &IncidentEvent, a: &Alert, now: SystemTime) -> Option<Alert> {
         ("category", root.category.as_str()),
         ("severity", root.severity.as_str()),
     ] {
-        old.labels.insert(k.to_string(), v.to_string());
+        labels.insert(k.to_string(), v.to_string());
     }
+}
+
+/// The previous correlator's alert of incident `i` (see [`IncidentEvent::replaces`]), whose
+/// alert is now `a`, resolved at `now`: `a` under the old root's labels, when they differ.
+fn replaced(i: &IncidentEvent, a: &Alert, now: SystemTime) -> Option<Alert> {
+    let root = i.replaces.as_deref()?;
+    let mut old = a.clone();
+    set_root_labels(&mut old.labels, root);
     old.ends_at = format_ms(ms_of(now));
     (old.labels != a.labels).then_some(old)
 }
@@ -1182,12 +1184,7 @@ mod tests {
         let changes = re_elected();
         let timeout = &changes[0];
         let mut update = (*changes[1]).clone();
-        update.replaces = Some(Arc::new(crate::incident::PublishedRoot {
-            kb_id: timeout.root.kb_id.clone(),
-            error_code: timeout.root.error_code.clone(),
-            category: timeout.root.category.clone(),
-            severity: timeout.root.severity.as_str().to_string(),
-        }));
+        update.replaces = Some(Arc::new(PublishedRoot::of(&timeout.root)));
         let server = TicketServer::accepting();
         let (mut a, _) = alerter(&server.url);
         let now = at("2024-05-01T13:00:00Z");
@@ -1204,12 +1201,7 @@ mod tests {
         assert_eq!(body[1]["endsAt"], "2024-05-01T13:00:00.000Z", "ends");
         // The same root as before: only the alert itself.
         let (mut a, _) = alerter(&server.url);
-        update.replaces = Some(Arc::new(crate::incident::PublishedRoot {
-            kb_id: update.root.kb_id.clone(),
-            error_code: update.root.error_code.clone(),
-            category: update.root.category.clone(),
-            severity: update.root.severity.as_str().to_string(),
-        }));
+        update.replaces = Some(Arc::new(PublishedRoot::of(&update.root)));
         a.changes(&[Arc::new(update)], now).expect("posted");
         assert_eq!(posted(&server).pop().expect("posted").len(), 1);
     }

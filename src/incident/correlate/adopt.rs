@@ -68,22 +68,6 @@ impl Correlator {
         self.adopted.clear();
     }
 
-    /// Job `key` ran on `hosts` (an adopted incident's): known there from log time `t` on.
-    pub(super) fn place_adopted(&mut self, key: &Arc<str>, hosts: &[Arc<str>], t: Millis) {
-        let max_hosts = self.cfg.max_hosts_per_incident;
-        let Some(job) = self.jobs.get_mut(key) else {
-            return;
-        };
-        for host in hosts {
-            if !job.hosts.contains(host) && job.hosts.len() < max_hosts {
-                job.hosts.push(Arc::clone(host));
-            }
-        }
-        for host in hosts {
-            self.nodes.saw_job(host, key, t);
-        }
-    }
-
     /// Takes the adopted incident of job `key` that is `fresh` (the id the incident opened with),
     /// else the first whose window holds `log_ms`.
     pub(super) fn take_adopted(

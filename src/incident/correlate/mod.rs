@@ -500,16 +500,11 @@ impl Correlator {
         if placed.is_empty() {
             return (Vec::new(), Vec::new());
         }
-        let mut new_hosts = Vec::new();
+        let new_hosts = self.place_job(key, placed.iter().map(|(_, h)| h), t);
         let mut new_places = Vec::new();
         let cap = self.cfg.max_ranks_per_incident;
-        let max_hosts = self.cfg.max_hosts_per_incident;
         if let Some(job) = self.jobs.get_mut(key) {
             for (rank, host) in &placed {
-                if !job.hosts.contains(host) && job.hosts.len() < max_hosts {
-                    job.hosts.push(Arc::clone(host));
-                    new_hosts.push(Arc::clone(host));
-                }
                 if let Some(r) = rank {
                     let fresh = job.placements.get(r) != Some(host);
                     if fresh && (job.placements.len() < cap || job.placements.contains_key(r)) {
@@ -519,10 +514,32 @@ impl Correlator {
                 }
             }
         }
-        for (_, host) in &placed {
+        (new_hosts, new_places)
+    }
+
+    /// Job `key` ran on `hosts` at log time `t`: they join its hosts (up to
+    /// `max_hosts_per_incident`) and the node index knows the job there. Returns the hosts new
+    /// for the job.
+    fn place_job<'a>(
+        &mut self,
+        key: &Arc<str>,
+        hosts: impl Iterator<Item = &'a Arc<str>> + Clone,
+        t: Millis,
+    ) -> Vec<Arc<str>> {
+        let mut new_hosts = Vec::new();
+        let max_hosts = self.cfg.max_hosts_per_incident;
+        if let Some(job) = self.jobs.get_mut(key) {
+            for host in hosts.clone() {
+                if !job.hosts.contains(host) && job.hosts.len() < max_hosts {
+                    job.hosts.push(Arc::clone(host));
+                    new_hosts.push(Arc::clone(host));
+                }
+            }
+        }
+        for host in hosts {
             self.nodes.saw_job(host, key, t);
         }
-        (new_hosts, new_places)
+        new_hosts
     }
 
     /// Joins the waiting node events of `host` that fit job `key`'s open incident.
@@ -660,7 +677,7 @@ impl Correlator {
             if let Some(inc) = self.jobs.get_mut(key).and_then(|j| j.incident.as_mut()) {
                 inc.id = adopted.id;
             }
-            self.place_adopted(key, &adopted.hosts, t);
+            self.place_job(key, adopted.hosts.iter(), t);
         }
     }
 
