@@ -78,8 +78,9 @@ pub struct Worker<M: Matcher> {
     clean: Vec<u8>,
     /// JSON lines decoded ([`Engine::json_lines_decoded`]).
     json_decoded: u64,
-    /// Capture slots per pattern (each regex needs its own).
-    caps: Vec<regex_automata::util::captures::Captures>,
+    /// Capture slots per pattern (each regex needs its own), made when the pattern first
+    /// confirms a hit (its regex is built then too: [`crate::kb::Pattern::regex`]).
+    caps: Vec<Option<regex_automata::util::captures::Captures>>,
 }
 
 /// What [`Engine::scan_chunk_with`] calls with each unmatched message: its line and record.
@@ -237,12 +238,7 @@ impl<M: Matcher> Engine<M> {
             json: Vec::new(),
             clean: Vec::new(),
             json_decoded: 0,
-            caps: self
-                .kb
-                .patterns
-                .iter()
-                .map(|p| p.regex.create_captures())
-                .collect(),
+            caps: vec![None; self.kb.patterns.len()],
         })
     }
 
@@ -524,10 +520,20 @@ impl<M: Matcher> Engine<M> {
             if w.seen.contains(&pattern.entry) {
                 continue;
             }
-            let Some(caps) = w.caps.get_mut(p as usize) else {
+            let Some(slot) = w.caps.get_mut(p as usize) else {
                 continue;
             };
-            pattern.regex.captures(&record.message[..], caps);
+            let regex = match pattern.regex() {
+                Ok(regex) => regex,
+                Err(why) => {
+                    // Only a KB that skipped `faultline kb check` gets here; its pattern never
+                    // confirms, and says why on each hit.
+                    tracing::warn!(pattern = %pattern.source, %why, "a KB pattern cannot confirm its hits");
+                    continue;
+                }
+            };
+            let caps = slot.get_or_insert_with(|| regex.create_captures());
+            regex.captures(&record.message[..], caps);
             if !caps.is_match() {
                 continue;
             }

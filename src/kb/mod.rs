@@ -59,8 +59,36 @@ pub struct Pattern {
     pub index: usize,
     /// The pattern as written in the entry; what Hyperscan compiles.
     pub source: String,
-    /// The same pattern for the `regex` crate: confirms hits and extracts captures.
-    pub regex: Regex,
+    /// The pattern parsed and checked ([`validate_pattern`]'s rules), from which its confirming
+    /// regex is built.
+    hir: Hir,
+    /// The same pattern for the `regex` crate, built on its first use: confirms hits and
+    /// extracts captures. Most patterns never see a hit in a run, and building all of them
+    /// was most of a start-up (2,017 patterns: about 0.15 s of 0.22 s).
+    regex: std::sync::OnceLock<Result<Regex, String>>,
+}
+
+impl Pattern {
+    /// A checked pattern, its confirming regex not built yet.
+    pub fn new(entry: usize, index: usize, source: &str) -> Result<Pattern, String> {
+        Ok(Pattern {
+            entry,
+            index,
+            source: source.to_string(),
+            hir: checked_hir(source)?,
+            regex: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The confirming regex, built now if this is its first use; the reason when the regex
+    /// crate rejects the pattern (a size limit: `faultline kb check` builds every one, so a KB
+    /// that passed it never gets here).
+    pub fn regex(&self) -> Result<&Regex, &str> {
+        self.regex
+            .get_or_init(|| build_regex(&self.hir))
+            .as_ref()
+            .map_err(String::as_str)
+    }
 }
 
 /// A loaded, validated knowledge base.
@@ -156,13 +184,8 @@ impl KnowledgeBase {
         let mut patterns = Vec::new();
         for (e, entry) in entries.iter().enumerate() {
             for (i, source) in entry.patterns.iter().enumerate() {
-                match compile_pattern(source) {
-                    Ok(regex) => patterns.push(Pattern {
-                        entry: e,
-                        index: i,
-                        source: source.clone(),
-                        regex,
-                    }),
+                match Pattern::new(e, i, source) {
+                    Ok(pattern) => patterns.push(pattern),
                     Err(message) => problems.push(Problem {
                         file: entry.path.clone(),
                         entry: entry.id.clone(),
@@ -346,16 +369,19 @@ fn toml_field(e: &toml::de::Error) -> String {
 
 /// Compiles a pattern for confirming hits after checking the rules every engine relies on.
 pub fn compile_pattern(source: &str) -> Result<Regex, String> {
-    // Parsed once, at every start for every pattern: the rules are checked on the syntax tree
-    // the regex is built from.
-    let hir = checked_hir(source)?;
+    // The rules are checked on the syntax tree the regex is built from.
+    build_regex(&checked_hir(source)?)
+}
+
+/// The confirming regex of a checked pattern.
+fn build_regex(hir: &Hir) -> Result<Regex, String> {
     // Confirming runs once per hit line, a few hundred bytes, and each of hundreds of patterns
     // sees few lines: the lazy DFA's warm-up per pattern cost more than it saved (18 us per
     // hit on the benchmark corpus), so the meta engine runs without it (one-pass DFA,
     // bounded backtracker, PikeVM: no per-pattern warm-up).
     Regex::builder()
         .configure(meta::Config::new().hybrid(false).dfa(false))
-        .build_from_hir(&hir)
+        .build_from_hir(hir)
         .map_err(|e| format!("the regex crate rejects it: {e}"))
 }
 

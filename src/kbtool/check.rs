@@ -53,9 +53,18 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
         message,
     };
 
-    // Each pattern alone in Hyperscan, so a failure names its pattern.
+    // Each pattern alone in Hyperscan, so a failure names its pattern; and its confirming
+    // regex, which a run builds only when the pattern first hits.
     let mut hs_ok = true;
     for p in &kb.patterns {
+        if let Err(message) = p.regex() {
+            errors.push(problem(
+                &kb,
+                p.entry,
+                format!("patterns[{}]", p.index),
+                message.to_string(),
+            ));
+        }
         if let Err(e) = HyperscanMatcher::check_one(&p.source) {
             hs_ok = false;
             let message = match e {
@@ -161,7 +170,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
         for example in &entry.examples {
             let record = crate::envelope::decode_raw(example.as_bytes());
             for p in kb.patterns.iter().filter(|p| p.entry == e) {
-                if p.regex.is_match(&record.message) {
+                if p.regex().is_ok_and(|re| re.is_match(&record.message)) {
                     exercised[p.index] = true;
                 }
             }

@@ -220,25 +220,29 @@ fn camel_error(w: &[u8]) -> bool {
     if w.len() < 6 {
         return false;
     }
-    for seg in SEGS {
-        let mut k = 0;
-        while k + seg.len() <= w.len() {
-            if &w[k..k + seg.len()] == seg {
-                // a segment boundary: start of word or after a lower-case
-                // letter, and followed by end or an upper-case letter
-                let start_ok = k == 0 || w[k - 1].is_ascii_lowercase();
-                let end = k + seg.len();
-                let end_ok = end == w.len() || w[end].is_ascii_uppercase();
-                let whole = k == 0 && end == w.len();
-                if start_ok && end_ok && !whole {
-                    // `NoError`, `noFailure` are benign names
-                    let neg = k >= 2 && (w[..k].eq_ignore_ascii_case(b"no"));
-                    if !neg {
-                        return true;
-                    }
+    // Every segment starts with `E` or `F`: only those positions are tried (this runs on
+    // every word of every candidate line).
+    for (k, &c) in w.iter().enumerate() {
+        if c != b'E' && c != b'F' {
+            continue;
+        }
+        for seg in SEGS {
+            if seg[0] != c || !w[k..].starts_with(seg) {
+                continue;
+            }
+            // a segment boundary: start of word or after a lower-case
+            // letter, and followed by end or an upper-case letter
+            let start_ok = k == 0 || w[k - 1].is_ascii_lowercase();
+            let end = k + seg.len();
+            let end_ok = end == w.len() || w[end].is_ascii_uppercase();
+            let whole = k == 0 && end == w.len();
+            if start_ok && end_ok && !whole {
+                // `NoError`, `noFailure` are benign names
+                let neg = k >= 2 && (w[..k].eq_ignore_ascii_case(b"no"));
+                if !neg {
+                    return true;
                 }
             }
-            k += 1;
         }
     }
     false

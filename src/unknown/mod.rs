@@ -294,9 +294,14 @@ impl LiveMiner {
         }
         let lru = &mut self.lru;
         let miner = &self.miner;
+        // A job already known lends its key (no allocation per line).
+        let key = match self.jobs.get_key_value(job_id) {
+            Some((key, _)) => Arc::clone(key),
+            None => Arc::from(job_id),
+        };
         let state = self
             .jobs
-            .entry(Arc::from(job_id))
+            .entry(key)
             .or_insert_with_key(|key| JobState {
                 tick: lru.push(Arc::clone(key)),
                 miner: Miner::new(miner.clone()),
