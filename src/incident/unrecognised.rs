@@ -76,10 +76,11 @@ pub struct UnknownSeen<'a> {
 #[derive(Debug)]
 struct Entry {
     id: u64,
-    /// The template's text as the miner has it, to notice when it changes.
-    raw_template: String,
-    /// That text, redacted: a masked template can still hold a secret's letters.
+    /// The template's text as the miner has it (redacted when read out by
+    /// [`RecentUnknown::near`]: a masked template can still hold a secret's letters; redacting
+    /// on every line cost more than the mining).
     template: String,
+    /// The template's example line, as the miner has it (redacted when read out).
     example: String,
     count: u64,
     first: Option<Millis>,
@@ -160,18 +161,16 @@ impl RecentUnknown {
                 e.first = e.first.or(seen.at);
                 e.last = seen.at.max(e.last);
             }
-            if e.raw_template != seen.template {
-                e.raw_template.clear();
-                e.raw_template.push_str(seen.template);
-                e.template = redact(&self.redactor, seen.template);
+            if e.template != seen.template {
+                e.template.clear();
+                e.template.push_str(seen.template);
             }
             return;
         }
         let entry = Entry {
             id: seen.template_id,
-            raw_template: seen.template.to_string(),
-            template: redact(&self.redactor, seen.template),
-            example: redact(&self.redactor, seen.example),
+            template: seen.template.to_string(),
+            example: seen.example.to_string(),
             count: seen.count,
             first: seen.at,
             last: seen.at,
@@ -216,8 +215,8 @@ impl RecentUnknown {
         hits.into_iter()
             .map(|e| Unrecognised {
                 template_id: format!("{:016x}", e.id),
-                template: e.template.clone(),
-                example: e.example.clone(),
+                template: redact(&self.redactor, &e.template),
+                example: redact(&self.redactor, &e.example),
                 count: e.count,
                 last_seen: e.last.map(format_ms),
             })

@@ -299,17 +299,14 @@ impl LiveMiner {
             Some((key, _)) => Arc::clone(key),
             None => Arc::from(job_id),
         };
-        let state = self
-            .jobs
-            .entry(key)
-            .or_insert_with_key(|key| JobState {
-                tick: lru.push(Arc::clone(key)),
-                miner: Miner::new(miner.clone()),
-                limits: HashMap::new(),
-                budget: JobBudget::default(),
-                clock: JobClock::default(),
-                evicted: 0,
-            });
+        let state = self.jobs.entry(key).or_insert_with_key(|key| JobState {
+            tick: lru.push(Arc::clone(key)),
+            miner: Miner::new(miner.clone()),
+            limits: HashMap::new(),
+            budget: JobBudget::default(),
+            clock: JobClock::default(),
+            evicted: 0,
+        });
         if !fresh {
             state.tick = lru.touch(state.tick);
         }
