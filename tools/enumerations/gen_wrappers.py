@@ -146,6 +146,13 @@ CUDA_WRAPPERS = [
     # std::cerr << "[torch_memory_saver.cpp] CUresult error: " << result << " (" << cuGetErrorString << ") " << " file=..."
     # and "[torch_memory_saver.cpp] cudaError error: " << result << " (" << cudaGetErrorString << ") ..."
     r"\[torch_memory_saver\.cpp\] (?:CUresult|cudaError) error: \d{1,4} \(",
+    # PyTorch 0.x/1.x THC (aten/src/THC/THCGeneral.cpp, torch/lib/THC before 0.4) __THCudaCheck: fprintf(stderr,
+    # "THCudaCheck FAIL file=%s line=%i error=%i : %s\n", file, line, err, cudaGetErrorString(err)) once, then
+    # _THError(file, line, "cuda runtime error (%d) : %s", err, cudaGetErrorString(err)) ("... at <file>:<line>" appended);
+    # ROCm builds print the same with hipGetErrorString. The number is the toolkit's own (misaligned address was 74 before
+    # CUDA 10.1, 716 after), so only the text is read. THCudaCheckWarn FAIL (no throw) is left out.
+    r"\bTHCudaCheck FAIL file=\S{1,300} line=\d{1,6} error=\d{1,4} : ",
+    r"\bcuda runtime error \(\d{1,4}\) : ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -166,6 +173,8 @@ CUDA_WRAP_EXAMPLES = [
     "  what():  [enforce fail at context_gpu.cu:343] error == cudaSuccess. {n} vs 0. Error at: /var/lib/jenkins/workspace/caffe2/core/context_gpu.cu:343: {s} Error from operator: ",
     "F0912 17:23:26.346724 783 all_reduce_op_handle.cc:75] cudaGetLastError  {s} errno:{n}",
     "(SGLangHttpServer pid=250977) [torch_memory_saver.cpp] CUresult error: {n} ({s})  file=csrc/utils.h func=cu_mem_create line=194",
+    "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCTensorCopy.cu line=84 error={n} : {s}",
+    "RuntimeError: cuda runtime error ({n}) : {s} at /pytorch/aten/src/THC/generic/THCTensorCopy.cpp:20",
 ]
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
