@@ -523,14 +523,10 @@ impl<M: Matcher> Engine<M> {
             let Some(slot) = w.caps.get_mut(p as usize) else {
                 continue;
             };
-            let regex = match pattern.regex() {
-                Ok(regex) => regex,
-                Err(why) => {
-                    // Only a KB that skipped `faultline kb check` gets here; its pattern never
-                    // confirms, and says why on each hit.
-                    tracing::warn!(pattern = %pattern.source, %why, "a KB pattern cannot confirm its hits");
-                    continue;
-                }
+            // Only a KB that skipped `faultline kb check` has a pattern without a regex; it
+            // never confirms (the build said why, once).
+            let Ok(regex) = pattern.regex() else {
+                continue;
             };
             let caps = slot.get_or_insert_with(|| regex.create_captures());
             regex.captures(&record.message[..], caps);
@@ -809,6 +805,22 @@ mod tests {
                 (4, "B".into(), "[]".into()),
             ]
         );
+    }
+
+    #[test]
+    fn a_patterns_regex_is_built_when_it_first_hits() {
+        let engine = Engine::new(kb()).expect("compiles");
+        let built =
+            |e: &Engine| -> Vec<bool> { e.kb.patterns.iter().map(|p| p.regex_built()).collect() };
+        assert_eq!(built(&engine), [false, false, false], "none at load");
+        assert_eq!(scan_with(&engine, "quiet\nboom 3\n").len(), 1);
+        assert_eq!(
+            built(&engine),
+            [true, false, false],
+            "only the one that hit"
+        );
+        assert_eq!(scan_with(&engine, "fail here!\nboom 4\n").len(), 2);
+        assert_eq!(built(&engine), [true, true, false]);
     }
 
     #[test]

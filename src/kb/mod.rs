@@ -82,12 +82,23 @@ impl Pattern {
 
     /// The confirming regex, built now if this is its first use; the reason when the regex
     /// crate rejects the pattern (a size limit: `faultline kb check` builds every one, so a KB
-    /// that passed it never gets here).
+    /// that passed it never gets here, and a run says so once per pattern).
     pub fn regex(&self) -> Result<&Regex, &str> {
         self.regex
-            .get_or_init(|| build_regex(&self.hir))
+            .get_or_init(|| {
+                let built = build_regex(&self.hir);
+                if let Err(why) = &built {
+                    tracing::warn!(pattern = %self.source, %why, "a KB pattern cannot confirm its hits");
+                }
+                built
+            })
             .as_ref()
             .map_err(String::as_str)
+    }
+
+    /// Whether the confirming regex has been built (tests: it is built on first use).
+    pub fn regex_built(&self) -> bool {
+        self.regex.get().is_some()
     }
 }
 
