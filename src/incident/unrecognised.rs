@@ -167,7 +167,22 @@ impl RecentUnknown {
             }
             return;
         }
-        let entry = Entry {
+        if job.entries.len() >= MAX_PER_JOB {
+            // Full: the least recently seen entry makes room, its buffers reused.
+            if let Some(oldest) = job.entries.iter_mut().min_by_key(|e| e.seq) {
+                oldest.id = seen.template_id;
+                oldest.template.clear();
+                oldest.template.push_str(seen.template);
+                oldest.example.clear();
+                oldest.example.push_str(seen.example);
+                oldest.count = seen.count;
+                oldest.first = seen.at;
+                oldest.last = seen.at;
+                oldest.seq = seq;
+            }
+            return;
+        }
+        job.entries.push(Entry {
             id: seen.template_id,
             template: seen.template.to_string(),
             example: seen.example.to_string(),
@@ -175,12 +190,7 @@ impl RecentUnknown {
             first: seen.at,
             last: seen.at,
             seq,
-        };
-        if job.entries.len() < MAX_PER_JOB {
-            job.entries.push(entry);
-        } else if let Some(oldest) = job.entries.iter_mut().min_by_key(|e| e.seq) {
-            *oldest = entry;
-        }
+        });
     }
 
     /// The job's templates seen from `from` to `to` (log time; either `None`: no bound on

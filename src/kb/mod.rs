@@ -96,8 +96,9 @@ impl Pattern {
             .map_err(String::as_str)
     }
 
-    /// Whether the confirming regex has been built (tests: it is built on first use).
-    pub fn regex_built(&self) -> bool {
+    /// Whether the confirming regex has been built (it is built on first use).
+    #[cfg(test)]
+    pub(crate) fn regex_built(&self) -> bool {
         self.regex.get().is_some()
     }
 }

@@ -283,7 +283,12 @@ impl LiveMiner {
 
     /// The job's state, created (and the least recently active job dropped) when new.
     fn job(&mut self, job_id: &str) -> &mut JobState {
-        let fresh = !self.jobs.contains_key(job_id);
+        // A job already known lends its key (no allocation per line).
+        let known = self
+            .jobs
+            .get_key_value(job_id)
+            .map(|(key, _)| Arc::clone(key));
+        let fresh = known.is_none();
         if fresh && self.jobs.len() >= self.cfg.max_jobs.max(1) {
             if let Some(old) = self.lru.pop_oldest() {
                 if let Some(gone) = self.jobs.remove(&old) {
@@ -294,11 +299,7 @@ impl LiveMiner {
         }
         let lru = &mut self.lru;
         let miner = &self.miner;
-        // A job already known lends its key (no allocation per line).
-        let key = match self.jobs.get_key_value(job_id) {
-            Some((key, _)) => Arc::clone(key),
-            None => Arc::from(job_id),
-        };
+        let key = known.unwrap_or_else(|| Arc::from(job_id));
         let state = self.jobs.entry(key).or_insert_with_key(|key| JobState {
             tick: lru.push(Arc::clone(key)),
             miner: Miner::new(miner.clone()),
