@@ -80,7 +80,7 @@ for factor in 1 2 5 10; do
   # empty cache, which the scans below then read warm. `bench raw-hyperscan` prints
   # hs_compile_multi's own time (without loading the KB) into compile-x$factor.txt.
   export FAULTLINE_CACHE_DIR=$work/cache-x$factor
-  rm -rf "$FAULTLINE_CACHE_DIR" "$work/compile-x$factor.txt" "$work/raw-x$factor.txt"
+  rm -rf "$FAULTLINE_CACHE_DIR" "$work/compile-x$factor.txt" "$work/raw-x$factor.txt" "$work/raw-whole-x$factor.txt"
   OUTPUT=$work/compile-x$factor.txt RUNS=${BENCH_COMPILE_RUNS:-1} \
     measure "compile x$factor" "$bin" bench raw-hyperscan --kb "$kbdir" /dev/null
   # The scan's database (the KB's patterns and the unknown-line gate's) compiled untimed.
@@ -99,6 +99,8 @@ for factor in 1 2 5 10; do
 done
 export FAULTLINE_CACHE_DIR=$work/cache-x1
 measure "raw-hyperscan-line x1" "${pin[@]}" "$bin" bench raw-hyperscan --kb "$work/kb-x1" --mode line "$corpus"
+# The database design before required literals (each pattern scanned for itself), to compare.
+OUTPUT=$work/raw-whole-x1.txt measure "raw-hyperscan-whole-patterns x1" "${pin[@]}" "$bin" bench raw-hyperscan --kb "$work/kb-x1" --whole-patterns "$corpus"
 measure "wc -l" "${pin[@]}" wc -l "$corpus"
 export FAULTLINE_CACHE_DIR=$work/cache
 "$bin" scan --no-summary /dev/null 2> /dev/null

@@ -90,6 +90,7 @@ def main() -> None:
     # the process CPU (start, KB load, reads) when the tool's output is missing.
     hs = tool_best("raw-x1.txt", r"scan [0-9.]+ s, ([0-9.]+) MB/s") or mbps("raw-hyperscan-buffer x1")
     hs_line = mbps("raw-hyperscan-line x1")
+    hs_whole = tool_best("raw-whole-x1.txt", r"scan [0-9.]+ s, ([0-9.]+) MB/s")
     wc = mbps("wc -l")
     fl10 = mbps("faultline-scan x10")
     allcores = wall_mbps("faultline-scan all-cores")
@@ -127,8 +128,9 @@ def main() -> None:
     row("`faultline scan --no-unknown` vs raw Hyperscan, whole buffers",
         f"{fl_known:.0f} vs {hs_proc:.0f} MB/s", f"{fl_known / hs_proc:.2f}x", ">= 0.9x",
         fl_known / hs_proc >= 0.9)
-    row("raw Hyperscan, whole KB, whole buffers, one core (the scan's own time, without start-up "
-        "and the file's reads)", f"{hs:.0f} MB/s", "", ">= 1500 MB/s", hs >= 1500)
+    row("raw Hyperscan, whole KB (its patterns' required literals, as `scan` compiles it), whole "
+        "buffers, one core (the scan's own time, without start-up and the file's reads)",
+        f"{hs:.0f} MB/s", "", ">= 1500 MB/s", hs >= 1500)
     row(f"`faultline scan` vs `rg -c -f <same patterns>` (ripgrep over the first "
         f"{rg_read / 1e6:.0f} MB)", f"{fl:.0f} vs {rg:.1f} MB/s", f"{fl / rg:.0f}x", ">= 3x",
         fl / rg >= 3)
@@ -171,7 +173,8 @@ def main() -> None:
         rate = f"{read / cpu / 1e6:.1f}" if not name.startswith(("compile", "startup", "wc")) and cpu > 0 else ""
         out.append(f"| {name} | {cpu:.3f} | {wall:.3f} | {rate} |")
     out.append("")
-    out.append(f"Other references from the same run: raw Hyperscan one call per line {hs_line:.0f} MB/s, "
+    whole = f"raw Hyperscan with each pattern scanned for itself (the database before required literals) {hs_whole:.0f} MB/s, " if hs_whole else ""
+    out.append(f"Other references from the same run: {whole}raw Hyperscan one call per line {hs_line:.0f} MB/s, "
                f"`wc -l` {size / max(rows['wc -l'][1], 0.001) / 1e6:.0f} MB/s wall; raw Hyperscan's whole process (start-up, KB load, reads) {hs_proc:.0f} MB/s; `faultline scan` on all {cores} cores {allcores:.0f} MB/s wall "
                "(reader, workers and writer threads; on a loaded machine the wall figure is what it is).\n")
     out.append("`faultline scan` runs with its compiled-database cache warm (`FAULTLINE_CACHE_DIR`), as it does "

@@ -178,6 +178,13 @@ Examples:
         kb: KbArg,
         #[arg(long, value_enum, default_value_t = crate::bench::RawMode::Buffer)]
         mode: crate::bench::RawMode,
+        /// Scan for each pattern itself, not for its required literals (the database design
+        /// before 2026-12-04, kept to compare).
+        #[arg(long)]
+        whole_patterns: bool,
+        /// Shortest required literal a pattern is scanned by (shorter: for itself).
+        #[arg(long, value_name = "BYTES", default_value_t = crate::matcher::literals::MIN_LEN, conflicts_with = "whole_patterns")]
+        min_literal: usize,
     },
     /// Write a KB FACTOR times the size of the given one (copies with literals of their own),
     /// to measure how throughput and compile time scale with the KB.
@@ -631,14 +638,30 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             eprintln!("wrote {} entries to {}", scaled.len(), out.display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(BenchCommand::RawHyperscan { file, kb, mode }) => {
+        Command::Bench(BenchCommand::RawHyperscan {
+            file,
+            kb,
+            mode,
+            whole_patterns,
+            min_literal,
+        }) => {
             // The database `scan` and `run` compile: the progress entries left out.
             let kb = kb.load()?.without_progress();
             let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
             let compile = std::time::Instant::now();
             let cache = crate::engine::database_cache_dir();
-            let (matcher, cache_use) =
-                crate::matcher::HyperscanMatcher::compile_cached(&sources, cache.as_deref())?;
+            let (matcher, cache_use) = if whole_patterns {
+                crate::matcher::HyperscanMatcher::compile_cached(&sources, cache.as_deref())?
+            } else {
+                let plan =
+                    crate::matcher::literals::Plan::new(&sources, sources.len(), min_literal);
+                let (by_literal, literals) = plan.literal_counts();
+                eprintln!(
+                    "{by_literal} of {} patterns scanned by {literals} required literals",
+                    sources.len()
+                );
+                crate::matcher::HyperscanMatcher::compile_plan(plan, cache.as_deref())?
+            };
             eprintln!(
                 "{} patterns ready in {:.3} s (database cache: {cache_use:?})",
                 sources.len(),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::envelope;
 use crate::kb::KnowledgeBase;
-use crate::matcher::{HyperscanMatcher, MatchError, Matcher, RawHit};
+use crate::matcher::{literals, HyperscanMatcher, MatchError, Matcher, RawHit};
 use crate::record::LogRecord;
 
 /// A confirmed match of one KB entry on one line.
@@ -188,7 +188,9 @@ impl Engine<HyperscanMatcher> {
         let prefilter_from = (!how.prefilter.is_empty()).then_some(sources.len() as u32);
         sources.extend_from_slice(how.prefilter);
         let cache = database_cache_dir();
-        let (matcher, _) = HyperscanMatcher::compile_cached(&sources, cache.as_deref())?;
+        let hirs: Vec<&regex_syntax::hir::Hir> = kb.patterns.iter().map(|p| p.hir()).collect();
+        let plan = literals::Plan::parsed(&sources, &hirs, literals::MIN_LEN);
+        let (matcher, _) = HyperscanMatcher::compile_plan(plan, cache.as_deref())?;
         Ok(Engine {
             kb: Arc::new(kb),
             matcher,
@@ -196,6 +198,14 @@ impl Engine<HyperscanMatcher> {
             prefilter_from,
         })
     }
+}
+
+/// What the shipped database scans for: the first `kb_patterns` of `sources` (the KB's) by their
+/// required literals ([`crate::matcher::literals`]), the rest (the unknown-line prefilter) and
+/// any KB pattern without a literal of [`literals::MIN_LEN`] bytes for themselves. Hits are
+/// confirmed on their line either way, so the events are those of a database of the patterns.
+pub fn plan<S: AsRef<str>>(sources: &[S], kb_patterns: usize) -> literals::Plan {
+    literals::Plan::new(sources, kb_patterns, literals::MIN_LEN)
 }
 
 /// Where compiled Hyperscan databases are kept: `$FAULTLINE_CACHE_DIR` (empty or `off`

@@ -80,6 +80,11 @@ impl Pattern {
         })
     }
 
+    /// The pattern's syntax tree, as the confirming regex reads it.
+    pub fn hir(&self) -> &Hir {
+        &self.hir
+    }
+
     /// The confirming regex, built now if this is its first use; the reason when the regex
     /// crate rejects the pattern (a size limit: `faultline kb check` builds every one, so a KB
     /// that passed it never gets here, and a run says so once per pattern).

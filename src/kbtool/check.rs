@@ -94,8 +94,10 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
         }
     };
     let hyperscan = if hs_ok {
-        match HyperscanMatcher::compile(&sources) {
-            Ok(m) => Some(Probe::new(every_event(&kb, m))),
+        // The database `scan` and `run` use: required literals, confirmed by the patterns.
+        let plan = crate::engine::plan(&sources, sources.len());
+        match HyperscanMatcher::compile_plan(plan, None) {
+            Ok((m, _)) => Some(Probe::new(every_event(&kb, m))),
             Err(e) => {
                 errors.push(whole_kb_problem(&kb, "Hyperscan", &e));
                 None

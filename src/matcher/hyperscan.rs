@@ -1,10 +1,12 @@
-//! The shipped engine: every KB pattern in one Hyperscan block-mode database.
+//! The shipped engine: every KB pattern in one Hyperscan block-mode database, as itself or
+//! (what `scan` and `run` compile, [`HyperscanMatcher::compile_plan`]) as its required literals.
 //!
 //! One `hs_scan` call covers a whole buffer of lines; the callback only records
 //! `(end, pattern)`, so nothing is allocated per line and nothing is decoded per line.
 
 use hyperscan::prelude::*;
 
+use super::literals::Plan;
 use super::{MatchError, Matcher, RawHit};
 
 const ENGINE: &str = "Hyperscan";
@@ -59,6 +61,9 @@ fn host_features() -> &'static str {
 pub struct HyperscanMatcher {
     db: BlockDatabase,
     patterns: usize,
+    /// A prefiltered database's plan: what each database id stands for. `None`: database id =
+    /// pattern id.
+    plan: Option<Plan>,
 }
 
 impl std::fmt::Debug for HyperscanMatcher {
@@ -121,7 +126,39 @@ impl HyperscanMatcher {
         Ok(HyperscanMatcher {
             db,
             patterns: patterns.len(),
+            plan: None,
         })
+    }
+
+    /// Compiles `plan` ([`Plan`]: the patterns' required literals, and the patterns without
+    /// any), through the cache as [`HyperscanMatcher::compile_cached`] does. A hit of a literal
+    /// is reported as a hit of every pattern that requires it; the caller confirms each on its
+    /// line.
+    pub fn compile_plan(
+        plan: Plan,
+        cache_dir: Option<&std::path::Path>,
+    ) -> Result<(Self, CacheUse), MatchError> {
+        let (mut matcher, cache_use) =
+            Self::compile_cached(&plan.expressions, cache_dir).map_err(|e| match e {
+                MatchError::Pattern {
+                    engine,
+                    index,
+                    pattern,
+                    message,
+                } => MatchError::Pattern {
+                    engine,
+                    index: plan
+                        .targets(index as u32)
+                        .first()
+                        .map_or(index, |&p| p as usize),
+                    pattern,
+                    message,
+                },
+                other => other,
+            })?;
+        matcher.patterns = plan.patterns();
+        matcher.plan = Some(plan);
+        Ok((matcher, cache_use))
     }
 
     /// Like [`HyperscanMatcher::compile`], but keeps the compiled database in `cache_dir` and
@@ -151,6 +188,7 @@ impl HyperscanMatcher {
                     HyperscanMatcher {
                         db,
                         patterns: patterns.len(),
+                        plan: None,
                     },
                     CacheUse::Loaded,
                 ));
@@ -239,22 +277,24 @@ impl Matcher for HyperscanMatcher {
         }
         let HsScratch { scratch, last_end } = scratch;
         last_end.fill(u32::MAX);
+        let plan = self.plan.as_ref();
         let on_match = |id: u32, _from: u64, to: u64, _flags: u32| {
             // `to` <= haystack.len(), checked above to fit in u32. A pattern with a variable
             // tail (`[^\n]+`, `(?:, pid=\d+)?`) reports every end; one hit per line is all the
             // engine needs, so later ends on the same line are dropped here.
             let to = to as u32;
-            if let Some(last) = last_end.get_mut(id as usize) {
-                let same_line = *last != u32::MAX && same_line(haystack, *last, to);
-                *last = to;
-                if same_line {
-                    return Matching::Continue;
+            let one = [id];
+            let patterns = plan.map_or(&one[..], |p| p.targets(id));
+            for &pattern in patterns {
+                if let Some(last) = last_end.get_mut(pattern as usize) {
+                    let same_line = *last != u32::MAX && same_line(haystack, *last, to);
+                    *last = to;
+                    if same_line {
+                        continue;
+                    }
                 }
+                hits.push(RawHit { end: to, pattern });
             }
-            hits.push(RawHit {
-                end: to,
-                pattern: id,
-            });
             Matching::Continue
         };
         self.db
@@ -339,6 +379,26 @@ mod tests {
         let number = version.split_whitespace().next().unwrap_or_default();
         assert!(info.contains(number), "{info} / {version}");
         assert!(info.contains("Features:"), "{info}");
+    }
+
+    #[test]
+    fn a_planned_database_reports_a_literal_hit_as_every_pattern_that_needs_it() {
+        let patterns = [
+            r"ncclSystemError: [^\n]{0,40}failed",
+            r"ncclSystemError: \w+ refused",
+            r"Xid \d+",
+        ];
+        let plan = Plan::new(&patterns, patterns.len(), 8);
+        assert_eq!(plan.literal_counts(), (2, 1), "two share one literal");
+        let (m, _) = HyperscanMatcher::compile_plan(plan, None).expect("compiles");
+        let text = b"ncclSystemError: x\nok\nXid 79\n";
+        let mut hits: Vec<(u32, u32)> = scan(&m, text)
+            .into_iter()
+            .map(|h| (h.end, h.pattern))
+            .collect();
+        hits.sort_unstable();
+        // A superset of the patterns' hits (the engine's regexes decide); the whole one as itself.
+        assert_eq!(hits, [(17, 0), (17, 1), (27, 2)]);
     }
 
     #[test]

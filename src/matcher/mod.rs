@@ -7,6 +7,7 @@
 //! it against.
 
 pub mod hyperscan;
+pub mod literals;
 pub mod regex;
 
 pub use self::hyperscan::HyperscanMatcher;
