@@ -155,11 +155,14 @@ TEMPLATES = {
     # The failure signal handler compiled into Google-built binaries (libtpu, TPU-VM jaxlib) prints the
     # address with %p, so a null one is '(nil)', and adds a go/ link that public logs show obfuscated:
     # '*** SIGSEGV (@(nil)), see gl__________41#s15 received by PID 11743 (TID 12350) on cpu 17; stack trace: ***'
-    # (jax-ml/jax#12456).
+    # (jax-ml/jax#12456). Other builds of that handler leave the address out altogether:
+    # '*** SIGABRT received by PID 545434 (TID 545434) on cpu 25 from PID 545434; stack trace: ***'
+    # (libtpu-nightly 2022, jax-ml/jax#9642).
     "glog": {
-        "pattern": r"\*\*\* {NAME} \(@(?:0x[0-9a-fA-F]+|\(nil\))\)(?:, see [^ \n]{1,64})? received by PID (?P<pid>\d+)",
+        "pattern": r"\*\*\* {NAME} (?:\(@(?:0x[0-9a-fA-F]+|\(nil\))\)(?:, see [^ \n]{1,64})? )?received by PID (?P<pid>\d+)",
         "examples": ["*** {NAME} (@0x3e8000099c1) received by PID 39361 (TID 0x7f837aeab800) from PID 39361; stack trace: ***",
-                     "*** {NAME} (@(nil)), see gl__________41#s15 received by PID 11743 (TID 12350) on cpu 17; stack trace: ***"],
+                     "*** {NAME} (@(nil)), see gl__________41#s15 received by PID 11743 (TID 12350) on cpu 17; stack trace: ***",
+                     "*** {NAME} received by PID 545434 (TID 545434) on cpu 25 from PID 545434; stack trace: ***"],
         "supersedes": [],
     },
     # abseil/abseil-cpp absl/debugging/failure_signal_handler.cc WriteSignalMessage:
