@@ -175,13 +175,18 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
                 "tests/corpus/blind/batch20".to_string(),
                 "blind".to_string()
             ),
+            (
+                "tests/corpus/blind/batch21".to_string(),
+                "held-out".to_string()
+            ),
             ("tests/corpus/real".to_string(), "in-sample".to_string()),
         ]
     );
     // (detected, top-1, false alarms at most) as measured on 2026-12-03 (tests/corpus/README.md),
     // in-sample figures since each batch was released (batch5 to batch12 on 2026-12-02 and -03,
     // each after its single held-out score; batch14 and batch15 released in session 43,
-    // batch16 and batch17 in session 44, batch18 and batch19 in session 45, batch20 in session 46).
+    // batch16 and batch17 in session 44, batch18 and batch19 in session 45, batch20 in session 46);
+    // batch21 is held out, its floor the figure it was scored once at.
     let floors = [
         (159, 157, 1),
         (71, 70, 0),
@@ -202,7 +207,8 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
         (79, 77, 0),
         (77, 76, 1),
         (72, 69, 0),
-        (59, 56, 1),
+        (73, 71, 0),
+        (57, 57, 0),
     ];
     for (report, (detected, top1, alarms)) in reports.iter().zip(floors) {
         let o = &report["overall"];
