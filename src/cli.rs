@@ -647,37 +647,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }) => {
             // The database `scan` and `run` compile: the progress entries left out.
             let kb = kb.load()?.without_progress();
-            let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
-            let compile = std::time::Instant::now();
-            let cache = crate::engine::database_cache_dir();
-            let (matcher, cache_use) = if whole_patterns {
-                crate::matcher::HyperscanMatcher::compile_cached(&sources, cache.as_deref())?
-            } else {
-                let plan =
-                    crate::matcher::literals::Plan::new(&sources, sources.len(), min_literal);
-                let (by_literal, literals) = plan.literal_counts();
-                eprintln!(
-                    "{by_literal} of {} patterns scanned by {literals} required literals",
-                    sources.len()
-                );
-                crate::matcher::HyperscanMatcher::compile_plan(plan, cache.as_deref())?
-            };
-            eprintln!(
-                "{} patterns ready in {:.3} s (database cache: {cache_use:?})",
-                sources.len(),
-                compile.elapsed().as_secs_f64()
-            );
-            let r = crate::bench::raw_hyperscan(&matcher, &file, mode)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let (scan, total) = (r.scan.as_secs_f64(), r.total.as_secs_f64());
-            println!(
-                "{} bytes, {} raw hits, scan {scan:.3} s, {:.1} MB/s; with the file's reads \
-                 {total:.3} s, {:.1} MB/s",
-                r.bytes,
-                r.hits,
-                r.bytes as f64 / scan / 1e6,
-                r.bytes as f64 / total / 1e6
-            );
+            let min_literal = (!whole_patterns).then_some(min_literal);
+            crate::bench::raw_hyperscan_command(&kb, &file, mode, min_literal)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Incidents {

@@ -171,6 +171,49 @@ pub enum RawMode {
     Line,
 }
 
+/// `faultline bench raw-hyperscan`: compiles `kb`'s patterns as `scan` does (by their required
+/// literals of at least `min_literal` bytes; `None`: each pattern whole, the design before),
+/// scans `file` with [`raw_hyperscan`] and prints what it measured.
+pub fn raw_hyperscan_command(
+    kb: &KnowledgeBase,
+    file: &Path,
+    mode: RawMode,
+    min_literal: Option<usize>,
+) -> anyhow::Result<()> {
+    use crate::matcher::{literals::Plan, HyperscanMatcher};
+    let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+    let compile = std::time::Instant::now();
+    let cache = crate::engine::database_cache_dir();
+    let (matcher, cache_use) = match min_literal {
+        None => HyperscanMatcher::compile_cached(&sources, cache.as_deref())?,
+        Some(min_len) => {
+            let plan = Plan::new(&sources, sources.len(), min_len);
+            let (by_literal, literals) = plan.literal_counts();
+            eprintln!(
+                "{by_literal} of {} patterns scanned by {literals} required literals",
+                sources.len()
+            );
+            HyperscanMatcher::compile_plan(plan, cache.as_deref())?
+        }
+    };
+    eprintln!(
+        "{} patterns ready in {:.3} s (database cache: {cache_use:?})",
+        sources.len(),
+        compile.elapsed().as_secs_f64()
+    );
+    let r = raw_hyperscan(&matcher, file, mode).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (scan, total) = (r.scan.as_secs_f64(), r.total.as_secs_f64());
+    println!(
+        "{} bytes, {} raw hits, scan {scan:.3} s, {:.1} MB/s; with the file's reads \
+         {total:.3} s, {:.1} MB/s",
+        r.bytes,
+        r.hits,
+        r.bytes as f64 / scan / 1e6,
+        r.bytes as f64 / total / 1e6
+    );
+    Ok(())
+}
+
 /// What [`raw_hyperscan`] measured.
 #[derive(Debug, Clone, Copy)]
 pub struct RawScan {

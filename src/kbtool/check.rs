@@ -93,10 +93,10 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
             return report;
         }
     };
+    // The database `scan` and `run` use: required literals, confirmed by the patterns.
+    let plan = crate::engine::plan(&sources, sources.len());
     let hyperscan = if hs_ok {
-        // The database `scan` and `run` use: required literals, confirmed by the patterns.
-        let plan = crate::engine::plan(&sources, sources.len());
-        match HyperscanMatcher::compile_plan(plan, None) {
+        match HyperscanMatcher::compile_plan(plan.clone(), None) {
             Ok((m, _)) => Some(Probe::new(every_event(&kb, m))),
             Err(e) => {
                 errors.push(whole_kb_problem(&kb, "Hyperscan", &e));
@@ -171,9 +171,21 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
         // Which patterns the examples exercise: test each pattern alone on each example.
         for example in &entry.examples {
             let record = crate::envelope::decode_raw(example.as_bytes());
-            for p in kb.patterns.iter().filter(|p| p.entry == e) {
+            for (id, p) in kb.patterns.iter().enumerate().filter(|(_, p)| p.entry == e) {
                 if p.regex().is_ok_and(|re| re.is_match(&record.message)) {
                     exercised[p.index] = true;
+                    // A line the pattern matches must hold one of the literals it is scanned by.
+                    if !plan.passes(id, &record.message) {
+                        errors.push(problem(
+                            &kb,
+                            e,
+                            format!("patterns[{}]", p.index),
+                            format!(
+                                "its required literals miss an example it matches (a bug in \
+                                 matcher::literals): {example:?}"
+                            ),
+                        ));
+                    }
                 }
             }
         }

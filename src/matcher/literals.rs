@@ -329,7 +329,7 @@ impl Plan {
 
     /// Whether pattern `pattern` is found in `text` by this plan: always, when it is scanned
     /// for itself; else when `text` holds one of its literals. A line a pattern matches must
-    /// pass ([`crate::kb`] checks each entry's examples).
+    /// pass: `faultline kb check` checks it on every example.
     pub fn passes(&self, pattern: usize, text: &[u8]) -> bool {
         match self.literals.get(pattern) {
             Some(Some(set)) => set.iter().any(|lit| contains(text, lit)),
