@@ -188,8 +188,7 @@ impl Engine<HyperscanMatcher> {
         let prefilter_from = (!how.prefilter.is_empty()).then_some(sources.len() as u32);
         sources.extend_from_slice(how.prefilter);
         let cache = database_cache_dir();
-        let hirs: Vec<&regex_syntax::hir::Hir> = kb.patterns.iter().map(|p| p.hir()).collect();
-        let plan = literals::Plan::parsed(&sources, &hirs, literals::MIN_LEN);
+        let plan = plan(&kb, &sources, literals::MIN_LEN);
         let (matcher, _) = HyperscanMatcher::compile_plan(plan, cache.as_deref())?;
         Ok(Engine {
             kb: Arc::new(kb),
@@ -200,12 +199,14 @@ impl Engine<HyperscanMatcher> {
     }
 }
 
-/// What the shipped database scans for: the first `kb_patterns` of `sources` (the KB's) by their
-/// required literals ([`crate::matcher::literals`]), the rest (the unknown-line prefilter) and
-/// any KB pattern without a literal of [`literals::MIN_LEN`] bytes for themselves. Hits are
-/// confirmed on their line either way, so the events are those of a database of the patterns.
-pub fn plan<S: AsRef<str>>(sources: &[S], kb_patterns: usize) -> literals::Plan {
-    literals::Plan::new(sources, kb_patterns, literals::MIN_LEN)
+/// What the shipped database scans for: `kb`'s patterns (the first of `sources`) by their
+/// required literals of `min_len` bytes or more ([`crate::matcher::literals`], from the syntax
+/// trees the KB parsed when it loaded), the rest of `sources` (the unknown-line prefilter) and any
+/// KB pattern without such literals for themselves. Hits are confirmed on their line either way,
+/// so the events are those of a database of the patterns.
+pub fn plan<S: AsRef<str>>(kb: &KnowledgeBase, sources: &[S], min_len: usize) -> literals::Plan {
+    let hirs: Vec<&regex_syntax::hir::Hir> = kb.patterns.iter().map(|p| p.hir()).collect();
+    literals::Plan::parsed(sources, &hirs, min_len)
 }
 
 /// Where compiled Hyperscan databases are kept: `$FAULTLINE_CACHE_DIR` (empty or `off`

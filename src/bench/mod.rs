@@ -180,14 +180,14 @@ pub fn raw_hyperscan_command(
     mode: RawMode,
     min_literal: Option<usize>,
 ) -> anyhow::Result<()> {
-    use crate::matcher::{literals::Plan, HyperscanMatcher};
+    use crate::matcher::HyperscanMatcher;
     let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
     let compile = std::time::Instant::now();
     let cache = crate::engine::database_cache_dir();
     let (matcher, cache_use) = match min_literal {
         None => HyperscanMatcher::compile_cached(&sources, cache.as_deref())?,
         Some(min_len) => {
-            let plan = Plan::new(&sources, sources.len(), min_len);
+            let plan = crate::engine::plan(kb, &sources, min_len);
             let (by_literal, literals) = plan.literal_counts();
             eprintln!(
                 "{by_literal} of {} patterns scanned by {literals} required literals",

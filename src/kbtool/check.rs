@@ -94,7 +94,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
         }
     };
     // The database `scan` and `run` use: required literals, confirmed by the patterns.
-    let plan = crate::engine::plan(&sources, sources.len());
+    let plan = crate::engine::plan(&kb, &sources, crate::matcher::literals::MIN_LEN);
     let hyperscan = if hs_ok {
         match HyperscanMatcher::compile_plan(plan.clone(), None) {
             Ok((m, _)) => Some(Probe::new(every_event(&kb, m))),

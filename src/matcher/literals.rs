@@ -204,6 +204,7 @@ fn required(hir: &Hir, min_len: usize) -> Option<Set> {
 }
 
 /// `source` parsed as the confirming regex reads it (bytes, no Unicode classes).
+#[cfg(test)]
 fn parse(source: &str) -> Option<Hir> {
     regex_syntax::ParserBuilder::new()
         .unicode(false)
@@ -256,8 +257,9 @@ pub struct Plan {
 impl Plan {
     /// Plans `patterns`: the first `literal` of them by their required literals of at least
     /// `min_len` bytes where they have such, every other one (and any that does not parse)
-    /// as itself.
-    pub fn new<S: AsRef<str>>(patterns: &[S], literal: usize, min_len: usize) -> Plan {
+    /// as itself. The shipped path plans from the trees the KB parsed ([`Plan::parsed`]).
+    #[cfg(test)]
+    pub(crate) fn new<S: AsRef<str>>(patterns: &[S], literal: usize, min_len: usize) -> Plan {
         Self::build(patterns, |i| {
             (i < literal)
                 .then(|| parse(patterns[i].as_ref()))
