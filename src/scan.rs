@@ -41,7 +41,7 @@ use crate::record::{line_count, LogRecord, Provenance};
 use crate::redact::Redactor;
 use crate::sink::stdout::{JobSummary, StdoutSink};
 use crate::source::file::{self, ChunkReader, Input, InputError};
-use crate::unknown::{unknown_text, LiveMiner, OwnedLine, UnknownConfig, UnknownLine};
+use crate::unknown::{unknown_text, FilterMemo, LiveMiner, OwnedLine, UnknownConfig, UnknownLine};
 
 /// How to scan.
 #[derive(Debug, Clone)]
@@ -258,6 +258,7 @@ struct Chunks<'a, M: Matcher> {
 struct Scanner<M: Matcher> {
     worker: Worker<M>,
     unknown: bool,
+    memo: FilterMemo,
 }
 
 /// Where a scan's results go, in input order: the printer, the per-job summaries, the
@@ -554,6 +555,7 @@ impl<M: Matcher> Chunks<'_, M> {
         Ok(Scanner {
             worker: self.engine.worker()?,
             unknown: self.opts.unknown.as_ref().is_some_and(|u| u.enabled),
+            memo: FilterMemo::default(),
         })
     }
 
@@ -575,6 +577,7 @@ impl<M: Matcher> Chunks<'_, M> {
                 let mut events = Vec::new();
                 let mut unknown = Vec::new();
                 let worker = &mut scanner.worker;
+                let memo = &mut scanner.memo;
                 let mut on_hit = |hit: Hit<'_>| {
                     let source = Provenance::File {
                         path: input.name.clone(),
@@ -589,7 +592,7 @@ impl<M: Matcher> Chunks<'_, M> {
                 };
                 let lines = if scanner.unknown {
                     let mut on_unmatched = |line: u64, record: &LogRecord<'_>| {
-                        if let Some(text) = unknown_text(record) {
+                        if let Some(text) = unknown_text(record, memo) {
                             unknown.push(OwnedLine {
                                 line,
                                 message: text.into_owned(),

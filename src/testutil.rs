@@ -79,3 +79,27 @@ pub(crate) fn event(
     };
     Enricher::new(Arc::new(kb.clone())).event(&hit, "job-1", source)
 }
+
+/// Every line of the repository's logs, KB and examples, and of the loghub samples in
+/// `../shared` when present: real text for property tests.
+pub(crate) fn repo_lines() -> Vec<Vec<u8>> {
+    fn lines_of(dir: &std::path::Path, out: &mut Vec<Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                lines_of(&path, out);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.extend(bytes.split(|&b| b == b'\n').map(<[u8]>::to_vec));
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut lines = Vec::new();
+    for dir in ["tests", "examples", "kb", "../shared/corpus/loghub"] {
+        lines_of(&root.join(dir), &mut lines);
+    }
+    lines
+}

@@ -28,8 +28,12 @@ impl<K> LruOrder<K> {
         tick
     }
 
-    /// Makes the entry at `tick` the most recent; returns its new tick.
+    /// Makes the entry at `tick` the most recent; returns its new tick (`tick` itself when it
+    /// already is the most recent, the common case of a stream from one job at a time).
     pub fn touch(&mut self, tick: u64) -> u64 {
+        if tick + 1 == self.next && self.order.contains_key(&tick) {
+            return tick;
+        }
         match self.order.remove(&tick) {
             Some(key) => self.push(key),
             None => tick,
@@ -66,8 +70,12 @@ mod tests {
         let mut lru = LruOrder::default();
         let a = lru.push("a");
         let _b = lru.push("b");
-        lru.touch(a);
+        let a = lru.touch(a);
+        assert_eq!(lru.touch(a), a, "the most recent entry keeps its tick");
+        let c = lru.push("c");
+        assert_eq!(lru.touch(a), c + 1);
         assert_eq!(lru.pop_oldest(), Some("b"));
+        assert_eq!(lru.pop_oldest(), Some("c"));
         assert_eq!(lru.pop_oldest(), Some("a"));
         assert!(lru.is_empty());
     }

@@ -33,7 +33,7 @@ use crate::runtime::Health;
 use crate::sink::kafka::{KafkaSink, SinkError};
 use crate::source::kafka::{Batch, SourceRecord};
 use crate::unknown::{
-    unknown_text, LiveMiner, LiveStats, UnknownConfig, UnknownEvent, UnknownLine,
+    unknown_text, FilterMemo, LiveMiner, LiveStats, UnknownConfig, UnknownEvent, UnknownLine,
 };
 
 /// The unknown-line state of the match stage.
@@ -50,6 +50,8 @@ pub(super) struct UnknownStage {
     published: LiveStats,
     redactor: Option<Arc<Redactor>>,
     max_jobs: usize,
+    /// The error-line gate's verdicts by line shape.
+    memo: FilterMemo,
 }
 
 /// What [`UnknownStage::unmatched`] reads of the batch.
@@ -89,6 +91,7 @@ impl UnknownStage {
             published: LiveStats::default(),
             redactor,
             max_jobs: cfg.max_jobs,
+            memo: FilterMemo::default(),
         })
     }
 
@@ -114,7 +117,7 @@ impl UnknownStage {
         record: &LogRecord<'_>,
         incidents: Option<&mut IncidentStage>,
     ) {
-        let Some(text) = unknown_text(record) else {
+        let Some(text) = unknown_text(record, &mut self.memo) else {
             return;
         };
         let k = b.spans.partition_point(|s| s.first_line <= line);

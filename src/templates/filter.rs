@@ -34,8 +34,41 @@
 //!   `FutureWarning:`, `RuntimeWarning:` ...), unless a strong signal (glog
 //!   `E`/`F`, an upper-case level word, `Traceback`) is also present.
 
+use super::id::shape_key;
+use super::tree::FastMap;
+
 /// Bytes of a line that are examined.
 const MAX_BYTES: usize = 4096;
+
+/// Verdicts remembered by [`FilterMemo`] before it starts over.
+const MEMO_ENTRIES: usize = 16_384;
+
+/// [`looks_like_error`] with a memory: a line whose shape (the line with its non-zero digits
+/// read alike, [`super::id::shape_key`]) was judged before gets the same verdict without being
+/// read again. The gate reads digits only as digits and zeros only as zeros, so the verdict
+/// is the one the line would get (a test holds this over real logs). One per worker; bounded
+/// (it starts over when full, as the miner's cache does).
+#[derive(Default)]
+pub struct FilterMemo {
+    verdicts: FastMap<u64, bool>,
+}
+
+impl FilterMemo {
+    /// Whether `line` looks like an error, as [`looks_like_error`] says.
+    pub fn looks_like_error(&mut self, line: &str) -> bool {
+        let (head, _) = super::mask::truncate_str(line, MAX_BYTES);
+        let key = shape_key(head.as_bytes());
+        if let Some(&v) = self.verdicts.get(&key) {
+            return v;
+        }
+        let v = looks_like_error(line);
+        if self.verdicts.len() >= MEMO_ENTRIES {
+            self.verdicts.clear();
+        }
+        self.verdicts.insert(key, v);
+        v
+    }
+}
 
 /// True when the line looks like an error report. See the module docs for the
 /// evidence and the benign forms that are excluded.

@@ -103,27 +103,9 @@ mod tests {
     use crate::envelope;
     use crate::templates::looks_like_error;
 
-    fn lines_of(dir: &std::path::Path, out: &mut Vec<Vec<u8>>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                lines_of(&path, out);
-            } else if let Ok(bytes) = std::fs::read(&path) {
-                out.extend(bytes.split(|&b| b == b'\n').map(<[u8]>::to_vec));
-            }
-        }
-    }
-
     #[test]
     fn the_gate_never_hides_an_error_line() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut lines = Vec::new();
-        for dir in ["tests", "examples", "kb", "../shared/corpus/loghub"] {
-            lines_of(&root.join(dir), &mut lines);
-        }
+        let lines = crate::testutil::repo_lines();
         assert!(lines.len() > 10_000, "{} lines", lines.len());
         let mut gate = Gate::new().expect("compiles");
         let mut errors = 0;

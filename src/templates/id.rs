@@ -74,6 +74,55 @@ pub(crate) fn line_key(bytes: &[u8]) -> u64 {
     h ^ (h >> 31)
 }
 
+/// Fast hash of a raw line with every digit 1-9 read as `1`: lines that differ only in which
+/// non-zero digits they hold share a shape key. Neither the masker nor the error-line gate
+/// reads a digit's value, only whether a byte is a digit and whether a number is all zeros
+/// (`0 errors`, `exit code 0`, the `0x` of a hex value), so two lines with one shape key mask
+/// to one template key and get one gate verdict; the caches keyed by it
+/// ([`super::Miner::observe`], [`super::FilterMemo`]) skip that work for the many lines of a
+/// log that repeat a message with other numbers (ranks, timestamps, pids, sizes). Like
+/// [`line_key`], only ever an in-memory key; the two never share a map.
+#[inline]
+pub(crate) fn shape_key(bytes: &[u8]) -> u64 {
+    const K: u64 = 0xc2b2_ae3d_27d4_eb4f;
+    let mut h: u64 = (bytes.len() as u64).wrapping_mul(K) ^ 0x5eed;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ fold_digits(u64::from_le_bytes(w)))
+            .wrapping_mul(K)
+            .rotate_left(29);
+    }
+    let rem = chunks.remainder();
+    if !rem.is_empty() {
+        let mut w = [0u8; 8];
+        w[..rem.len()].copy_from_slice(rem);
+        h = (h ^ fold_digits(u64::from_le_bytes(w)))
+            .wrapping_mul(K)
+            .rotate_left(29);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// The eight bytes of `x` with each of `1`..=`9` replaced by `1` (SWAR: exact per byte).
+#[inline]
+fn fold_digits(x: u64) -> u64 {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    // high bit of each byte that is < 0x80 and in '1'..='9' (0x31..=0x39)
+    let low7 = x & !HI;
+    let ge = (low7 + LO * (0x80 - 0x31)) & HI; // byte >= 0x31
+    let gt = (low7 + LO * (0x80 - 0x3a)) & HI; // byte >= 0x3a
+    let hit = ge & !gt & !x & HI;
+    let bytes = (hit >> 7) * 0xff;
+    (x & !bytes) | ((LO * 0x31) & bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +146,39 @@ mod tests {
         assert_ne!(line_key(b"abcdefgh"), line_key(b"abcdefgh\0"));
         assert_ne!(line_key(b"x <NUM> y"), line_key(b"x <HEX> y"));
         assert_eq!(line_key(b"same text"), line_key(b"same text"));
+    }
+
+    #[test]
+    fn shape_key_folds_non_zero_digits_and_nothing_else() {
+        let fold = |s: &[u8]| -> Vec<u8> {
+            s.iter()
+                .map(|&c| if (b'1'..=b'9').contains(&c) { b'1' } else { c })
+                .collect()
+        };
+        // every byte value at every position of a word, against the byte-wise fold
+        for v in 0..=255u8 {
+            for pos in 0..9 {
+                let mut a = b"ab0x7Z9:\xff ".to_vec();
+                a[pos] = v;
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&a[..8]);
+                let mut f = [0u8; 8];
+                f.copy_from_slice(&fold(&a[..8]));
+                assert_eq!(
+                    fold_digits(u64::from_le_bytes(w)),
+                    u64::from_le_bytes(f),
+                    "{a:?}"
+                );
+                assert_eq!(shape_key(&a), shape_key(&fold(&a)));
+            }
+        }
+        assert_eq!(
+            shape_key(b"rank 12 at 10:42:17"),
+            shape_key(b"rank 93 at 70:45:87")
+        );
+        assert_ne!(shape_key(b"exit code 0"), shape_key(b"exit code 1"));
+        assert_ne!(shape_key(b"0x1f"), shape_key(b"1x1f"));
+        assert_ne!(shape_key(b"rank 1"), shape_key(b"rank 12"));
+        assert_ne!(shape_key(b"abc"), line_key(b"abc"));
     }
 }

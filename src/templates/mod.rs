@@ -49,14 +49,15 @@ mod id;
 mod mask;
 mod tree;
 
-pub use filter::looks_like_error;
+pub use filter::{looks_like_error, FilterMemo};
 pub use id::{fnv1a, TemplateId};
 pub use mask::{mask, MaskKind, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_TOKENS};
 pub use tree::Template;
 
-use id::line_key;
+use id::{line_key, shape_key};
 use mask::{mask_into, Limits, Token};
-use tree::{FastMap, Tree, TreeParams};
+pub(crate) use tree::FastMap;
+use tree::{Tree, TreeParams};
 
 /// Parameters of the miner. `Default` is the single parameter set used for
 /// every source (and the one measured on loghub-2.0).
@@ -134,6 +135,9 @@ pub struct Miner {
     cfg: MinerConfig,
     tree: Tree,
     cache: FastMap<u64, (u32, u32)>,
+    /// The same, keyed by the raw line's shape ([`id::shape_key`]): a line that repeats an
+    /// earlier one with other numbers is not masked again (lines of one shape mask alike).
+    shapes: FastMap<u64, (u32, u32)>,
     buf: String,
     toks: Vec<Token>,
     seq: u64,
@@ -155,6 +159,7 @@ impl Miner {
             cfg,
             tree,
             cache: FastMap::default(),
+            shapes: FastMap::default(),
             buf: String::with_capacity(256),
             toks: Vec::with_capacity(64),
             seq: 0,
@@ -171,6 +176,10 @@ impl Miner {
     pub fn observe(&mut self, line: &str) -> Observed {
         let seq = self.seq;
         self.seq += 1;
+        let shape = shape_key(line.as_bytes());
+        if let Some(seen) = self.cached(self.shapes.get(&shape).copied(), seq) {
+            return seen;
+        }
         self.buf.clear();
         self.toks.clear();
         let lim = Limits {
@@ -180,27 +189,15 @@ impl Miner {
         };
         mask_into(line, lim, &mut self.buf, &mut self.toks);
         let key = line_key(self.buf.as_bytes());
-        if let Some(&(slot, gen)) = self.cache.get(&key) {
-            if self.tree.generation(slot) == gen {
-                let count = self.tree.hit(slot, seq);
-                if let Some(t) = self.tree.template(slot) {
-                    return Observed {
-                        id: t.id(),
-                        is_new: false,
-                        changed: false,
-                        count,
-                    };
-                }
-            }
+        let known = self.cache.get(&key).copied();
+        if let (Some(seen), Some(at)) = (self.cached(known, seq), known) {
+            self.remember(shape, at, false);
+            return seen;
         }
         let placed = self.tree.place(&self.buf, &self.toks, line, seq);
-        if self.cache.len() >= self.cfg.cache_entries.max(1) {
-            // Bounded memory: start over rather than track recency per entry;
-            // the tree re-finds every template on the next miss.
-            self.cache.clear();
-        }
-        self.cache
-            .insert(key, (placed.slot, self.tree.generation(placed.slot)));
+        let at = (placed.slot, self.tree.generation(placed.slot));
+        self.remember(key, at, true);
+        self.remember(shape, at, false);
         match self.tree.template(placed.slot) {
             Some(t) => Observed {
                 id: t.id(),
@@ -216,6 +213,38 @@ impl Miner {
                 count: 0,
             },
         }
+    }
+
+    /// The line's template when a cache entry `at` (slot, generation) is still live: the
+    /// slot has not been reused since, so the line is counted there.
+    fn cached(&mut self, at: Option<(u32, u32)>, seq: u64) -> Option<Observed> {
+        let (slot, gen) = at?;
+        if self.tree.generation(slot) != gen {
+            return None;
+        }
+        let count = self.tree.hit(slot, seq);
+        self.tree.template(slot).map(|t| Observed {
+            id: t.id(),
+            is_new: false,
+            changed: false,
+            count,
+        })
+    }
+
+    /// Caches `at` under `key`, in the masked-line cache (`masked`) or the shape cache.
+    fn remember(&mut self, key: u64, at: (u32, u32), masked: bool) {
+        let cap = self.cfg.cache_entries.max(1);
+        let map = if masked {
+            &mut self.cache
+        } else {
+            &mut self.shapes
+        };
+        if map.len() >= cap {
+            // Bounded memory: start over rather than track recency per entry;
+            // the tree re-finds every template on the next miss.
+            map.clear();
+        }
+        map.insert(key, at);
     }
 
     /// The live template with this id.
@@ -258,6 +287,66 @@ impl Miner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `line` with each non-zero digit replaced by another non-zero digit: the same shape.
+    fn renumbered(line: &str) -> String {
+        let bytes = line
+            .bytes()
+            .enumerate()
+            .map(|(i, c)| {
+                if (b'1'..=b'9').contains(&c) {
+                    b'1' + (c - b'1' + 1 + (i % 7) as u8) % 9
+                } else {
+                    c
+                }
+            })
+            .collect();
+        String::from_utf8(bytes).expect("only ASCII digits changed")
+    }
+
+    #[test]
+    fn lines_of_one_shape_mask_alike_and_get_one_gate_verdict() {
+        // What the shape caches rest on (`id::shape_key`): over every real line at hand, a line
+        // and the same line with other non-zero digits mask to one text and get one verdict.
+        let mut checked = 0;
+        let mut errors = 0;
+        let (mut a, mut b) = (String::new(), String::new());
+        for line in crate::testutil::repo_lines() {
+            let Ok(line) = std::str::from_utf8(&line) else {
+                continue;
+            };
+            let other = renumbered(line);
+            if other == line {
+                continue;
+            }
+            assert_eq!(shape_key(line.as_bytes()), shape_key(other.as_bytes()));
+            mask(line, &mut a);
+            mask(&other, &mut b);
+            assert_eq!(a, b, "{line:?} and {other:?} mask apart");
+            let verdict = looks_like_error(line);
+            assert_eq!(verdict, looks_like_error(&other), "{line:?} / {other:?}");
+            checked += 1;
+            errors += usize::from(verdict);
+        }
+        assert!(
+            checked > 10_000 && errors > 1_000,
+            "{checked} lines, {errors} errors"
+        );
+    }
+
+    #[test]
+    fn a_line_repeated_with_other_numbers_is_counted_without_masking_it_again() {
+        let mut m = Miner::new(MinerConfig::default());
+        let first = m.observe("worker 12 failed after 3.5s on node-7 (pid 4411)");
+        let again = m.observe("worker 98 failed after 9.1s on node-3 (pid 5213)");
+        assert_eq!(again.id, first.id);
+        assert_eq!(again.count, 2);
+        assert!(!again.is_new && !again.changed);
+        assert_eq!(m.shapes.len(), 1, "the second line hit the shape cache");
+        // a zero is not folded (`exit code 0` is no error): a new shape, found by its mask
+        m.observe("worker 12 failed after 0.5s on node-7 (pid 4411)");
+        assert_eq!(m.shapes.len(), 2);
+    }
 
     #[test]
     fn same_template_for_lines_that_differ_in_values() {

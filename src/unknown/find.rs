@@ -18,7 +18,7 @@ use crate::kb::KnowledgeBase;
 use crate::matcher::MatchError;
 use crate::record::LogRecord;
 use crate::templates::gate;
-use crate::templates::looks_like_error;
+use crate::templates::FilterMemo;
 
 /// Compiles `kb` with the unknown-line gate in the same database (`progress`: keep the
 /// training-progress entries).
@@ -31,13 +31,14 @@ pub fn engine(kb: KnowledgeBase, progress: bool) -> Result<Engine, MatchError> {
 }
 
 /// The message of an unmatched record as UTF-8 (invalid bytes replaced) when it looks like an
-/// error: an unknown error line.
-pub fn unknown_text<'a>(record: &'a LogRecord<'_>) -> Option<Cow<'a, str>> {
+/// error: an unknown error line. `memo` (one per worker) remembers the verdicts of the line
+/// shapes it has judged.
+pub fn unknown_text<'a>(record: &'a LogRecord<'_>, memo: &mut FilterMemo) -> Option<Cow<'a, str>> {
     let text = match std::str::from_utf8(&record.message) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) => String::from_utf8_lossy(&record.message),
     };
-    looks_like_error(&text).then_some(text)
+    memo.looks_like_error(&text).then_some(text)
 }
 
 #[cfg(test)]
@@ -63,6 +64,7 @@ mod tests {
             truncated: false,
         };
         let mut hits = 0;
+        let mut memo = FilterMemo::default();
         engine
             .scan_chunk_with(
                 &mut w,
@@ -70,7 +72,7 @@ mod tests {
                 info,
                 &mut |_| hits += 1,
                 &mut |line, record| {
-                    if let Some(text) = unknown_text(record) {
+                    if let Some(text) = unknown_text(record, &mut memo) {
                         out.push((line, text.into_owned(), record.meta.rank));
                     }
                 },

@@ -34,6 +34,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+pub use crate::templates::FilterMemo;
 pub use config::{RawUnknownConfig, UnknownConfig};
 pub use find::unknown_text;
 pub use limit::Change;
@@ -43,7 +44,7 @@ use crate::incident::lru::LruOrder;
 use crate::incident::unrecognised::UnknownSeen;
 use crate::record::{LineMeta, Provenance};
 use crate::redact::Redactor;
-use crate::templates::{Miner, MinerConfig, Template, TemplateId};
+use crate::templates::{FastMap, Miner, MinerConfig, Template, TemplateId};
 use crate::time::Millis;
 use limit::{Decision, JobBudget, JobClock, Limits, TemplateLimit};
 
@@ -148,7 +149,8 @@ pub struct LiveStats {
 struct JobState {
     tick: u64,
     miner: Miner,
-    limits: HashMap<TemplateId, TemplateLimit>,
+    /// Keyed by template id, itself a hash: no second hash per line.
+    limits: FastMap<TemplateId, TemplateLimit>,
     budget: JobBudget,
     clock: JobClock,
     evicted: u64,
@@ -303,7 +305,7 @@ impl LiveMiner {
         let state = self.jobs.entry(key).or_insert_with_key(|key| JobState {
             tick: lru.push(Arc::clone(key)),
             miner: Miner::new(miner.clone()),
-            limits: HashMap::new(),
+            limits: FastMap::default(),
             budget: JobBudget::default(),
             clock: JobClock::default(),
             evicted: 0,
