@@ -52,26 +52,7 @@ impl fmt::Display for TemplateId {
 /// per step instead of one.
 #[inline]
 pub(crate) fn line_key(bytes: &[u8]) -> u64 {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut h: u64 = (bytes.len() as u64).wrapping_mul(K);
-    let mut chunks = bytes.chunks_exact(8);
-    for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K).rotate_left(29);
-    }
-    let rem = chunks.remainder();
-    if !rem.is_empty() {
-        let mut w = [0u8; 8];
-        w[..rem.len()].copy_from_slice(rem);
-        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K).rotate_left(29);
-    }
-    // final avalanche (from splitmix64)
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
+    words_hash(bytes, 0, |w| w)
 }
 
 /// Fast hash of a raw line with every digit 1-9 read as `1`: lines that differ only in which
@@ -84,13 +65,20 @@ pub(crate) fn line_key(bytes: &[u8]) -> u64 {
 /// [`line_key`], only ever an in-memory key; the two never share a map.
 #[inline]
 pub(crate) fn shape_key(bytes: &[u8]) -> u64 {
-    const K: u64 = 0xc2b2_ae3d_27d4_eb4f;
-    let mut h: u64 = (bytes.len() as u64).wrapping_mul(K) ^ 0x5eed;
+    words_hash(bytes, 0x5eed, fold_digits)
+}
+
+/// The hash behind [`line_key`] and [`shape_key`]: eight bytes a step, each word passed
+/// through `word` first, then splitmix64's final avalanche; `seed` keeps the two apart.
+#[inline(always)]
+fn words_hash(bytes: &[u8], seed: u64, word: impl Fn(u64) -> u64) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h: u64 = (bytes.len() as u64).wrapping_mul(K) ^ seed;
     let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
         let mut w = [0u8; 8];
         w.copy_from_slice(c);
-        h = (h ^ fold_digits(u64::from_le_bytes(w)))
+        h = (h ^ word(u64::from_le_bytes(w)))
             .wrapping_mul(K)
             .rotate_left(29);
     }
@@ -98,7 +86,7 @@ pub(crate) fn shape_key(bytes: &[u8]) -> u64 {
     if !rem.is_empty() {
         let mut w = [0u8; 8];
         w[..rem.len()].copy_from_slice(rem);
-        h = (h ^ fold_digits(u64::from_le_bytes(w)))
+        h = (h ^ word(u64::from_le_bytes(w)))
             .wrapping_mul(K)
             .rotate_left(29);
     }

@@ -3,12 +3,15 @@ Writes cand.json: {set: [ {file, kind, expect, missed, lines:[...]} ]}."""
 import json, glob, os, sys
 from multiprocessing import Pool
 from lib import *
+# --no-gate: every unmatched line is a candidate, not only those the error gate keeps
+NOGATE = '--no-gate' in sys.argv[1:]
+OUTF = os.path.join(WORK, 'cand-nogate.json' if NOGATE else 'cand.json')
 B = os.path.join(MAIN, 'tests', 'corpus', 'blind')
 
 def cands(ents, body):
     out = []
     for ln in body:
-        if ln.strip() and looks_like_error(ln) and not any_pattern_matches(ents, ln):
+        if ln.strip() and (NOGATE or looks_like_error(ln)) and not any_pattern_matches(ents, ln):
             out.append(ln)
     return out
 
@@ -57,4 +60,4 @@ if __name__ == '__main__':
             out[name] = res
             print(name, 'entries', n, 'uncompilable patterns', bad, 'excerpts', len(res),
                   'cand lines', sum(len(x['lines'] or []) for x in res), flush=True)
-    json.dump(out, open(os.path.join(WORK, 'cand.json'), 'w'))
+    json.dump(out, open(OUTF, 'w'))
