@@ -171,7 +171,8 @@ Examples:
     #[command(after_help = "\
 Examples:
   faultline bench raw-hyperscan /tmp/corpus.log
-  faultline bench raw-hyperscan --mode line /tmp/corpus.log")]
+  faultline bench raw-hyperscan --mode line /tmp/corpus.log
+  faultline bench raw-hyperscan --parts --runs 5 /tmp/corpus.log")]
     RawHyperscan {
         file: PathBuf,
         #[command(flatten)]
@@ -185,6 +186,13 @@ Examples:
         /// Shortest required literal a pattern is scanned by (shorter: for itself).
         #[arg(long, value_name = "BYTES", default_value_t = crate::matcher::literals::MIN_LEN, conflicts_with = "whole_patterns")]
         min_literal: usize,
+        /// Scans per measurement; the fastest is reported.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+        /// Also time the database's parts apart: its required literals alone, its patterns
+        /// scanned for themselves alone, and 10 to 1000 of the literals.
+        #[arg(long, conflicts_with = "whole_patterns")]
+        parts: bool,
     },
     /// Write a KB FACTOR times the size of the given one (copies with literals of their own),
     /// to measure how throughput and compile time scale with the KB.
@@ -644,11 +652,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             mode,
             whole_patterns,
             min_literal,
+            runs,
+            parts,
         }) => {
             // The database `scan` and `run` compile: the progress entries left out.
             let kb = kb.load()?.without_progress();
             let min_literal = (!whole_patterns).then_some(min_literal);
-            crate::bench::raw_hyperscan_command(&kb, &file, mode, min_literal)?;
+            crate::bench::raw_hyperscan_command(&kb, &file, mode, min_literal, runs, parts)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Incidents {

@@ -317,6 +317,13 @@ impl Plan {
         }
     }
 
+    /// Whether expression `id` is a required literal (else a pattern scanned for itself).
+    pub fn is_literal(&self, id: u32) -> bool {
+        self.targets(id)
+            .first()
+            .is_some_and(|&p| matches!(self.literals.get(p as usize), Some(Some(_))))
+    }
+
     /// How many patterns there are.
     pub fn patterns(&self) -> usize {
         self.literals.len()
@@ -403,6 +410,12 @@ mod tests {
         assert_eq!(of(r"xboom\x20"), [1]);
         assert_eq!(of(r"\d+"), [2], "no literal: scanned for itself");
         assert_eq!(of("gate word"), [3], "past `literal`: scanned for itself");
+        let literal = |expr: &str| {
+            let id = plan.expressions.iter().position(|e| e == expr).expect(expr);
+            plan.is_literal(id as u32)
+        };
+        assert!(literal(r"\x20failed") && literal(r"xboom\x20"));
+        assert!(!literal(r"\d+") && !literal("gate word"));
         assert!(plan.passes(0, b"a boom 7 failed"));
         assert!(!plan.passes(0, b"boom 7 FAILED"));
         assert!(plan.passes(2, b"anything"));
