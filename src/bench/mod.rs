@@ -810,6 +810,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn parts_split_the_shipped_plan_and_sample_its_literals() {
+        let kb = KnowledgeBase::embedded().expect("kb").without_progress();
+        let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+        let plan = crate::engine::plan(&kb, &sources, crate::matcher::literals::MIN_LEN);
+        let parts = Parts::of(&plan);
+        let (by_literal, literals) = plan.literal_counts();
+        assert_eq!(parts.literals.len(), literals);
+        assert_eq!(parts.whole.len(), sources.len() - by_literal);
+        assert!(parts.whole.iter().all(|w| sources.contains(&w.as_str())));
+        let databases = parts.databases();
+        assert_eq!(databases[0].1, parts.literals);
+        assert_eq!(databases[1].1, parts.whole);
+        let sizes: Vec<usize> = databases[2..].iter().map(|(_, e)| e.len()).collect();
+        assert_eq!(sizes, [10, 30, 100, 300, 1000]);
+        for (_, sample) in &databases[2..] {
+            assert!(sample.iter().all(|l| parts.literals.contains(l)));
+            let distinct: std::collections::BTreeSet<&String> = sample.iter().collect();
+            assert_eq!(distinct.len(), sample.len(), "a sample repeats no literal");
+        }
+        assert_eq!(parts.databases(), databases, "the same samples every run");
+    }
+
+    #[test]
     fn corpus_is_deterministic_and_sized() {
         let kb = KnowledgeBase::embedded().expect("kb");
         let mut a = Vec::new();
