@@ -177,22 +177,8 @@ Examples:
         file: PathBuf,
         #[command(flatten)]
         kb: KbArg,
-        #[arg(long, value_enum, default_value_t = crate::bench::RawMode::Buffer)]
-        mode: crate::bench::RawMode,
-        /// Scan for each pattern itself, not for its required literals (the database design
-        /// before 2026-12-04, kept to compare).
-        #[arg(long)]
-        whole_patterns: bool,
-        /// Shortest required literal a pattern is scanned by (shorter: for itself).
-        #[arg(long, value_name = "BYTES", default_value_t = crate::matcher::literals::MIN_LEN, conflicts_with = "whole_patterns")]
-        min_literal: usize,
-        /// Scans per measurement; the fastest is reported.
-        #[arg(long, default_value_t = 1)]
-        runs: usize,
-        /// Also time the database's parts apart: its required literals alone, its patterns
-        /// scanned for themselves alone, and 10 to 1000 of the literals.
-        #[arg(long, conflicts_with = "whole_patterns")]
-        parts: bool,
+        #[command(flatten)]
+        options: crate::bench::RawOptions,
     },
     /// Write a KB FACTOR times the size of the given one (copies with literals of their own),
     /// to measure how throughput and compile time scale with the KB.
@@ -646,19 +632,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             eprintln!("wrote {} entries to {}", scaled.len(), out.display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(BenchCommand::RawHyperscan {
-            file,
-            kb,
-            mode,
-            whole_patterns,
-            min_literal,
-            runs,
-            parts,
-        }) => {
+        Command::Bench(BenchCommand::RawHyperscan { file, kb, options }) => {
             // The database `scan` and `run` compile: the progress entries left out.
             let kb = kb.load()?.without_progress();
-            let min_literal = (!whole_patterns).then_some(min_literal);
-            crate::bench::raw_hyperscan_command(&kb, &file, mode, min_literal, runs, parts)?;
+            crate::bench::raw_hyperscan_command(&kb, &file, &options)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Incidents {

@@ -171,18 +171,42 @@ pub enum RawMode {
     Line,
 }
 
+/// How `faultline bench raw-hyperscan` compiles and times.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct RawOptions {
+    /// How Hyperscan is called.
+    #[arg(long, value_enum, default_value_t = RawMode::Buffer)]
+    pub mode: RawMode,
+    /// Scan for each pattern itself, not for its required literals (the database design
+    /// before 2026-12-04, kept to compare).
+    #[arg(long)]
+    pub whole_patterns: bool,
+    /// Shortest required literal a pattern is scanned by (shorter: for itself).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::matcher::literals::MIN_LEN, conflicts_with = "whole_patterns")]
+    pub min_literal: usize,
+    /// Scans per measurement; the fastest is reported.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+    /// Also time the database's parts apart: its required literals alone, its patterns
+    /// scanned for themselves alone, and 10 to 1000 of the literals.
+    #[arg(long, conflicts_with = "whole_patterns")]
+    pub parts: bool,
+}
+
 /// `faultline bench raw-hyperscan`: compiles `kb`'s patterns as `scan` does (by their required
-/// literals of at least `min_literal` bytes; `None`: each pattern whole, the design before),
-/// scans `file` with [`raw_hyperscan`] and prints what it measured.
+/// literals of at least `options.min_literal` bytes, or each pattern whole with
+/// `options.whole_patterns`, the design before), scans `file` with [`raw_hyperscan`] and prints
+/// what it measured.
 pub fn raw_hyperscan_command(
     kb: &KnowledgeBase,
     file: &Path,
-    mode: RawMode,
-    min_literal: Option<usize>,
-    runs: usize,
-    parts: bool,
+    options: &RawOptions,
 ) -> anyhow::Result<()> {
     use crate::matcher::HyperscanMatcher;
+    let RawOptions {
+        mode, runs, parts, ..
+    } = *options;
+    let min_literal = (!options.whole_patterns).then_some(options.min_literal);
     let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
     let compile = std::time::Instant::now();
     let cache = crate::engine::database_cache_dir();
