@@ -306,13 +306,9 @@ impl Parts {
             ("whole patterns alone".to_string(), self.whole.clone()),
         ];
         let mut shuffled = self.literals.clone();
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rng = Rng::new(7);
         for i in (1..shuffled.len()).rev() {
-            // xorshift64: a fixed, dependency-free shuffle.
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            shuffled.swap(i, (x % (i as u64 + 1)) as usize);
+            shuffled.swap(i, rng.below(i + 1));
         }
         for n in [10, 30, 100, 300, 1000] {
             if n < shuffled.len() {
