@@ -298,12 +298,23 @@ impl Parts {
         Parts { literals, whole }
     }
 
-    /// The databases to time: the literals alone, the whole patterns alone, and subsets of the
-    /// literals (a fixed shuffle, so that each size is a fair sample and every run the same).
+    /// The databases to time: the literals alone, the whole patterns alone, the unknown-line
+    /// gate's patterns alone and with the rest (the database the default `scan` compiles), and
+    /// subsets of the literals (a fixed shuffle, so that each size is a fair sample and every run the same).
     pub fn databases(&self) -> Vec<(String, Vec<String>)> {
+        let gate: Vec<String> = crate::templates::gate::PATTERNS
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let with_gate = [&self.literals[..], &self.whole[..], &gate[..]].concat();
         let mut out = vec![
             ("required literals alone".to_string(), self.literals.clone()),
             ("whole patterns alone".to_string(), self.whole.clone()),
+            ("the unknown-line gate alone".to_string(), gate),
+            (
+                "the database with the unknown-line gate (the default scan's)".to_string(),
+                with_gate,
+            ),
         ];
         let mut shuffled = self.literals.clone();
         let mut rng = Rng::new(7);
@@ -842,9 +853,16 @@ mod tests {
         let databases = parts.databases();
         assert_eq!(databases[0].1, parts.literals);
         assert_eq!(databases[1].1, parts.whole);
-        let sizes: Vec<usize> = databases[2..].iter().map(|(_, e)| e.len()).collect();
+        let gate = crate::templates::gate::PATTERNS;
+        assert_eq!(databases[2].1, gate);
+        let both = &databases[3].1;
+        assert_eq!(both.len(), plan.expressions.len() + gate.len());
+        assert!(
+            both.ends_with(&databases[2].1) && plan.expressions.iter().all(|e| both.contains(e))
+        );
+        let sizes: Vec<usize> = databases[4..].iter().map(|(_, e)| e.len()).collect();
         assert_eq!(sizes, [10, 30, 100, 300, 1000]);
-        for (_, sample) in &databases[2..] {
+        for (_, sample) in &databases[4..] {
             assert!(sample.iter().all(|l| parts.literals.contains(l)));
             let distinct: std::collections::BTreeSet<&String> = sample.iter().collect();
             assert_eq!(distinct.len(), sample.len(), "a sample repeats no literal");
