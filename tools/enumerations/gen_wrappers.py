@@ -153,6 +153,25 @@ CUDA_WRAPPERS = [
     # CUDA 10.1, 716 after), so only the text is read. THCudaCheckWarn FAIL (no throw) is left out.
     r"\bTHCudaCheck FAIL file=\S{1,300} line=\d{1,6} error=\d{1,4} : ",
     r"\bcuda runtime error \(\d{1,4}\) : ",
+    # mshadow's MSHADOW_CUDA_POST_KERNEL_CHECK(x) after every MXNet kernel launch (mxnet_op.h, tensor_gpu-inl.cuh):
+    # CHECK_EQ(err, cudaSuccess) << "Name: " << #x << " ErrStr:" << cudaGetErrorString(err); dmlc-core 2016-11..2020-05
+    # prints "Check failed: err == cudaSuccess (2 vs. 0) Name: ...", later releases "... (2 vs. 0) : Name: ...".
+    r"\bCheck failed: err == cudaSuccess \(\d{1,3} vs\. 0\) (?:: )?Name: [A-Za-z0-9_]{1,100} ErrStr: ?",
+    # MXNet's CHECK_EQ(e, cudaSuccess) << " CUDA: " (include/mxnet/base.h) and CHECK_CUDA_ERROR(msg)
+    # (src/common/cuda_utils.h: << (msg) << " CUDA: "), in the same dmlc-core CHECK_EQ text.
+    r"\bCheck failed: e == cudaSuccess \(\d{1,3} vs\. 0\) [^\n]{0,200}?CUDA: ",
+    # MindSpore GPU: CudaDriver and MindData (cuda_driver.cc, arena.cc, gpu data queue): MS_LOG(ERROR|EXCEPTION) <<
+    # "cudaMalloc failed, ret[" << static_cast<int>(ret) << "], " << cudaGetErrorString(ret) (cudaFree, cudaHostAlloc,
+    # cudaMemcpy[Async], cudaStreamSynchronize, cudaEvent*, cudaSetDevice ...).
+    r"\bcuda[A-Z][A-Za-z]{1,40} failed, ret\[\d{1,4}\], ",
+    # MindSpore gpu_common.h CHECK_CUDA_RET_WITH_(ERROR|EXCEPT)[_NOTRACE]: "CUDA Error: " << message << " | Error Number: "
+    # << status << " " << cudaGetErrorString(status), and CHECK_CUDA_STATUS: "... the cuda Kernel fails to run, the error
+    # number is " << status << ", which means " << cudaGetErrorString(status).
+    r"\bCUDA Error: [^\n|]{1,300}\| Error Number: \d{1,4} ",
+    r"\bcuda Kernel fails to run, the error number is \d{1,4}, which means ",
+    # OneFlow oneflow/core/device/cuda_util.h OF_CUDA_CHECK: LOG(FATAL) << "Check failed: " #condition " : "
+    # << cudaGetErrorString(status) << " (" << status << ") " (the same text v0.5.0 .. v1.0.0).
+    r"\bCheck failed: cuda[A-Z][A-Za-z]{1,40}\([^\n]{0,200}\) : ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -175,6 +194,13 @@ CUDA_WRAP_EXAMPLES = [
     "(SGLangHttpServer pid=250977) [torch_memory_saver.cpp] CUresult error: {n} ({s})  file=csrc/utils.h func=cu_mem_create line=194",
     "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCTensorCopy.cu line=84 error={n} : {s}",
     "RuntimeError: cuda runtime error ({n}) : {s} at /pytorch/aten/src/THC/generic/THCTensorCopy.cpp:20",
+    "mxnet.base.MXNetError: [17:13:00] src/operator/nn/./../mxnet_op.h:576: Check failed: err == cudaSuccess ({n} vs. 0) Name: mxnet_generic_kernel ErrStr:{s}",
+    "  what():  [08:41:12] ../src/operator/tensor/./../mxnet_op.h:1097: Check failed: err == cudaSuccess ({n} vs. 0) : Name: mxnet_generic_kernel ErrStr:{s}",
+    "mxnet.base.MXNetError: [10:00:00] include/mxnet/base.h:458: Check failed: e == cudaSuccess ({n} vs. 0) :  CUDA: {s}",
+    "[ERROR] MD(14433,7fea2effd700,python):2021-12-12-14:13:43.932.181 [mindspore/ccsrc/minddata/dataset/util/arena.cc:250] Init] cudaHostAlloc failed, ret[{n}], {s}",
+    "[ERROR] KERNEL(4096,7f3b1effd700,python):2023-03-01-10:00:00.000.000 [mindspore/ccsrc/plugin/device/gpu/kernel/gpu_kernel.h:300] Launch] CUDA Error: cudaStreamSynchronize failed | Error Number: {n} {s}",
+    "RuntimeError: The cuda Kernel fails to run, the error number is {n}, which means {s}. But the name of failed kernel is uncertain",
+    "F0101 10:00:00.000000 12345 cuda_device.cpp:191] Check failed: cudaFree(ptr) : {s} ({n}) ",
 ]
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
