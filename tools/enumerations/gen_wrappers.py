@@ -172,6 +172,13 @@ CUDA_WRAPPERS = [
     # OneFlow oneflow/core/device/cuda_util.h OF_CUDA_CHECK: LOG(FATAL) << "Check failed: " #condition " : "
     # << cudaGetErrorString(status) << " (" << status << ") " (the same text v0.5.0 .. v1.0.0).
     r"\bCheck failed: cuda[A-Z][A-Za-z]{1,40}\([^\n]{0,200}\) : ",
+    # TensorRT-LLM cpp/include/tensorrt_llm/common/cudaUtils.h check<T>: TllmException(file, line, fmtstr("[TensorRT-LLM][ERROR]
+    # CUDA runtime error in %s: %s", func, _cudaGetErrorEnum(result))) with cudaGetErrorString for cudaError_t (the exception
+    # appends " (<file>:<line>)"); its copies (vLLM's custom kernels "[ERROR] CUDA runtime error in %s: %s %s:%d", TensorRT
+    # samples and plugins "CUDA runtime error in %s: %s"); and FasterTransformer's check<T>, the same helper before it:
+    # "[FT][ERROR] CUDA runtime error: " + _cudaGetErrorEnum(result) + " " + file + ":" + line.
+    r"\bCUDA runtime error in [^\n]{1,300}: ",
+    r"\[FT\]\[ERROR\] CUDA runtime error: ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -201,6 +208,8 @@ CUDA_WRAP_EXAMPLES = [
     "[ERROR] KERNEL(4096,7f3b1effd700,python):2023-03-01-10:00:00.000.000 [mindspore/ccsrc/plugin/device/gpu/kernel/gpu_kernel.h:300] Launch] CUDA Error: cudaStreamSynchronize failed | Error Number: {n} {s}",
     "RuntimeError: The cuda Kernel fails to run, the error number is {n}, which means {s}. But the name of failed kernel is uncertain",
     "F0101 10:00:00.000000 12345 cuda_device.cpp:191] Check failed: cudaFree(ptr) : {s} ({n}) ",
+    "[TensorRT-LLM][ERROR] [TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): {s} (/src/cpp/tensorrt_llm/runtime/tllmBuffers.h:112)",
+    "RuntimeError: [FT][ERROR] CUDA runtime error: {s} /workspace/FasterTransformer/src/fastertransformer/utils/memory_utils.cu:112 ",
 ]
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
