@@ -300,7 +300,8 @@ impl Parts {
 
     /// The databases to time: the literals alone, the whole patterns alone, the unknown-line
     /// gate's patterns alone and with the rest (the database the default `scan` compiles), and
-    /// subsets of the literals (a fixed shuffle, so that each size is a fair sample and every run the same).
+    /// subsets of the literals (a fixed shuffle, so that each size is a fair sample and every
+    /// run the same).
     pub fn databases(&self) -> Vec<(String, Vec<String>)> {
         let gate: Vec<String> = crate::templates::gate::PATTERNS
             .iter()
