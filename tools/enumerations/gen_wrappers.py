@@ -111,10 +111,13 @@ CUDA_WRAPPERS = [
     # after PyTorch's "Last error:" (ncclGetLastError) on its own line, and quoted by XLA's
     # "Last NCCL warning(error) log entry (may be unrelated) '...'".
     r"\bCuda failure (?:\d{1,3} )?'",
-    # dmlc-core CHECK in MXNet's and TVM's CUDA_CALL and mshadow's: CHECK(e == cudaSuccess || e ==
-    # cudaErrorCudartUnloading) << "CUDA: " << cudaGetErrorString(e), printed by dmlc logging as
-    # "Check failed: <expr> CUDA: <string>" (newer dmlc: "Check failed: <expr>: CUDA: <string>").
-    r"\bCheck failed: e == cudaSuccess(?: \|\| e == cudaErrorCudartUnloading)?:? {1,2}CUDA: ",
+    # dmlc-core's checks on `e` before " CUDA: " << cudaGetErrorString(e), one family:
+    # - CHECK(e == cudaSuccess || e == cudaErrorCudartUnloading) << "CUDA: " in MXNet's and TVM's CUDA_CALL and
+    #   mshadow's, printed "Check failed: <expr> CUDA: <string>" (newer dmlc: "Check failed: <expr>: CUDA: <string>");
+    # - MXNet's CHECK_EQ(e, cudaSuccess) << " CUDA: " (include/mxnet/base.h) and CHECK_CUDA_ERROR(msg)
+    #   (src/common/cuda_utils.h: << (msg) << " CUDA: "), in dmlc-core's CHECK_EQ text "(N vs. 0) ".
+    r"\bCheck failed: e == cudaSuccess(?:(?: \|\| e == cudaErrorCudartUnloading)?:? {1,2}"
+    r"| \(\d{1,3} vs\. 0\) [^\n]{0,200}?)CUDA: ",
     # Caffe's CUDA_CHECK (util/device_alternate.hpp), copied into many CUDA extensions:
     # CHECK_EQ(error, cudaSuccess) << " " << cudaGetErrorString(error), printed by glog as
     # "Check failed: error == cudaSuccess (2 vs. 0)  out of memory".
@@ -157,9 +160,6 @@ CUDA_WRAPPERS = [
     # CHECK_EQ(err, cudaSuccess) << "Name: " << #x << " ErrStr:" << cudaGetErrorString(err); dmlc-core 2016-11..2020-05
     # prints "Check failed: err == cudaSuccess (2 vs. 0) Name: ...", later releases "... (2 vs. 0) : Name: ...".
     r"\bCheck failed: err == cudaSuccess \(\d{1,3} vs\. 0\) (?:: )?Name: [A-Za-z0-9_]{1,100} ErrStr: ?",
-    # MXNet's CHECK_EQ(e, cudaSuccess) << " CUDA: " (include/mxnet/base.h) and CHECK_CUDA_ERROR(msg)
-    # (src/common/cuda_utils.h: << (msg) << " CUDA: "), in the same dmlc-core CHECK_EQ text.
-    r"\bCheck failed: e == cudaSuccess \(\d{1,3} vs\. 0\) [^\n]{0,200}?CUDA: ",
     # MindSpore GPU: CudaDriver and MindData (cuda_driver.cc, arena.cc, gpu data queue): MS_LOG(ERROR|EXCEPTION) <<
     # "cudaMalloc failed, ret[" << static_cast<int>(ret) << "], " << cudaGetErrorString(ret) (cudaFree, cudaHostAlloc,
     # cudaMemcpy[Async], cudaStreamSynchronize, cudaEvent*, cudaSetDevice ...).
