@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""List a program's log format strings across release tags and say which ones the KB recognises.
+
+    python3 tools/format-sweep/sweep.py --git DIR --tag v2.30.7-1 --tag v2.27.3-1 \\
+        --path src --macro WARN \\
+        --prefix 'node1:1234:1240 [0] {file}:{line} NCCL WARN ' --strip src/ \\
+        --out /tmp/nccl-warn.tsv
+
+For each tag, every call `MACRO("format" ...)` in the files under each `--path` is read from the
+git object store (`git show TAG:FILE`, no checkout): adjacent string literals are joined, and
+the `PRI*` macros of <inttypes.h> between them are read as the conversions they stand for. One
+format string is one row, whatever the number of tags and places that print it; the row names the
+tags that have it, so a wording that changed between releases shows as two rows with disjoint
+tags.
+
+Each format string is rendered into one sample line: the `--prefix` (with `{file}` and `{line}`
+of its first place, the file with `--strip` removed from its front), then the format with each
+printf conversion replaced by a plain value of its type (`%d` 3, `%u` 7, `%x` 1f, `%p` 0x7f3a,
+`%f` 1.5), and a format with a `%s` once for each of a few strings (a device, an operation, an
+address, a suffix: `STRINGS`, none of which names a failure by itself); it is recognised when any of its lines is. The sample lines are scanned by `faultline scan` with the KB given, and
+each row records the entries that matched its line and their roles. A row whose line no entry
+matches as `root` or `cascade` is a wording the KB does not recognise: the list to read when
+writing entries from the source. A sample line is what the program prints with those values; a
+pattern that insists on other values (a device name, a non-zero count) can miss it, so a miss
+here is a lead to read, not a verdict.
+
+Output: a TSV (`--out`, one row per format string: first place, tags, roles, codes, format,
+sample line) and a summary on standard output: format strings per tag, and how many of them the
+KB recognises as root or cascade. Standard library only; `faultline` from `--faultline` or PATH.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+# A printf conversion: flags, width, precision, length, conversion.
+CONV = re.compile(r"%[-+ #0']*(\*|\d+)?(\.(\*|\d+))?(hh|h|ll|l|z|j|t|L|q)?([diouxXeEfgGaAcspn%])")
+# <inttypes.h> macros that stand between literals: PRIu64 -> "lu", PRIx32 -> "x".
+PRI = re.compile(r"PRI([diouxX])(8|16|32|64|MAX|PTR|LEAST\d+|FAST\d+)")
+# One C string literal.
+LIT = r'"(?:[^"\\\n]|\\.)*"'
+
+
+# The values a `%s` is tried with: a device, an operation, an address, a suffix. None of them
+# names a failure by itself (a reason such as "Connection refused" would be recognised wherever
+# it is printed, and so would say nothing of the format around it).
+STRINGS = ["mlx5_0", "Connect", "10.1.2.3<51234>", "_v2"]
+
+
+def value(conv, string="mlx5_0"):
+    """A plain sample value for one printf conversion character."""
+    return {
+        "%": "%",
+        "d": "3",
+        "i": "3",
+        "o": "7",
+        "u": "7",
+        "x": "1f",
+        "X": "1F",
+        "c": "c",
+        "p": "0x7f3a",
+        "s": string,
+        "n": "",
+    }.get(conv, "1.5")
+
+
+def render(fmt, string="mlx5_0"):
+    """The line a format string prints with plain values, each `%s` as `string`."""
+    return CONV.sub(lambda m: value(m.group(5), string), fmt)
+
+
+def unescape(body):
+    """A C literal's body as text (simple escapes; others kept as written)."""
+    table = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'", "r": "\r", "0": ""}
+    return re.sub(r"\\(.)", lambda m: table.get(m.group(1), m.group(0)), body)
+
+
+def calls(text, macros):
+    """(line number, format string) of each call of one of `macros` with a literal format."""
+    head = r"\b(?:" + "|".join(re.escape(m) for m in macros) + r")\s*\(\s*"
+    # Literals, optionally with PRI macros between them, across lines.
+    seq = re.compile(head + r"(" + LIT + r"(?:\s*(?:" + LIT + r"|PRI\w+))*)")
+    for m in seq.finditer(text):
+        parts = re.findall(LIT + r"|PRI\w+", m.group(1))
+        fmt = ""
+        for p in parts:
+            if p.startswith('"'):
+                fmt += unescape(p[1:-1])
+            else:
+                pm = PRI.match(p)
+                fmt += ("l" + pm.group(1)) if pm else ""
+        yield text.count("\n", 0, m.start()) + 1, fmt
+
+
+def git(gitdir, *args):
+    return subprocess.run(
+        ["git", "-C", gitdir, *args], capture_output=True, text=True, errors="replace", check=True
+    ).stdout
+
+
+def sweep(args):
+    rows = {}  # format -> {"place": (file, line), "tags": [...]}
+    per_tag = {}
+    for tag in args.tag:
+        files = git(args.git, "ls-tree", "-r", "--name-only", tag, "--", *args.path).split()
+        files = [f for f in files if f.endswith(tuple(args.ext))]
+        n = 0
+        for f in files:
+            text = git(args.git, "show", f"{tag}:{f}")
+            if not any(m in text for m in args.macro):
+                continue
+            for line, fmt in calls(text, args.macro):
+                if not fmt.strip():
+                    continue
+                row = rows.setdefault(fmt, {"place": (f, line), "tags": []})
+                if tag not in row["tags"]:
+                    row["tags"].append(tag)
+                    n += 1
+        per_tag[tag] = n
+    return rows, per_tag
+
+
+def samples_of(args, fmt, place):
+    """The sample lines of one format string: one per `%s` value (one when it has no `%s`)."""
+    f, line = place
+    if args.strip and f.startswith(args.strip):
+        f = f[len(args.strip):]
+    prefix = args.prefix.replace("{file}", f).replace("{line}", str(line))
+    out = []
+    for string in STRINGS if "%s" in fmt or re.search(r"%[-\d.*]*s", fmt) else STRINGS[:1]:
+        # A format that prints several lines is read as its first non-empty one.
+        first = next((p for p in render(fmt, string).split("\n") if p.strip()), "")
+        if prefix + first not in out:
+            out.append(prefix + first)
+    return out
+
+
+def scan(args, samples):
+    exe = args.faultline or shutil.which("faultline")
+    if not exe:
+        sys.exit("sweep: faultline not found (give --faultline)")
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as tmp:
+        for s in samples:
+            tmp.write(s + "\n")
+    cmd = [exe, "scan", "--no-summary", "--no-incidents", "--no-unknown", tmp.name]
+    if args.kb:
+        cmd[2:2] = ["--kb", args.kb]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    os.unlink(tmp.name)
+    seen = {}
+    for l in out.splitlines():
+        e = json.loads(l)
+        seen.setdefault(e["line"], set()).add((e["role"], e["error_code"]))
+    return seen
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--git", required=True, help="a git repository (a bare mirror is enough)")
+    p.add_argument("--tag", action="append", required=True, help="a release tag (repeat)")
+    p.add_argument("--path", action="append", required=True, help="a path under which to read")
+    p.add_argument("--macro", action="append", required=True, help="a logging call (repeat)")
+    p.add_argument("--ext", action="append", default=None, help="file endings (.c .cc .h ...)")
+    p.add_argument("--prefix", default="", help="what the program prints before the message")
+    p.add_argument("--strip", default="", help="leading path part the program does not print")
+    p.add_argument("--kb", help="KB directory (the built-in KB when absent)")
+    p.add_argument("--faultline", help="the faultline binary")
+    p.add_argument("--out", help="TSV of every format string")
+    args = p.parse_args()
+    args.ext = args.ext or [".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".cuh"]
+    rows, per_tag = sweep(args)
+    samples = {fmt: samples_of(args, fmt, r["place"]) for fmt, r in rows.items()}
+    seen = scan(args, sorted({s for ss in samples.values() for s in ss}))
+    known = {}
+    for fmt, ss in samples.items():
+        hits = set().union(*(seen.get(s, set()) for s in ss))
+        known[fmt] = bool({r for r, _ in hits} & {"root", "cascade"})
+        rows[fmt]["hits"] = sorted(hits)
+    for tag in args.tag:
+        fmts = [f for f, r in rows.items() if tag in r["tags"]]
+        k = sum(known[f] for f in fmts)
+        share = f"{100 * k / len(fmts):.1f}%" if fmts else "-"
+        print(f"{tag}: {len(fmts)} format strings, {k} recognised as root or cascade ({share})")
+    changed = sum(1 for r in rows.values() if len(r["tags"]) < len(args.tag))
+    print(f"all tags: {len(rows)} distinct format strings, {changed} not in every tag")
+    if args.out:
+        with open(args.out, "w") as o:
+            o.write("place\ttags\trecognised\tmatches\tformat\tsample\n")
+            for fmt, r in sorted(rows.items(), key=lambda kv: kv[1]["place"]):
+                hits = ",".join(f"{c}:{role}" for role, c in r["hits"])
+                o.write(
+                    "\t".join(
+                        [
+                            f"{r['place'][0]}:{r['place'][1]}",
+                            " ".join(r["tags"]),
+                            "yes" if known[fmt] else "no",
+                            hits or "-",
+                            fmt.replace("\n", "\\n").replace("\t", "\\t"),
+                            samples[fmt][0].replace("\t", "\\t"),
+                        ]
+                    )
+                    + "\n"
+                )
+
+
+if __name__ == "__main__":
+    main()
