@@ -16,7 +16,7 @@ tags.
 Each format string is rendered into one sample line: the `--prefix` (with `{file}` and `{line}`
 of its first place, the file with `--strip` removed from its front), then the format with each
 printf conversion replaced by a plain value of its type (`%d` 3, `%u` 7, `%x` 1f, `%p` 0x7f3a,
-`%f` 1.5), and a format with a `%s` once for each of a few strings (a device, an operation, an
+`%f` 1.5, glibc's `%m` the text of ENOENT), and a format with a `%s` once for each of a few strings (a device, an operation, an
 address, a suffix: `STRINGS`, none of which names a failure by itself); it is recognised when any of its lines is. The sample lines are scanned by `faultline scan` with the KB given, and
 each row records the entries that matched its line and their roles. A row whose line no entry
 matches as `root` or `cascade` is a wording the KB does not recognise: the list to read when
@@ -38,7 +38,7 @@ import sys
 import tempfile
 
 # A printf conversion: flags, width, precision, length, conversion.
-CONV = re.compile(r"%[-+ #0']*(\*|\d+)?(\.(\*|\d+))?(hh|h|ll|l|z|j|t|L|q)?([diouxXeEfgGaAcspn%])")
+CONV = re.compile(r"%[-+ #0']*(\*|\d+)?(\.(\*|\d+))?(hh|h|ll|l|z|j|t|L|q)?([diouxXeEfgGaAcspnm%])")
 # <inttypes.h> macros that stand between literals: PRIu64 -> "lu", PRIx32 -> "x".
 PRI = re.compile(r"PRI([diouxX])(8|16|32|64|MAX|PTR|LEAST\d+|FAST\d+)")
 # One C string literal.
@@ -65,6 +65,8 @@ def value(conv, string="mlx5_0"):
         "p": "0x7f3a",
         "s": string,
         "n": "",
+        # glibc's %m: strerror(errno); the most common errno's text.
+        "m": "No such file or directory",
     }.get(conv, "1.5")
 
 
