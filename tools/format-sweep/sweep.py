@@ -81,8 +81,19 @@ def unescape(body):
     return re.sub(r"\\(.)", lambda m: table.get(m.group(1), m.group(0)), body)
 
 
+# A string or character literal (kept) or a comment (blanked): C and C++ comments, not inside
+# literals (`'"'` is a character, not the start of a string).
+CODE = re.compile(r'("(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)+\')|//[^\n]*|/\*.*?\*/', re.S)
+
+
+def uncommented(text):
+    """`text` with its comments blanked, newlines kept (a commented-out call prints nothing)."""
+    return CODE.sub(lambda m: m.group(1) or "\n" * m.group(0).count("\n"), text)
+
+
 def calls(text, macros):
     """(line number, format string) of each call of one of `macros` with a literal format."""
+    text = uncommented(text)
     head = r"\b(?:" + "|".join(re.escape(m) for m in macros) + r")\s*\(\s*"
     # Literals, optionally with PRI macros between them, across lines.
     seq = re.compile(head + r"(" + LIT + r"(?:\s*(?:" + LIT + r"|PRI\w+))*)")
