@@ -394,12 +394,51 @@ pub fn compile_pattern(source: &str) -> Result<Regex, String> {
 fn build_regex(hir: &Hir) -> Result<Regex, String> {
     // Confirming runs once per hit line, a few hundred bytes, and each of hundreds of patterns
     // sees few lines: the lazy DFA's warm-up per pattern cost more than it saved (18 us per
-    // hit on the benchmark corpus), so the meta engine runs without it (one-pass DFA,
-    // bounded backtracker, PikeVM: no per-pattern warm-up).
+    // hit on the benchmark corpus), so the meta engine runs without it (bounded backtracker,
+    // PikeVM: no per-pattern warm-up). Without it every search is unanchored, which the
+    // one-pass DFA never runs, so it is not built either; and a regex is built the first time
+    // its pattern hits in a run, so what building costs is paid by every run that sees the
+    // failure (0.5 million instructions a pattern with both, most of a short scan's time).
     Regex::builder()
-        .configure(meta::Config::new().hybrid(false).dfa(false))
-        .build_from_hir(hir)
+        .configure(meta::Config::new().hybrid(false).dfa(false).onepass(false))
+        .build_from_hir(&named_groups_only(hir, &mut 0))
         .map_err(|e| format!("the regex crate rejects it: {e}"))
+}
+
+/// `hir` with its unnamed groups made non-capturing and its named groups numbered again in
+/// order. Only named groups are read back (an event's captures), and each capturing group is
+/// NFA states and slots that every search of the pattern carries: the KB's alternations
+/// `(a|b)` are most of its groups. Which text matches, and where each named group starts and
+/// ends, do not change: capturing decides neither.
+fn named_groups_only(hir: &Hir, next: &mut u32) -> Hir {
+    use regex_syntax::hir::{Capture, Repetition};
+    match hir.kind() {
+        HirKind::Capture(cap) => match &cap.name {
+            None => named_groups_only(&cap.sub, next),
+            Some(name) => {
+                *next += 1;
+                let index = *next;
+                Hir::capture(Capture {
+                    index,
+                    name: Some(name.clone()),
+                    sub: Box::new(named_groups_only(&cap.sub, next)),
+                })
+            }
+        },
+        HirKind::Repetition(rep) => Hir::repetition(Repetition {
+            min: rep.min,
+            max: rep.max,
+            greedy: rep.greedy,
+            sub: Box::new(named_groups_only(&rep.sub, next)),
+        }),
+        HirKind::Concat(subs) => {
+            Hir::concat(subs.iter().map(|h| named_groups_only(h, next)).collect())
+        }
+        HirKind::Alternation(subs) => {
+            Hir::alternation(subs.iter().map(|h| named_groups_only(h, next)).collect())
+        }
+        HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) | HirKind::Look(_) => hir.clone(),
+    }
 }
 
 /// The rules every engine relies on: valid syntax, no `^`/`$` anchors, no empty match.
