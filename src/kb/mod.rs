@@ -520,6 +520,30 @@ mod tests {
     }
 
     #[test]
+    fn only_named_groups_capture_and_they_keep_their_spans() {
+        let source =
+            r"(NCCL|RCCL) (?:WARN|INFO) (rank|peer) (?P<rank>\d+)(,| on) (?P<host>[\w.-]+)";
+        let re = compile_pattern(source).expect("valid");
+        let info = re.group_info();
+        // The implicit whole-match group and the two named ones; the three unnamed are gone.
+        assert_eq!(info.group_len(regex_automata::PatternID::ZERO), 3);
+        let names: Vec<_> = info
+            .pattern_names(regex_automata::PatternID::ZERO)
+            .collect();
+        assert_eq!(names, [None, Some("rank"), Some("host")]);
+        let line = b"x RCCL WARN peer 17 on node-3.example y";
+        let mut caps = re.create_captures();
+        re.captures(&line[..], &mut caps);
+        let text = |name: &str| caps.get_group_by_name(name).map(|s| &line[s.range()]);
+        assert_eq!(text("rank"), Some(&b"17"[..]));
+        assert_eq!(text("host"), Some(&b"node-3.example"[..]));
+        // The whole match is where the regex crate with every group capturing puts it.
+        let full = regex::bytes::Regex::new(&format!("(?-u){source}")).expect("valid");
+        let m = full.find(line).expect("matches");
+        assert_eq!(caps.get_match().map(|m| m.range()), Some(m.range()));
+    }
+
+    #[test]
     fn version_changes_with_content() {
         let a = version_of(&[(PathBuf::from("a/b.toml"), "x".into())]);
         let b = version_of(&[(PathBuf::from("a/b.toml"), "y".into())]);
