@@ -13,8 +13,9 @@ format string is one row, whatever the number of tags and places that print it; 
 tags that have it, so a wording that changed between releases shows as two rows with disjoint
 tags.
 
-Each format string is rendered into one sample line: the `--prefix` (with `{file}` and `{line}`
-of its first place, the file with `--strip` removed from its front), then the format with each
+Each format string is rendered into one sample line: the `--prefix` (with `{file}`, `{base}` and
+`{line}` of its first place: the file with `--strip` removed from its front, its base name, the
+line), then the format with each
 printf conversion replaced by a plain value of its type (`%d` 3, `%u` 7, `%x` 1f, `%p` 0x7f3a,
 `%f` 1.5, glibc's `%m` the text of ENOENT), and a format with a `%s` once for each of a few strings (a device, an operation, an
 address, a suffix: `STRINGS`, none of which names a failure by itself); it is recognised when any of its lines is. The sample lines are scanned by `faultline scan` with the KB given, and
@@ -142,7 +143,11 @@ def samples_of(args, fmt, place):
     f, line = place
     if args.strip and f.startswith(args.strip):
         f = f[len(args.strip):]
-    prefix = args.prefix.replace("{file}", f).replace("{line}", str(line))
+    prefix = (
+        args.prefix.replace("{file}", f)
+        .replace("{base}", os.path.basename(f))
+        .replace("{line}", str(line))
+    )
     out = []
     for string in STRINGS if "%s" in fmt or re.search(r"%[-\d.*]*s", fmt) else STRINGS[:1]:
         # A format that prints several lines is read as its first non-empty one.
@@ -178,7 +183,9 @@ def main():
     p.add_argument("--path", action="append", required=True, help="a path under which to read")
     p.add_argument("--macro", action="append", required=True, help="a logging call (repeat)")
     p.add_argument("--ext", action="append", default=None, help="file endings (.c .cc .h ...)")
-    p.add_argument("--prefix", default="", help="what the program prints before the message")
+    p.add_argument(
+        "--prefix", default="", help="what the program prints before the message ({file} {base} {line})"
+    )
     p.add_argument("--strip", default="", help="leading path part the program does not print")
     p.add_argument("--kb", help="KB directory (the built-in KB when absent)")
     p.add_argument("--faultline", help="the faultline binary")
