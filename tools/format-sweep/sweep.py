@@ -71,8 +71,26 @@ def value(conv, string="mlx5_0"):
     }.get(conv, "1.5")
 
 
+# Slurm's own conversions (src/common/log.c): a job, step or address argument printed whole.
+SLURM_CONV = re.compile(r"%p([AIJsSdD])")
+SLURM_VALUES = {
+    "A": "10.1.2.3:6818",
+    "I": "JobId=7",
+    "J": "JobId=7",
+    "s": "StepId=7.0",
+    "S": "JobId=7 StepId=7.0",
+    "d": "{}",
+    "D": "data_type(0x7f3a)",
+}
+# Set by --slurm.
+EXTENSIONS = {"slurm": False}
+
+
 def render(fmt, string="mlx5_0"):
     """The line a format string prints with plain values, each `%s` as `string`."""
+    if EXTENSIONS["slurm"]:
+        # Outside %%: a doubled percent sign is not a conversion.
+        fmt = re.sub(r"(?<!%)" + SLURM_CONV.pattern, lambda m: SLURM_VALUES[m.group(1)], fmt)
     return CONV.sub(lambda m: value(m.group(5), string), fmt)
 
 
@@ -187,10 +205,16 @@ def main():
         "--prefix", default="", help="what the program prints before the message ({file} {base} {line})"
     )
     p.add_argument("--strip", default="", help="leading path part the program does not print")
+    p.add_argument(
+        "--slurm",
+        action="store_true",
+        help="read Slurm's %%pA %%pI %%pJ %%ps %%pS %%pd %%pD conversions as log.c prints them",
+    )
     p.add_argument("--kb", help="KB directory (the built-in KB when absent)")
     p.add_argument("--faultline", help="the faultline binary")
     p.add_argument("--out", help="TSV of every format string")
     args = p.parse_args()
+    EXTENSIONS["slurm"] = args.slurm
     args.ext = args.ext or [".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".cuh"]
     rows, per_tag = sweep(args)
     samples = {fmt: samples_of(args, fmt, r["place"]) for fmt, r in rows.items()}
