@@ -239,7 +239,7 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
         (80, 80, 0),
         (75, 75, 0),
         (75, 73, 0),
-        (44, 43, 0),
+        (60, 60, 0),
     ];
     for (report, (detected, top1, alarms)) in reports.iter().zip(floors) {
         let o = &report["overall"];
