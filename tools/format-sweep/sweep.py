@@ -7,8 +7,9 @@
         --out /tmp/nccl-warn.tsv
 
 For each tag, every call `MACRO("format" ...)` in the files under each `--path` is read from the
-git object store (`git show TAG:FILE`, no checkout): adjacent string literals are joined, and
-the `PRI*` macros of <inttypes.h> between them are read as the conversions they stand for. One
+git object store (`git show TAG:FILE`, no checkout): adjacent string literals are joined, the
+`PRI*` macros of <inttypes.h> between them are read as the conversions they stand for, and an
+upper-case macro before the first literal (a prefix such as `PFX`) is left to `--prefix`. One
 format string is one row, whatever the number of tags and places that print it; the row names the
 tags that have it, so a wording that changed between releases shows as two rows with disjoint
 tags.
@@ -110,12 +111,33 @@ def uncommented(text):
     return CODE.sub(lambda m: m.group(1) or "\n" * m.group(0).count("\n"), text)
 
 
+# One argument before the format: a name, a member access or a call with simple arguments.
+ARG = r"[^,()\"]*(?:\([^()]*\)[^,()\"]*)*"
+
+
+def call_head(macro):
+    """The regex of a call up to its format argument: `WARN` is `WARN(`; a macro whose format is
+    not its first argument names the arguments before it, `*` for any one (`fprintf(stderr,`,
+    `verbs_err(*,`)."""
+    if "(" not in macro:
+        return re.escape(macro) + r"\s*\("
+    name, rest = macro.split("(", 1)
+    args = [a.strip() for a in rest.split(",") if a.strip()]
+    head = re.escape(name) + r"\s*\("
+    for a in args:
+        head += r"\s*" + (ARG if a == "*" else re.escape(a)) + r"\s*,"
+    return head
+
+
 def calls(text, macros):
     """(line number, format string) of each call of one of `macros` with a literal format."""
     text = uncommented(text)
-    head = r"\b(?:" + "|".join(re.escape(m) for m in macros) + r")\s*\(\s*"
+    head = r"\b(?:" + "|".join(call_head(m) for m in macros) + r")\s*"
     # Literals, optionally with PRI macros between them, across lines.
-    seq = re.compile(head + r"(" + LIT + r"(?:\s*(?:" + LIT + r"|PRI\w+))*)")
+    # A macro that stands for a literal (`PFX "..."`) may come first: its text is the prefix's.
+    seq = re.compile(
+        head + r"((?:[A-Z][A-Z0-9_]*\s*)?" + LIT + r"(?:\s*(?:" + LIT + r"|PRI\w+))*)"
+    )
     for m in seq.finditer(text):
         parts = re.findall(LIT + r"|PRI\w+", m.group(1))
         fmt = ""
@@ -199,7 +221,13 @@ def main():
     p.add_argument("--git", required=True, help="a git repository (a bare mirror is enough)")
     p.add_argument("--tag", action="append", required=True, help="a release tag (repeat)")
     p.add_argument("--path", action="append", required=True, help="a path under which to read")
-    p.add_argument("--macro", action="append", required=True, help="a logging call (repeat)")
+    p.add_argument(
+        "--macro",
+        action="append",
+        required=True,
+        help="a logging call (repeat); arguments before the format as in 'fprintf(stderr,' or "
+        "'verbs_err(*,' (* for any one)",
+    )
     p.add_argument("--ext", action="append", default=None, help="file endings (.c .cc .h ...)")
     p.add_argument(
         "--prefix", default="", help="what the program prints before the message ({file} {base} {line})"
