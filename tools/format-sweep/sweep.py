@@ -165,7 +165,7 @@ def sweep(args):
         n = 0
         for f in files:
             text = git(args.git, "show", f"{tag}:{f}")
-            if not any(m in text for m in args.macro):
+            if not any(m.split("(", 1)[0] in text for m in args.macro):
                 continue
             for line, fmt in calls(text, args.macro):
                 if not fmt.strip():
