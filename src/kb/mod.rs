@@ -396,9 +396,10 @@ fn build_regex(hir: &Hir) -> Result<Regex, String> {
     // sees few lines: the lazy DFA's warm-up per pattern cost more than it saved (18 us per
     // hit on the benchmark corpus), so the meta engine runs without it (bounded backtracker,
     // PikeVM: no per-pattern warm-up). Without it every search is unanchored, which the
-    // one-pass DFA never runs, so it is not built either; and a regex is built the first time
-    // its pattern hits in a run, so what building costs is paid by every run that sees the
-    // failure (0.5 million instructions a pattern with both, most of a short scan's time).
+    // one-pass DFA never runs, so it is not built either. A regex is built the first time its
+    // pattern hits in a run, so every run that sees a failure pays for building (docs/
+    // performance.md: on a 30 MB slice, half of what `scan --no-unknown` spends beyond raw
+    // Hyperscan).
     Regex::builder()
         .configure(meta::Config::new().hybrid(false).dfa(false).onepass(false))
         .build_from_hir(&named_groups_only(hir, &mut 0))

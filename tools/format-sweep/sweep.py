@@ -6,29 +6,8 @@
         --prefix 'node1:1234:1240 [0] {file}:{line} NCCL WARN ' --strip src/ \\
         --out /tmp/nccl-warn.tsv
 
-For each tag, every call `MACRO("format" ...)` in the files under each `--path` is read from the
-git object store (`git show TAG:FILE`, no checkout): adjacent string literals are joined, the
-`PRI*` macros of <inttypes.h> between them are read as the conversions they stand for, and an
-upper-case macro before the first literal (a prefix such as `PFX`) is left to `--prefix`. One
-format string is one row, whatever the number of tags and places that print it; the row names the
-tags that have it, so a wording that changed between releases shows as two rows with disjoint
-tags.
-
-Each format string is rendered into one sample line: the `--prefix` (with `{file}`, `{base}` and
-`{line}` of its first place: the file with `--strip` removed from its front, its base name, the
-line), then the format with each
-printf conversion replaced by a plain value of its type (`%d` 3, `%u` 7, `%x` 1f, `%p` 0x7f3a,
-`%f` 1.5, glibc's `%m` the text of ENOENT), and a format with a `%s` once for each of a few strings (a device, an operation, an
-address, a suffix: `STRINGS`, none of which names a failure by itself); it is recognised when any of its lines is. The sample lines are scanned by `faultline scan` with the KB given, and
-each row records the entries that matched its line and their roles. A row whose line no entry
-matches as `root` or `cascade` is a wording the KB does not recognise: the list to read when
-writing entries from the source. A sample line is what the program prints with those values; a
-pattern that insists on other values (a device name, a non-zero count) can miss it, so a miss
-here is a lead to read, not a verdict.
-
-Output: a TSV (`--out`, one row per format string: first place, tags, roles, codes, format,
-sample line) and a summary on standard output: format strings per tag, and how many of them the
-KB recognises as root or cascade. Standard library only; `faultline` from `--faultline` or PATH.
+What it reads, how it renders a sample line and what a row means: README.md beside this file.
+Standard library only; `faultline` from `--faultline` or PATH.
 """
 import argparse
 import json
@@ -53,8 +32,8 @@ LIT = r'"(?:[^"\\\n]|\\.)*"'
 STRINGS = ["mlx5_0", "Connect", "10.1.2.3<51234>", "_v2"]
 
 
-def value(conv, string="mlx5_0"):
-    """A plain sample value for one printf conversion character."""
+def value(conv, string):
+    """A plain sample value for one printf conversion character, `string` for `%s`."""
     return {
         "%": "%",
         "d": "3",
@@ -72,8 +51,9 @@ def value(conv, string="mlx5_0"):
     }.get(conv, "1.5")
 
 
-# Slurm's own conversions (src/common/log.c): a job, step or address argument printed whole.
-SLURM_CONV = re.compile(r"%p([AIJsSdD])")
+# Slurm's own conversions (src/common/log.c): a job, step or address argument printed whole; a
+# doubled percent sign before the `p` is not a conversion.
+SLURM_CONV = re.compile(r"(?<!%)%p([AIJsSdD])")
 SLURM_VALUES = {
     "A": "10.1.2.3:6818",
     "I": "JobId=7",
@@ -83,15 +63,13 @@ SLURM_VALUES = {
     "d": "{}",
     "D": "data_type(0x7f3a)",
 }
-# Set by --slurm.
-EXTENSIONS = {"slurm": False}
 
 
-def render(fmt, string="mlx5_0"):
-    """The line a format string prints with plain values, each `%s` as `string`."""
-    if EXTENSIONS["slurm"]:
-        # Outside %%: a doubled percent sign is not a conversion.
-        fmt = re.sub(r"(?<!%)" + SLURM_CONV.pattern, lambda m: SLURM_VALUES[m.group(1)], fmt)
+def render(fmt, string, slurm=False):
+    """The line a format string prints with plain values, each `%s` as `string`; with `slurm`,
+    Slurm's `%pJ` and kin first."""
+    if slurm:
+        fmt = SLURM_CONV.sub(lambda m: SLURM_VALUES[m.group(1)], fmt)
     return CONV.sub(lambda m: value(m.group(5), string), fmt)
 
 
@@ -158,11 +136,9 @@ def git(gitdir, *args):
 
 def sweep(args):
     rows = {}  # format -> {"place": (file, line), "tags": [...]}
-    per_tag = {}
     for tag in args.tag:
         files = git(args.git, "ls-tree", "-r", "--name-only", tag, "--", *args.path).split()
         files = [f for f in files if f.endswith(tuple(args.ext))]
-        n = 0
         for f in files:
             text = git(args.git, "show", f"{tag}:{f}")
             if not any(m.split("(", 1)[0] in text for m in args.macro):
@@ -173,9 +149,7 @@ def sweep(args):
                 row = rows.setdefault(fmt, {"place": (f, line), "tags": []})
                 if tag not in row["tags"]:
                     row["tags"].append(tag)
-                    n += 1
-        per_tag[tag] = n
-    return rows, per_tag
+    return rows
 
 
 def samples_of(args, fmt, place):
@@ -189,9 +163,9 @@ def samples_of(args, fmt, place):
         .replace("{line}", str(line))
     )
     out = []
-    for string in STRINGS if "%s" in fmt or re.search(r"%[-\d.*]*s", fmt) else STRINGS[:1]:
+    for string in STRINGS if re.search(r"%[-\d.*]*s", fmt) else STRINGS[:1]:
         # A format that prints several lines is read as its first non-empty one.
-        first = next((p for p in render(fmt, string).split("\n") if p.strip()), "")
+        first = next((p for p in render(fmt, string, args.slurm).split("\n") if p.strip()), "")
         if prefix + first not in out:
             out.append(prefix + first)
     return out
@@ -242,9 +216,8 @@ def main():
     p.add_argument("--faultline", help="the faultline binary")
     p.add_argument("--out", help="TSV of every format string")
     args = p.parse_args()
-    EXTENSIONS["slurm"] = args.slurm
     args.ext = args.ext or [".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".cuh"]
-    rows, per_tag = sweep(args)
+    rows = sweep(args)
     samples = {fmt: samples_of(args, fmt, r["place"]) for fmt, r in rows.items()}
     seen = scan(args, sorted({s for ss in samples.values() for s in ss}))
     known = {}
