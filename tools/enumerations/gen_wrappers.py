@@ -356,6 +356,13 @@ HIP_NAME_EXAMPLES = [
     "[rocprof-sys][1723916][0] HIP driver error '{name}'",
 ]
 
+# XLA ToStatusSlow / ToStatus(hipStreamSynchronize(...), "Could not synchronize on ROCM stream"): "<detail>: <name>", as real
+# logs print it (a JAX run on MI300: "Execution of replica 0 failed: INTERNAL: Failed to retrieve branch_index value on stream
+# 0x4715eec0: Could not synchronize on ROCM stream: ROCM_ERROR_ILLEGAL_ADDRESS."; keras-team/keras#13889, TF 2.12 on ROCm 5.6:
+# "... rocm_driver.cc:606] failed to allocate ... from device: HIP_ERROR_OutOfMemory").
+XLA_NAME_EXAMPLE = "E0101 00:00:00.000000 1176048 pjrt_stream_executor_client.cc:2091] Execution of replica 0 failed: INTERNAL: Failed to retrieve branch_index value on stream 0x4715eec0: Could not synchronize on ROCM stream: {x}."
+XLA_ALLOC_EXAMPLE = "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606] failed to allocate 890.06M (933298432 bytes) from device: {x}"
+
 
 def hip_blocks(rows, cuda_rows):
     cuda_strings = {r["string"] for r in cuda_rows if r["kb_entry"] != "-"}
@@ -377,6 +384,11 @@ def hip_blocks(rows, cuda_rows):
         # ROCm 4.x's hipGetErrorString returned the enumerator name, so PyTorch 1.x printed "HIP error: hipErrorNoDevice"
         # (real log harryjo97/GDSS#6): after a HIP wrapper every mapped name counts, names=no ones too, at the end of a line too.
         pats.append(HIP_WRAP + "(?:" + "|".join(r["name"] for r in rs) + ")\\b")
+        # XLA's, TensorFlow's and jaxlib's ROCm ToString(hipError_t): "HIP_ERROR_OutOfMemory", "ROCM_ERROR_ILLEGAL_ADDRESS"
+        # (printed after "<detail>: " and at the end of allocation failures, e.g. "from device: HIP_ERROR_OutOfMemory").
+        xla = [r["xla_name"] for r in rs if r["names"] == "yes" and r["xla_name"] != "-"]
+        if xla:
+            pats.append("\\b(?:" + "|".join(xla) + ")\\b")
         own = minimal([r["string"] for r in rs if r["string"] not in cuda_strings])
         if own:
             pats.append(HIP_WRAP + "(?:" + "|".join(esc(w) for w in own) + ")")
@@ -384,6 +396,10 @@ def hip_blocks(rows, cuda_rows):
             if r["names"] == "yes":
                 exs += [t.format(name=r["name"], s=r["string"], n=r["number"]) for t in HIP_NAME_EXAMPLES]
             exs.append("  what():  HIP error: " + r["name"])
+            if r["names"] == "yes" and r["xla_name"] != "-":
+                exs.append(XLA_NAME_EXAMPLE.format(x=r["xla_name"]))
+                if r["name"] == "hipErrorOutOfMemory":
+                    exs.append(XLA_ALLOC_EXAMPLE.format(x=r["xla_name"]))
             if r["string"] not in cuda_strings:
                 exs += [t.format(s=r["string"], n=int(r["number"])) for t in HIP_WRAP_EXAMPLES]
         out[entry] = ("hip-errors.tsv", pats, exs)
