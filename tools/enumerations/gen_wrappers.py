@@ -7,6 +7,7 @@
 Inputs (this directory):
   nccl-results.tsv  ncclResult_t -> ncclGetErrorString wordings per NCCL release -> KB entry
   cuda-errors.tsv   cudaError_t / CUresult -> cudaGetErrorString -> KB entry
+  hip-errors.tsv    hipError_t -> hipGetErrorName / hipGetErrorString -> KB entry (the CUDA twin's entry)
 
 For every row whose kb_entry is not "-", the entry kb/<kb_entry>.toml gets, inside its
 `patterns = [...]` and `examples = [...]` arrays, a block between the lines
@@ -21,7 +22,9 @@ printed); every wording is also matched after the prefix that a framework wrappe
 ncclGetErrorString's text (WRAPPERS below, each read in the wrapper's source), so a string such as
 'invalid usage' counts only where an NCCL wrapper printed it. CUDA: the cudaError_t and CUresult
 enumerator names (as cupy, cuda-python, XLA and TF print them), and the cudaGetErrorString text
-where it is unique=yes.
+where it is unique=yes. HIP: the hipError_t enumerator names where names=yes, and the hipGetErrorString
+texts that no CUDA row already maps, after a HIP wrapper (HIP_WRAPPERS); an entry named by both the
+CUDA and the HIP table gets two blocks, one per table.
 
 Standard library only.
 """
@@ -323,6 +326,92 @@ def cuda_blocks(rows):
     return out
 
 
+# The text a HIP wrapper prints right before hipGetErrorString(error). Only the strings that no CUDA row maps
+# ("invalid device function", "no ROCm-capable device is detected", "driver version is insufficient for runtime
+# version") are matched after these; the strings HIP shares with CUDA are the CUDA block's, after CUDA_WRAPPERS.
+HIP_WRAPPERS = [
+    # PyTorch c10/cuda/CUDAException.cpp on ROCm builds (hipified): "HIP error: " + hipGetErrorString; raised as
+    # RuntimeError, torch.AcceleratorError (2.8+) or torch.cuda error classes.
+    r"\bHIP error: ",
+    # Triton's AMD driver stub (third_party/amd/backend/driver.c gpuAssert), as in CUDA_WRAPPERS.
+    r"\bTriton Error \[HIP\]: {1,2}Code: \d{1,4}, Mess{1,2}age: ",
+    # hip-tests / HIP samples' __checkHipErrors (samples/common, hipInfo.cpp and many copies): fprintf(stderr,
+    # "checkHipErrors() HIP API error = %04d \"%s\" from file <%s>, line %i.\n", err, hipGetErrorString(err), ...).
+    r"\bcheckHipErrors\(\) HIP API error = \d{1,4} \"",
+]
+HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
+HIP_WRAP_EXAMPLES = [
+    "RuntimeError: HIP error: {s}",
+    "torch.AcceleratorError: HIP error: {s}",
+    "RuntimeError: Triton Error [HIP]:  Code: {n}, Messsage: {s}",
+    'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.',
+]
+# Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
+# each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
+# the HIP samples' HIPCHECK of ROCm 4.x (ROCm/hip#2132), rocprofiler-systems (ROCm/rocprofiler-systems#104).
+HIP_NAME_EXAMPLES = [
+    "ERROR: HIPError(code {name}, {s})",
+    "amrex::Abort::1::HIP error in file /src/amrex/Src/Base/AMReX_GpuDevice.cpp line 402 {name} !!!",
+    "error: '{name}'({n}) at square.cpp:76",
+    "[rocprof-sys][1723916][0] HIP driver error '{name}'",
+]
+
+# XLA ToStatusSlow / ToStatus(hipStreamSynchronize(...), "Could not synchronize on ROCM stream"): "<detail>: <name>", as real
+# logs print it (a JAX run on MI300: "Execution of replica 0 failed: INTERNAL: Failed to retrieve branch_index value on stream
+# 0x4715eec0: Could not synchronize on ROCM stream: ROCM_ERROR_ILLEGAL_ADDRESS."; keras-team/keras#13889, TF 2.12 on ROCm 5.6:
+# "... rocm_driver.cc:606] failed to allocate ... from device: HIP_ERROR_OutOfMemory").
+XLA_NAME_EXAMPLE = "E0101 00:00:00.000000 1176048 pjrt_stream_executor_client.cc:2091] Execution of replica 0 failed: INTERNAL: Failed to retrieve branch_index value on stream 0x4715eec0: Could not synchronize on ROCM stream: {x}."
+XLA_ALLOC_EXAMPLE = "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606] failed to allocate 890.06M (933298432 bytes) from device: {x}"
+
+
+def hip_blocks(rows, cuda_rows):
+    cuda_strings = {r["string"] for r in cuda_rows if r["kb_entry"] != "-"}
+    by = {}
+    for r in rows:
+        if r["kb_entry"] != "-":
+            by.setdefault(r["kb_entry"], []).append(r)
+    out = {}
+    for entry, rs in by.items():
+        pats, exs = [], []
+        names = [r["name"] for r in rs if r["names"] == "yes"]
+        if names:
+            # After the name: not a letter, digit or underscore (a longer enumerator), and not the quote that closes
+            # PyTorch's hint "Search for `hipErrorX' in https://docs..." (the hint is no error); quoted on both sides
+            # ('hipErrorOutOfMemory'(2), HIP driver error 'hipErrorOutOfMemory') it counts.
+            alt = "|".join(names)
+            pats.append("\\b(?:" + alt + ")[^A-Za-z0-9_\\x27\\n]")
+            pats.append("\\x27(?:" + alt + ")\\x27")
+        # ROCm 4.x's hipGetErrorString returned the enumerator name, so PyTorch 1.x printed "HIP error: hipErrorNoDevice"
+        # (real log harryjo97/GDSS#6): after a HIP wrapper every mapped name counts, names=no ones too, at the end of a line too.
+        pats.append(HIP_WRAP + "(?:" + "|".join(r["name"] for r in rs) + ")\\b")
+        # XLA's, TensorFlow's and jaxlib's ROCm ToString(hipError_t): "HIP_ERROR_OutOfMemory", "ROCM_ERROR_ILLEGAL_ADDRESS"
+        # (printed after "<detail>: " and at the end of allocation failures, e.g. "from device: HIP_ERROR_OutOfMemory").
+        xla = [r["xla_name"] for r in rs if r["names"] == "yes" and r["xla_name"] != "-"]
+        if xla:
+            pats.append("\\b(?:" + "|".join(xla) + ")\\b")
+        own = minimal([r["string"] for r in rs if r["string"] not in cuda_strings])
+        if own:
+            pats.append(HIP_WRAP + "(?:" + "|".join(esc(w) for w in own) + ")")
+        for r in rs:
+            if r["names"] == "yes":
+                exs += [t.format(name=r["name"], s=r["string"], n=r["number"]) for t in HIP_NAME_EXAMPLES]
+            exs.append("  what():  HIP error: " + r["name"])
+            if r["names"] == "yes" and r["xla_name"] != "-":
+                exs.append(XLA_NAME_EXAMPLE.format(x=r["xla_name"]))
+                if r["name"] == "hipErrorOutOfMemory":
+                    exs.append(XLA_ALLOC_EXAMPLE.format(x=r["xla_name"]))
+            if r["string"] not in cuda_strings:
+                exs += [t.format(s=r["string"], n=int(r["number"])) for t in HIP_WRAP_EXAMPLES]
+        out[entry] = ("hip-errors.tsv", pats, exs)
+    # The HIP wrappers that CUDA_WRAPPERS lacks yield the catch-all with any other text, like the CUDA ones.
+    extra = [w for w in HIP_WRAPPERS if w not in CUDA_WRAPPERS]
+    if extra:
+        pats = ["(?:" + "|".join(extra) + ")(?P<message>[A-Za-z][^\n\x27\"]{2,80})"]
+        exs = [HIP_WRAP_EXAMPLES[3].format(s=CUDA_FALLBACK_STRING, n=801)]
+        out[CUDA_FALLBACK_ENTRY] = ("hip-errors.tsv", pats, exs)
+    return out
+
+
 def replace_block(text, array, table, items, path):
     """Put `items` between the markers inside the `array = [` ... `]` of text."""
     lines = text.split("\n")
@@ -332,7 +421,7 @@ def replace_block(text, array, table, items, path):
         sys.exit(f"{path}: no '{array} = [' line")
     end = next(i for i in range(start + 1, len(lines)) if lines[i] == "]")
     body = lines[start + 1:end]
-    b = next((i for i, l in enumerate(body) if l.strip().startswith("# BEGIN GENERATED")), None)
+    b = next((i for i, l in enumerate(body) if l.strip() == BEGIN.format(table=table)), None)
     if b is not None:
         e = next(i for i in range(b, len(body)) if body[i].strip() == END)
         del body[b:e + 1]
@@ -347,18 +436,24 @@ def replace_block(text, array, table, items, path):
 def main():
     check = "--check" in sys.argv[1:]
     blocks = {}
-    blocks.update(nccl_blocks(read_tsv("nccl-results.tsv")))
-    for k, v in cuda_blocks(read_tsv("cuda-errors.tsv")).items():
+    for k, v in nccl_blocks(read_tsv("nccl-results.tsv")).items():
+        blocks.setdefault(k, []).append(v)
+    cuda_rows = read_tsv("cuda-errors.tsv")
+    for k, v in cuda_blocks(cuda_rows).items():
         if k in blocks:
-            sys.exit(f"{k}: named by both tables")
-        blocks[k] = v
+            sys.exit(f"{k}: named by both the NCCL and the CUDA table")
+        blocks.setdefault(k, []).append(v)
+    for k, v in hip_blocks(read_tsv("hip-errors.tsv"), cuda_rows).items():
+        blocks.setdefault(k, []).append(v)
     stale = []
-    for entry, (table, pats, exs) in sorted(blocks.items()):
+    for entry, tables in sorted(blocks.items()):
         path = os.path.join(KB, entry + ".toml")
         with open(path, encoding="utf-8") as f:
             old = f.read()
-        new = replace_block(old, "patterns", table, pats, path)
-        new = replace_block(new, "examples", table, exs, path)
+        new = old
+        for table, pats, exs in tables:
+            new = replace_block(new, "patterns", table, pats, path)
+            new = replace_block(new, "examples", table, exs, path)
         if new != old:
             stale.append(entry)
             if not check:
