@@ -20,6 +20,8 @@ import tempfile
 
 # A printf conversion: flags, width, precision, length, conversion.
 CONV = re.compile(r"%[-+ #0']*(\*|\d+)?(\.(\*|\d+))?(hh|h|ll|l|z|j|t|L|q)?([diouxXeEfgGaAcspnm%])")
+# A verb of Go's fmt: flags, width, precision, verb (no length modifiers).
+GO_CONV = re.compile(r"%[-+ #0]*(\*|\d+)?(\.(\*|\d+))?()([vTtbcdoOqxXUeEfFgGsp%w])")
 # <inttypes.h> macros that stand between literals: PRIu64 -> "lu", PRIx32 -> "x".
 PRI = re.compile(r"PRI([diouxX])(8|16|32|64|MAX|PTR|LEAST\d+|FAST\d+)")
 # One C string literal.
@@ -32,8 +34,12 @@ LIT = r'"(?:[^"\\\n]|\\.)*"'
 STRINGS = ["mlx5_0", "Connect", "10.1.2.3<51234>", "_v2"]
 
 
-def value(conv, string):
-    """A plain sample value for one printf conversion character, `string` for `%s`."""
+def value(conv, string, go=False):
+    """A plain sample value for one printf conversion character, `string` for `%s`; with `go`,
+    Go's verbs: `%v` and `%w` as `string` (an error or a value printed whole), `%q` as `string`
+    quoted, `%t` a boolean, `%T` a type."""
+    if go and conv in "vwqtT":
+        return {"v": string, "w": string, "q": f'"{string}"', "t": "true", "T": "*fs.PathError"}[conv]
     return {
         "%": "%",
         "d": "3",
@@ -65,12 +71,12 @@ SLURM_VALUES = {
 }
 
 
-def render(fmt, string, slurm=False):
+def render(fmt, string, slurm=False, go=False):
     """The line a format string prints with plain values, each `%s` as `string`; with `slurm`,
-    Slurm's `%pJ` and kin first."""
+    Slurm's `%pJ` and kin first; with `go`, Go's verbs (`%v`, `%q`, `%w`, ...)."""
     if slurm:
         fmt = SLURM_CONV.sub(lambda m: SLURM_VALUES[m.group(1)], fmt)
-    return CONV.sub(lambda m: value(m.group(5), string), fmt)
+    return (GO_CONV if go else CONV).sub(lambda m: value(m.group(5), string, go), fmt)
 
 
 def unescape(body):
@@ -163,9 +169,13 @@ def samples_of(args, fmt, place):
         .replace("{line}", str(line))
     )
     out = []
-    for string in STRINGS if re.search(r"%[-\d.*]*s", fmt) else STRINGS[:1]:
+    # The conversions a string fills: `%s`, and in Go `%v`, `%q` and `%w` too.
+    strings = r"%[-+ #\d.*]*[" + ("svqw" if args.go else "s") + "]"
+    for string in STRINGS if re.search(strings, fmt) else STRINGS[:1]:
         # A format that prints several lines is read as its first non-empty one.
-        first = next((p for p in render(fmt, string, args.slurm).split("\n") if p.strip()), "")
+        first = next(
+            (p for p in render(fmt, string, args.slurm, args.go).split("\n") if p.strip()), ""
+        )
         if prefix + first not in out:
             out.append(prefix + first)
     return out
@@ -212,11 +222,16 @@ def main():
         action="store_true",
         help="read Slurm's %%pA %%pI %%pJ %%ps %%pS %%pd %%pD conversions as log.c prints them",
     )
+    p.add_argument(
+        "--go",
+        action="store_true",
+        help="read Go's fmt verbs (%%v %%q %%w %%t %%T); .go files unless --ext is given",
+    )
     p.add_argument("--kb", help="KB directory (the built-in KB when absent)")
     p.add_argument("--faultline", help="the faultline binary")
     p.add_argument("--out", help="TSV of every format string")
     args = p.parse_args()
-    args.ext = args.ext or [".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".cuh"]
+    args.ext = args.ext or ([".go"] if args.go else [".c", ".cc", ".cpp", ".cu", ".h", ".hpp", ".cuh"])
     rows = sweep(args)
     samples = {fmt: samples_of(args, fmt, r["place"]) for fmt, r in rows.items()}
     seen = scan(args, sorted({s for ss in samples.values() for s in ss}))
