@@ -182,6 +182,10 @@ CUDA_WRAPPERS = [
     # "[FT][ERROR] CUDA runtime error: " + _cudaGetErrorEnum(result) + " " + file + ":" + line.
     r"\bCUDA runtime error in [^\n]{1,300}: ",
     r"\[FT\]\[ERROR\] CUDA runtime error: ",
+    # Marian NMT src/tensors/gpu/cuda_helpers.h: CUDA_CHECK ABORT_IF(rc != cudaSuccess, "CUDA error {} '{}' - {}:{}: {}", rc,
+    # cudaGetErrorString(rc), __FILE__, __LINE__, #expr) and gpuAssert "CUDA Error {}: {} - {}:{}: {}" (ABORT logs them
+    # at critical level, "[<time>] Error: ..."; the same text in marian-nmt/marian and marian-dev).
+    r"\bCUDA (?:error \d{1,4} '|Error \d{1,4}: )",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -213,6 +217,8 @@ CUDA_WRAP_EXAMPLES = [
     "F0101 10:00:00.000000 12345 cuda_device.cpp:191] Check failed: cudaFree(ptr) : {s} ({n}) ",
     "[TensorRT-LLM][ERROR] [TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): {s} (/src/cpp/tensorrt_llm/runtime/tllmBuffers.h:112)",
     "RuntimeError: [FT][ERROR] CUDA runtime error: {s} /workspace/FasterTransformer/src/fastertransformer/utils/memory_utils.cu:112 ",
+    "[2019-04-15 08:34:14] Error: CUDA error {n} '{s}' - /opt/marian/src/tensors/gpu/device.cu:32: cudaMalloc(&data_, size)",
+    "[2020-01-01 10:00:00] Error: CUDA Error {n}: {s} - /opt/marian/src/tensors/gpu/algorithm.cu:14: cudaMemcpy(dest, start, (end - start) * sizeof(T), cudaMemcpyDefault)",
 ]
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
