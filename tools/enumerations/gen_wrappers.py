@@ -165,8 +165,11 @@ CUDA_WRAPPERS = [
     r"\bCheck failed: err == cudaSuccess \(\d{1,3} vs\. 0\) (?:: )?Name: [A-Za-z0-9_]{1,100} ErrStr: ?",
     # MindSpore GPU: CudaDriver and MindData (cuda_driver.cc, arena.cc, gpu data queue): MS_LOG(ERROR|EXCEPTION) <<
     # "cudaMalloc failed, ret[" << static_cast<int>(ret) << "], " << cudaGetErrorString(ret) (cudaFree, cudaHostAlloc,
-    # cudaMemcpy[Async], cudaStreamSynchronize, cudaEvent*, cudaSetDevice ...).
-    r"\bcuda[A-Z][A-Za-z]{1,40} failed, ret\[\d{1,4}\], ",
+    # cudaMemcpy[Async], cudaStreamSynchronize, cudaEvent*, cudaSetDevice ...); CudaDriver::SetDevice's
+    # "SetDevice for id:" << index << " failed, ret[" << ret << "], " << cudaGetErrorString(ret) << ". Please make sure
+    # that the 'device_id' ..." and CudaDriver::device_count's "The cudaGetLastError[" << err << "], " << string (the
+    # newer files prefix MS_LOG(EXCEPTION) texts with "#umsg#Cuda error:#umsg#"; the MindSpore FAQ quotes the older line).
+    r"\b(?:(?:cuda[A-Z][A-Za-z]{1,40}|SetDevice for id:\d{1,4}) failed, ret|cudaGetLastError)\[\d{1,4}\], ",
     # MindSpore gpu_common.h CHECK_CUDA_RET_WITH_(ERROR|EXCEPT)[_NOTRACE]: "CUDA Error: " << message << " | Error Number: "
     # << status << " " << cudaGetErrorString(status), and CHECK_CUDA_STATUS: "... the cuda Kernel fails to run, the error
     # number is " << status << ", which means " << cudaGetErrorString(status).
@@ -213,6 +216,7 @@ CUDA_WRAP_EXAMPLES = [
     "mxnet.base.MXNetError: [10:00:00] include/mxnet/base.h:458: Check failed: e == cudaSuccess ({n} vs. 0) :  CUDA: {s}",
     "[ERROR] MD(14433,7fea2effd700,python):2021-12-12-14:13:43.932.181 [mindspore/ccsrc/minddata/dataset/util/arena.cc:250] Init] cudaHostAlloc failed, ret[{n}], {s}",
     "[ERROR] KERNEL(4096,7f3b1effd700,python):2023-03-01-10:00:00.000.000 [mindspore/ccsrc/plugin/device/gpu/kernel/gpu_kernel.h:300] Launch] CUDA Error: cudaStreamSynchronize failed | Error Number: {n} {s}",
+    "[ERROR] DEVICE [mindspore/ccsrc/runtime/device/gpu/cuda_driver.cc:245] SetDevice] SetDevice for id:7 failed, ret[{n}], {s}. Please make sure that the 'device_id' set in context is in the range:[0, total number of GPU).",
     "RuntimeError: The cuda Kernel fails to run, the error number is {n}, which means {s}. But the name of failed kernel is uncertain",
     "F0101 10:00:00.000000 12345 cuda_device.cpp:191] Check failed: cudaFree(ptr) : {s} ({n}) ",
     "[TensorRT-LLM][ERROR] [TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): {s} (/src/cpp/tensorrt_llm/runtime/tllmBuffers.h:112)",
