@@ -19,9 +19,9 @@ import sys
 import tempfile
 
 # A printf conversion: flags, width, precision, length, conversion.
-CONV = re.compile(r"%[-+ #0']*(\*|\d+)?(\.(\*|\d+))?(hh|h|ll|l|z|j|t|L|q)?([diouxXeEfgGaAcspnm%])")
+CONV = re.compile(r"%[-+ #0']*(\*|\d+)?(\.(\*|\d+))?(hh|h|ll|l|z|j|t|L|q)?(?P<conv>[diouxXeEfgGaAcspnm%])")
 # A verb of Go's fmt: flags, width, precision, verb (no length modifiers).
-GO_CONV = re.compile(r"%[-+ #0]*(\*|\d+)?(\.(\*|\d+))?()([vTtbcdoOqxXUeEfFgGsp%w])")
+GO_CONV = re.compile(r"%[-+ #0]*(\*|\d+)?(\.(\*|\d+))?(?P<conv>[vTtbcdoOqxXUeEfFgGsp%w])")
 # <inttypes.h> macros that stand between literals: PRIu64 -> "lu", PRIx32 -> "x".
 PRI = re.compile(r"PRI([diouxX])(8|16|32|64|MAX|PTR|LEAST\d+|FAST\d+)")
 # One C string literal.
@@ -76,7 +76,7 @@ def render(fmt, string, slurm=False, go=False):
     Slurm's `%pJ` and kin first; with `go`, Go's verbs (`%v`, `%q`, `%w`, ...)."""
     if slurm:
         fmt = SLURM_CONV.sub(lambda m: SLURM_VALUES[m.group(1)], fmt)
-    return (GO_CONV if go else CONV).sub(lambda m: value(m.group(5), string, go), fmt)
+    return (GO_CONV if go else CONV).sub(lambda m: value(m.group("conv"), string, go), fmt)
 
 
 def unescape(body):
