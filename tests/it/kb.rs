@@ -35,6 +35,24 @@ fn embedded_kb_is_the_kb_directory() {
 }
 
 #[test]
+fn every_pattern_is_one_line() {
+    // `faultline bench patterns` prints one pattern a line for `rg -f` (scripts/bench.sh): a
+    // newline written as TOML's "\n" inside a double-quoted pattern is a raw newline in the regex,
+    // which matches the same but splits that line in two.
+    let split: Vec<String> = kb()
+        .patterns
+        .iter()
+        .filter(|p| p.source.contains(['\n', '\r']))
+        .map(|p| p.source.clone())
+        .collect();
+    assert!(
+        split.is_empty(),
+        "patterns holding a raw line break (write \\n in a double-quoted TOML string):\n{}",
+        split.join("\n")
+    );
+}
+
+#[test]
 fn coverage_md_is_current() {
     let expected = faultline::kb::list::markdown(&kb());
     let actual = fs::read_to_string(repo().join("kb/COVERAGE.md")).unwrap_or_default();

@@ -330,7 +330,7 @@ def cuda_blocks(rows):
             if r["curesult"] != "-":
                 exs.append(f"E0101 00:00:00.000000 1234 pjrt_stream_executor_client.cc:2985] Execution failed: INTERNAL: CUDA error: : {r['curesult']}: {r['string']}")
         out[entry] = ("cuda-errors.tsv", pats, exs)
-    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\n\x27]{2,80})"]
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801) for t in CUDA_WRAP_EXAMPLES]
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
@@ -347,7 +347,7 @@ HIP_WRAPPERS = [
     r"\bTriton Error \[HIP\]: {1,2}Code: \d{1,4}, Mess{1,2}age: ",
     # hip-tests / HIP samples' __checkHipErrors (samples/common, hipInfo.cpp and many copies): fprintf(stderr,
     # "checkHipErrors() HIP API error = %04d \"%s\" from file <%s>, line %i.\n", err, hipGetErrorString(err), ...).
-    r"\bcheckHipErrors\(\) HIP API error = \d{1,4} \"",
+    r'\bcheckHipErrors\(\) HIP API error = \d{1,4} "',
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
 HIP_WRAP_EXAMPLES = [
@@ -416,7 +416,7 @@ def hip_blocks(rows, cuda_rows):
     # The HIP wrappers that CUDA_WRAPPERS lacks yield the catch-all with any other text, like the CUDA ones.
     extra = [w for w in HIP_WRAPPERS if w not in CUDA_WRAPPERS]
     if extra:
-        pats = ["(?:" + "|".join(extra) + ")(?P<message>[A-Za-z][^\n\x27\"]{2,80})"]
+        pats = ["(?:" + "|".join(extra) + ")(?P<message>[A-Za-z][^\\n\x27\"]{2,80})"]
         exs = [HIP_WRAP_EXAMPLES[3].format(s=CUDA_FALLBACK_STRING, n=801)]
         out[CUDA_FALLBACK_ENTRY] = ("hip-errors.tsv", pats, exs)
     return out
