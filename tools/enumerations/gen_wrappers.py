@@ -98,6 +98,11 @@ NCCL_EXAMPLES = [
 ]
 
 
+# Triton's AMD driver stub (third_party/amd/backend/driver.c gpuAssert): snprintf "%s Code: %d, Messsage: %s" with
+# prefix "Triton Error [HIP]: " and hipGetErrorString(code) (two blanks before Code, 'Messsage' misspelt; later
+# "Triton Error [HIP]: Code: %d, Message: %s"). A wrapper of both tables: CUDA_WRAPPERS and HIP_WRAPPERS.
+TRITON_HIP = r"\bTriton Error \[HIP\]: {1,2}Code: \d{1,4}, Mess{1,2}age: "
+
 # The text a wrapper prints right before cudaGetErrorString(error), for the error strings that are
 # not unique on their own ("out of memory", "unknown error", ...). Sources in README.md.
 CUDA_WRAPPERS = [
@@ -128,10 +133,8 @@ CUDA_WRAPPERS = [
     # Triton's NVIDIA driver stub (backends/nvidia/driver.c, python/triton/runtime/backends/cuda.c in
     # 2.x): PyErr_Format(PyExc_RuntimeError, "Triton Error [CUDA]: %s", cuGetErrorString(code)).
     r"\bTriton Error \[CUDA\]: ",
-    # Its AMD driver stub (third_party/amd/backend/driver.c gpuAssert): snprintf "%s Code: %d, Messsage: %s" with
-    # prefix "Triton Error [HIP]: " and hipGetErrorString(code) (two blanks before Code, 'Messsage' misspelt;
-    # later "Triton Error [HIP]: Code: %d, Message: %s"); HIP's strings mirror CUDA's ("invalid argument", ...).
-    r"\bTriton Error \[HIP\]: {1,2}Code: \d{1,4}, Mess{1,2}age: ",
+    # Its AMD driver stub (TRITON_HIP below); HIP's strings mirror CUDA's ("invalid argument", ...).
+    TRITON_HIP,
     # PyTorch c10/cuda/CUDAException.cpp c10_cuda_check_implementation: "CUDA error: " + cudaGetErrorString
     # (HIP builds: "HIP error: "), and the driver-API check "CUDA driver error: " + cuGetErrorString
     # (ATen's AT_CUDA_DRIVER_CHECK and many extensions' copies).
@@ -269,13 +272,18 @@ def toml_str(s, literal_ok=True):
     return json.dumps(s, ensure_ascii=True)
 
 
-def nccl_blocks(rows):
+def by_entry(rows):
+    """The rows that map to an entry, grouped by it (in table order)."""
     by = {}
     for r in rows:
         if r["kb_entry"] != "-":
             by.setdefault(r["kb_entry"], []).append(r)
+    return by
+
+
+def nccl_blocks(rows):
     out = {}
-    for entry, rs in by.items():
+    for entry, rs in by_entry(rows).items():
         pats, exs = [], []
         uniq = minimal([r["wording"] for r in rs if r["unique"] == "yes"])
         if uniq:
@@ -303,12 +311,8 @@ def nccl_blocks(rows):
 
 
 def cuda_blocks(rows):
-    by = {}
-    for r in rows:
-        if r["kb_entry"] != "-":
-            by.setdefault(r["kb_entry"], []).append(r)
     out = {}
-    for entry, rs in by.items():
+    for entry, rs in by_entry(rows).items():
         names = []
         for r in rs:
             names.append(r["name"])
@@ -339,22 +343,24 @@ def cuda_blocks(rows):
 # The text a HIP wrapper prints right before hipGetErrorString(error). Only the strings that no CUDA row maps
 # ("invalid device function", "no ROCm-capable device is detected", "driver version is insufficient for runtime
 # version") are matched after these; the strings HIP shares with CUDA are the CUDA block's, after CUDA_WRAPPERS.
+# hip-tests / HIP samples' __checkHipErrors (samples/common, hipInfo.cpp and many copies): fprintf(stderr,
+# "checkHipErrors() HIP API error = %04d \"%s\" from file <%s>, line %i.\n", err, hipGetErrorString(err), ...):
+# the one HIP wrapper CUDA_WRAPPERS lacks.
+CHECK_HIP = r'\bcheckHipErrors\(\) HIP API error = \d{1,4} "'
 HIP_WRAPPERS = [
     # PyTorch c10/cuda/CUDAException.cpp on ROCm builds (hipified): "HIP error: " + hipGetErrorString; raised as
     # RuntimeError, torch.AcceleratorError (2.8+) or torch.cuda error classes.
     r"\bHIP error: ",
-    # Triton's AMD driver stub (third_party/amd/backend/driver.c gpuAssert), as in CUDA_WRAPPERS.
-    r"\bTriton Error \[HIP\]: {1,2}Code: \d{1,4}, Mess{1,2}age: ",
-    # hip-tests / HIP samples' __checkHipErrors (samples/common, hipInfo.cpp and many copies): fprintf(stderr,
-    # "checkHipErrors() HIP API error = %04d \"%s\" from file <%s>, line %i.\n", err, hipGetErrorString(err), ...).
-    r'\bcheckHipErrors\(\) HIP API error = \d{1,4} "',
+    TRITON_HIP,
+    CHECK_HIP,
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
+CHECK_HIP_EXAMPLE = 'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.'
 HIP_WRAP_EXAMPLES = [
     "RuntimeError: HIP error: {s}",
     "torch.AcceleratorError: HIP error: {s}",
     "RuntimeError: Triton Error [HIP]:  Code: {n}, Messsage: {s}",
-    'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.',
+    CHECK_HIP_EXAMPLE,
 ]
 # Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
 # each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
@@ -376,12 +382,8 @@ XLA_ALLOC_EXAMPLE = "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/strea
 
 def hip_blocks(rows, cuda_rows):
     cuda_strings = {r["string"] for r in cuda_rows if r["kb_entry"] != "-"}
-    by = {}
-    for r in rows:
-        if r["kb_entry"] != "-":
-            by.setdefault(r["kb_entry"], []).append(r)
     out = {}
-    for entry, rs in by.items():
+    for entry, rs in by_entry(rows).items():
         pats, exs = [], []
         names = [r["name"] for r in rs if r["names"] == "yes"]
         if names:
@@ -413,12 +415,11 @@ def hip_blocks(rows, cuda_rows):
             if r["string"] not in cuda_strings:
                 exs += [t.format(s=r["string"], n=int(r["number"])) for t in HIP_WRAP_EXAMPLES]
         out[entry] = ("hip-errors.tsv", pats, exs)
-    # The HIP wrappers that CUDA_WRAPPERS lacks yield the catch-all with any other text, like the CUDA ones.
-    extra = [w for w in HIP_WRAPPERS if w not in CUDA_WRAPPERS]
-    if extra:
-        pats = ["(?:" + "|".join(extra) + ")(?P<message>[A-Za-z][^\\n\x27\"]{2,80})"]
-        exs = [HIP_WRAP_EXAMPLES[3].format(s=CUDA_FALLBACK_STRING, n=801)]
-        out[CUDA_FALLBACK_ENTRY] = ("hip-errors.tsv", pats, exs)
+    # The HIP wrapper that CUDA_WRAPPERS lacks yields the catch-all with any other text, like the CUDA ones (the
+    # CUDA block's catch-all already reads "HIP error: " and Triton's HIP stub).
+    pats = [CHECK_HIP + "(?P<message>[A-Za-z][^\\n\x27\"]{2,80})"]
+    exs = [CHECK_HIP_EXAMPLE.format(s=CUDA_FALLBACK_STRING, n=801)]
+    out[CUDA_FALLBACK_ENTRY] = ("hip-errors.tsv", pats, exs)
     return out
 
 
