@@ -50,7 +50,7 @@ impl fmt::Display for Provenance {
 /// Fields that a shipper's envelope or a launcher prefix told us about a line.
 ///
 /// All optional: a raw line from a file knows none of them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct LineMeta {
     /// The job the line belongs to, as the envelope named it.
     pub job_id: Option<String>,
@@ -67,6 +67,51 @@ pub struct LineMeta {
     pub cluster: Option<String>,
     /// Where the line came from, as far as the line itself tells.
     pub origin: Origin,
+}
+
+// By hand for `clone_from`; the destructuring makes a new field a compile error here.
+impl Clone for LineMeta {
+    fn clone(&self) -> Self {
+        let LineMeta {
+            job_id,
+            rank,
+            host,
+            pod,
+            timestamp,
+            cluster,
+            origin,
+        } = self;
+        LineMeta {
+            job_id: job_id.clone(),
+            rank: *rank,
+            host: host.clone(),
+            pod: pod.clone(),
+            timestamp: timestamp.clone(),
+            cluster: cluster.clone(),
+            origin: *origin,
+        }
+    }
+
+    /// Field by field, so that a string already held is overwritten in place (the unknown
+    /// lines' buffer reuses its slots this way, without allocating per line).
+    fn clone_from(&mut self, source: &Self) {
+        let LineMeta {
+            job_id,
+            rank,
+            host,
+            pod,
+            timestamp,
+            cluster,
+            origin,
+        } = source;
+        self.job_id.clone_from(job_id);
+        self.rank = *rank;
+        self.host.clone_from(host);
+        self.pod.clone_from(pod);
+        self.timestamp.clone_from(timestamp);
+        self.cluster.clone_from(cluster);
+        self.origin = *origin;
+    }
 }
 
 /// What kind of stream a line came from, as far as the line itself tells: a node's own log

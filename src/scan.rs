@@ -41,7 +41,9 @@ use crate::record::{line_count, LogRecord, Provenance};
 use crate::redact::Redactor;
 use crate::sink::stdout::{JobSummary, StdoutSink};
 use crate::source::file::{self, ChunkReader, Input, InputError};
-use crate::unknown::{unknown_text, FilterMemo, LiveMiner, OwnedLine, UnknownConfig, UnknownLine};
+use crate::unknown::{
+    unknown_text, FilterMemo, KeptLine, LiveMiner, UnknownConfig, UnknownLine, UnknownLines,
+};
 
 /// How to scan.
 #[derive(Debug, Clone)]
@@ -404,6 +406,8 @@ fn scan_one<M: Matcher, W: Write, R: Read>(
 ) -> Result<(), OneError> {
     let opts = c.opts;
     let mut chunks = ChunkReader::new(&mut reader, opts.chunk_bytes, opts.max_line_bytes);
+    // One buffer for every chunk's unknown lines: emptied, never freed, between chunks.
+    let mut unknown = UnknownLines::default();
     loop {
         let chunk = match chunks.next_chunk() {
             Ok(Some(c)) => c,
@@ -415,11 +419,11 @@ fn scan_one<M: Matcher, W: Write, R: Read>(
         };
         let first_line = chunk.info.first_line;
         let scanned = c
-            .scan_isolated(scanner, input, chunk.data, chunk.info)
+            .scan_isolated(scanner, input, chunk.data, chunk.info, &mut unknown)
             .map_err(|e| OneError::Fatal(e.into()))?;
         let lines = scanned.lines;
         w.stats.note_panics(input, first_line, &scanned);
-        w.emit_chunk(input, &scanned.events, &scanned.unknown)?;
+        w.emit_chunk(input, &scanned.events, &unknown)?;
         w.spill()?;
         w.stats.lines += lines;
         chunks.advance_lines(lines);
@@ -465,7 +469,7 @@ impl<W: Write> Writer<'_, W> {
         &mut self,
         input: &Input,
         events: &[MatchEvent],
-        unknown: &[OwnedLine],
+        unknown: &UnknownLines,
     ) -> io::Result<()> {
         let mut pending = unknown.iter().peekable();
         for event in events {
@@ -485,7 +489,7 @@ impl<W: Write> Writer<'_, W> {
     }
 
     /// Mines one unknown line; prints its event when one is due.
-    fn unknown_line(&mut self, input: &Input, l: &OwnedLine) -> io::Result<()> {
+    fn unknown_line(&mut self, input: &Input, l: KeptLine<'_>) -> io::Result<()> {
         let Some(live) = self.unknown.as_mut() else {
             return Ok(());
         };
@@ -494,11 +498,11 @@ impl<W: Write> Writer<'_, W> {
         } else {
             JobName::Guessed(&input.job_id)
         };
-        let (job, _) = job_of(&l.meta, name);
+        let (job, _) = job_of(l.meta, name);
         let line = UnknownLine {
             job_id: &job,
-            message: &l.message,
-            meta: &l.meta,
+            message: l.message,
+            meta: l.meta,
             truncated: l.truncated,
         };
         let seen = live.observe(&line, None);
@@ -529,8 +533,6 @@ impl<W: Write> Writer<'_, W> {
 struct ChunkScan {
     lines: u64,
     events: Vec<MatchEvent>,
-    /// Lines that look like errors and hit no entry, in line order.
-    unknown: Vec<OwnedLine>,
     /// Panic messages: one when the retry succeeded, two when the chunk was skipped.
     panics: Vec<String>,
 }
@@ -561,13 +563,15 @@ impl<M: Matcher> Chunks<'_, M> {
 
     /// Scans one chunk into events, isolating a panic of the engine, the matcher or the
     /// enricher ([`crate::isolation::retry`]): the chunk is scanned once more with a fresh
-    /// worker (its buffers and scratch may have been left mid-update), then skipped.
+    /// worker (its buffers and scratch may have been left mid-update), then skipped. The lines
+    /// that look like errors and hit no entry go to `unknown` (emptied first), in line order.
     fn scan_isolated(
         &self,
         scanner: &mut Scanner<M>,
         input: &Input,
         data: &[u8],
         info: ChunkInfo,
+        unknown: &mut UnknownLines,
     ) -> Result<ChunkScan, crate::matcher::MatchError> {
         let retried = isolation::retry(
             2,
@@ -575,7 +579,7 @@ impl<M: Matcher> Chunks<'_, M> {
             scanner,
             |scanner| {
                 let mut events = Vec::new();
-                let mut unknown = Vec::new();
+                unknown.clear();
                 let worker = &mut scanner.worker;
                 let memo = &mut scanner.memo;
                 let mut on_hit = |hit: Hit<'_>| {
@@ -593,12 +597,7 @@ impl<M: Matcher> Chunks<'_, M> {
                 let lines = if scanner.unknown {
                     let mut on_unmatched = |line: u64, record: &LogRecord<'_>| {
                         if let Some(text) = unknown_text(record, memo) {
-                            unknown.push(OwnedLine {
-                                line,
-                                message: text.into_owned(),
-                                meta: record.meta.clone(),
-                                truncated: record.truncated,
-                            });
+                            unknown.push(line, &text, &record.meta, record.truncated);
                         }
                     };
                     let e = self.engine;
@@ -606,21 +605,21 @@ impl<M: Matcher> Chunks<'_, M> {
                 } else {
                     self.engine.scan_chunk(worker, data, info, &mut on_hit)?
                 };
-                Ok((lines, events, unknown))
+                Ok((lines, events))
             },
             |scanner| {
                 *scanner = self.scanner()?;
                 Ok(())
             },
         )?;
-        let (lines, events, unknown) = retried.value.unwrap_or_else(|| {
+        let (lines, events) = retried.value.unwrap_or_else(|| {
+            unknown.clear();
             let lines = if info.truncated { 1 } else { line_count(data) };
-            (lines, Vec::new(), Vec::new())
+            (lines, Vec::new())
         });
         Ok(ChunkScan {
             lines,
             events,
-            unknown,
             panics: retried.panics,
         })
     }
@@ -630,7 +629,9 @@ impl<M: Matcher> Chunks<'_, M> {
 struct ChunkResult {
     seq: u64,
     lines: u64,
-    events: Result<(Vec<MatchEvent>, Vec<OwnedLine>), crate::matcher::MatchError>,
+    events: Result<Vec<MatchEvent>, crate::matcher::MatchError>,
+    /// The chunk's unknown lines, when it scanned.
+    unknown: UnknownLines,
     panics: Vec<String>,
     buf: Vec<u8>,
 }
@@ -650,10 +651,12 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
 
     let opts = c.opts;
     let threads = opts.threads;
-    let (work_tx, work_rx) = sync_channel::<(u64, Vec<u8>, bool)>(threads * 2);
+    // A work item: sequence number, the chunk, whether its line was cut, and a buffer for its
+    // unknown lines; both buffers come back through the pool once written.
+    let (work_tx, work_rx) = sync_channel::<(u64, Vec<u8>, bool, UnknownLines)>(threads * 2);
     let work_rx = Mutex::new(work_rx);
     let (done_tx, done_rx) = channel::<ChunkResult>();
-    let (pool_tx, pool_rx) = channel::<Vec<u8>>();
+    let (pool_tx, pool_rx) = channel::<(Vec<u8>, UnknownLines)>();
     // Set by the writer on a fatal error: the reader stops, the workers drain without working.
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
@@ -665,10 +668,13 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                let mut buf = pool_rx.try_recv().unwrap_or_default();
+                let (mut buf, unknown) = pool_rx.try_recv().unwrap_or_default();
                 buf.clear();
                 buf.extend_from_slice(chunk.data);
-                if work_tx.send((seq, buf, chunk.info.truncated)).is_err() {
+                if work_tx
+                    .send((seq, buf, chunk.info.truncated, unknown))
+                    .is_err()
+                {
                     break;
                 }
                 seq += 1;
@@ -687,7 +693,7 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
                         Ok(rx) => rx.recv(),
                         Err(_) => break,
                     };
-                    let Ok((seq, buf, truncated)) = next else {
+                    let Ok((seq, buf, truncated, mut unknown)) = next else {
                         break;
                     };
                     if stop.load(Ordering::Relaxed) {
@@ -698,20 +704,21 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
                         truncated,
                     };
                     let result = match worker.as_mut() {
-                        Ok(worker) => c.scan_isolated(worker, input, &buf, info),
+                        Ok(worker) => c.scan_isolated(worker, input, &buf, info, &mut unknown),
                         Err(e) => Err(crate::matcher::MatchError::Scan {
                             engine: c.engine.matcher.name(),
                             message: e.to_string(),
                         }),
                     };
                     let (lines, events, panics) = match result {
-                        Ok(s) => (s.lines, Ok((s.events, s.unknown)), s.panics),
+                        Ok(s) => (s.lines, Ok(s.events), s.panics),
                         Err(e) => (0, Err(e), Vec::new()),
                     };
                     let _ = done_tx.send(ChunkResult {
                         seq,
                         lines,
                         events,
+                        unknown,
                         panics,
                         buf,
                     });
@@ -725,11 +732,11 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
         let mut next = 0u64;
         let mut base_line = 0u64;
         let mut write = |result: ChunkResult, base_line: u64| -> Result<(), OneError> {
-            let (mut events, mut unknown) = result.events.map_err(|e| OneError::Fatal(e.into()))?;
+            let mut events = result.events.map_err(|e| OneError::Fatal(e.into()))?;
+            let mut unknown = result.unknown;
             let scanned = ChunkScan {
                 lines: result.lines,
                 events: Vec::new(),
-                unknown: Vec::new(),
                 panics: result.panics,
             };
             w.stats.note_panics(input, base_line + 1, &scanned);
@@ -738,13 +745,11 @@ fn scan_parallel<M: Matcher, W: Write, R: Read + Send>(
                     *line += base_line;
                 }
             }
-            for l in &mut unknown {
-                l.line += base_line;
-            }
+            unknown.offset_lines(base_line);
             w.emit_chunk(input, &events, &unknown)?;
             w.spill()?;
             w.stats.lines += result.lines;
-            let _ = pool_tx.send(result.buf);
+            let _ = pool_tx.send((result.buf, unknown));
             Ok(())
         };
         let mut failure: Option<OneError> = None;

@@ -105,17 +105,101 @@ pub struct UnknownLine<'a> {
     pub truncated: bool,
 }
 
-/// An unknown line kept for later, in order: what `scan`'s workers hand to its writer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnedLine {
+/// A chunk's unknown lines kept for later, in order: what `scan`'s workers hand to its writer.
+///
+/// The messages share one buffer and the slots are kept when cleared, a slot's [`LineMeta`]
+/// overwritten in place ([`LineMeta::clone_from`] reuses its strings), so a buffer reused chunk
+/// after chunk allocates nothing per line once it has grown to a chunk's worth.
+#[derive(Debug, Default)]
+pub struct UnknownLines {
+    /// The messages, one after another.
+    text: String,
+    /// The lines; those from `len` on are spare, kept for their strings' capacity.
+    slots: Vec<Slot>,
+    len: usize,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    line: u64,
+    /// Where the message ends in `text` (it starts where the slot before ends).
+    end: usize,
+    meta: LineMeta,
+    truncated: bool,
+}
+
+/// One line of [`UnknownLines`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptLine<'a> {
     /// Line number in its input (or chunk, before the writer fixes it up).
     pub line: u64,
     /// The message.
-    pub message: String,
+    pub message: &'a str,
     /// What the envelope or the line's header said.
-    pub meta: LineMeta,
+    pub meta: &'a LineMeta,
     /// The line was cut at the input's line limit.
     pub truncated: bool,
+}
+
+impl UnknownLines {
+    /// Empties the buffer, keeping its memory.
+    pub fn clear(&mut self) {
+        self.text.clear();
+        self.len = 0;
+    }
+
+    /// Keeps one line.
+    pub fn push(&mut self, line: u64, message: &str, meta: &LineMeta, truncated: bool) {
+        self.text.push_str(message);
+        let end = self.text.len();
+        match self.slots.get_mut(self.len) {
+            Some(slot) => {
+                slot.line = line;
+                slot.end = end;
+                slot.meta.clone_from(meta);
+                slot.truncated = truncated;
+            }
+            None => self.slots.push(Slot {
+                line,
+                end,
+                meta: meta.clone(),
+                truncated,
+            }),
+        }
+        self.len += 1;
+    }
+
+    /// Lines kept.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no line is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds `by` to every line number (a chunk's lines placed in their input).
+    pub fn offset_lines(&mut self, by: u64) {
+        for slot in &mut self.slots[..self.len] {
+            slot.line += by;
+        }
+    }
+
+    /// The lines, in the order kept.
+    pub fn iter(&self) -> impl Iterator<Item = KeptLine<'_>> + '_ {
+        let mut start = 0;
+        self.slots[..self.len].iter().map(move |slot| {
+            let message = &self.text[start..slot.end];
+            start = slot.end;
+            KeptLine {
+                line: slot.line,
+                message,
+                meta: &slot.meta,
+                truncated: slot.truncated,
+            }
+        })
+    }
 }
 
 /// What [`LiveMiner::observe`] did with a line.
@@ -486,6 +570,64 @@ mod tests {
             timestamp: ts.map(str::to_string),
             rank: Some(2),
             ..LineMeta::default()
+        }
+    }
+
+    #[test]
+    fn kept_lines_come_back_in_order_and_a_cleared_buffer_forgets_them() {
+        let mut kept = UnknownLines::default();
+        let host = LineMeta {
+            host: Some("node7".into()),
+            ..meta(Some("2026-12-05T04:00:00Z"))
+        };
+        kept.push(3, "ERROR first", &host, false);
+        kept.push(9, "", &LineMeta::default(), true);
+        kept.push(12, "FATAL third", &meta(None), false);
+        kept.offset_lines(100);
+        let got: Vec<_> = kept
+            .iter()
+            .map(|l| (l.line, l.message, l.meta.clone(), l.truncated))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (103, "ERROR first", host.clone(), false),
+                (109, "", LineMeta::default(), true),
+                (112, "FATAL third", meta(None), false),
+            ]
+        );
+        // Reused: the slots' old fields never show through (a host the new line lacks, a
+        // longer message before it).
+        kept.clear();
+        assert!(kept.is_empty());
+        kept.push(1, "panic: short", &meta(None), false);
+        assert_eq!(kept.len(), 1);
+        let l = kept.iter().next().expect("one line");
+        assert_eq!(
+            (l.line, l.message, l.meta, l.truncated),
+            (1, "panic: short", &meta(None), false)
+        );
+    }
+
+    #[test]
+    fn line_meta_clone_from_equals_clone() {
+        let full = LineMeta {
+            job_id: Some("j".into()),
+            rank: Some(4),
+            host: Some("h".into()),
+            pod: Some("p".into()),
+            timestamp: Some("t".into()),
+            cluster: Some("c".into()),
+            origin: crate::record::Origin::Envelope,
+        };
+        for (from, into) in [
+            (&full, LineMeta::default()),
+            (&LineMeta::default(), full.clone()),
+        ] {
+            let mut into = into;
+            into.clone_from(from);
+            assert_eq!(&into, from);
+            assert_eq!(&from.clone(), from);
         }
     }
 
