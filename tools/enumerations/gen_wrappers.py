@@ -372,6 +372,16 @@ HIP_NAME_EXAMPLES = [
     "[rocprof-sys][1723916][0] HIP driver error '{name}'",
 ]
 
+# glog's CHECK_EQ(<expr>, hipSuccess) prints only the number: "Check failed: <expr> == hipSuccess (N vs. 0)". TensorFlow's ROCm
+# build does it in tensorflow/core/util/gpu_launch_config.h GetGpuLaunchConfig (hipOccupancyMaxPotentialBlockSize, "err"; code-search
+# copy, real log ROCm/tensorflow-upstream#2163 with 98), hipified Caffe's CUDA_CHECK adds "  <string>" after it ("error"). The
+# number is hip_runtime_api.h's hipError_t value (the CUDA-aligned numbering of the table), so only mapped numbers count.
+HIP_CHECK_EQ = r"\bCheck failed: [^\n=]{1,80} == hipSuccess \("
+HIP_CHECK_EQ_EXAMPLES = [
+    "2023-07-19 22:08:36.875173: F ./tensorflow/core/util/gpu_launch_config.h:174] Check failed: err == hipSuccess ({n} vs. 0)",
+    "F0719 10:51:50.941951  2540 syncedmem.cpp:71] Check failed: error == hipSuccess ({n} vs. 0)  {s}",
+]
+
 # XLA ToStatusSlow / ToStatus(hipStreamSynchronize(...), "Could not synchronize on ROCM stream"): "<detail>: <name>", as real
 # logs print it (a JAX run on MI300: "Execution of replica 0 failed: INTERNAL: Failed to retrieve branch_index value on stream
 # 0x4715eec0: Could not synchronize on ROCM stream: ROCM_ERROR_ILLEGAL_ADDRESS."; keras-team/keras#13889, TF 2.12 on ROCm 5.6:
@@ -401,6 +411,7 @@ def hip_blocks(rows, cuda_rows):
         xla = [r["xla_name"] for r in rs if r["names"] == "yes" and r["xla_name"] != "-"]
         if xla:
             pats.append("\\b(?:" + "|".join(xla) + ")\\b")
+        pats.append(HIP_CHECK_EQ + "(?:" + "|".join(r["number"] for r in rs) + ") vs\\. 0\\)")
         own = minimal([r["string"] for r in rs if r["string"] not in cuda_strings])
         if own:
             pats.append(HIP_WRAP + "(?:" + "|".join(esc(w) for w in own) + ")")
@@ -408,6 +419,7 @@ def hip_blocks(rows, cuda_rows):
             if r["names"] == "yes":
                 exs += [t.format(name=r["name"], s=r["string"], n=r["number"]) for t in HIP_NAME_EXAMPLES]
             exs.append("  what():  HIP error: " + r["name"])
+            exs += [t.format(s=r["string"], n=int(r["number"])) for t in HIP_CHECK_EQ_EXAMPLES]
             if r["names"] == "yes" and r["xla_name"] != "-":
                 exs.append(XLA_NAME_EXAMPLE.format(x=r["xla_name"]))
                 if r["name"] == "hipErrorOutOfMemory":
