@@ -739,8 +739,11 @@ fn negative_from_title(title: &str) -> String {
         title.chars().filter(|c| !c.is_ascii_digit()).collect()
     } else {
         let words: Vec<&str> = title.split_whitespace().collect();
-        let half = (words.len() / 2).max(1);
+        // A blank title has no half to take (the fuzzer's seed_markdown found it panicking).
+        let half = (words.len() / 2).max(1).min(words.len());
         format!("{} (healthy)", words[..half].join(" "))
+            .trim_start()
+            .to_string()
     }
 }
 
@@ -749,6 +752,14 @@ mod tests {
     use super::*;
 
     const SEED: &str = include_str!("../../tests/fixtures/seed/pytorch-nccl-timeout-allreduce.md");
+
+    #[test]
+    fn a_blank_title_gives_a_negative_without_panicking() {
+        assert_eq!(negative_from_title(""), "(healthy)");
+        assert_eq!(negative_from_title(" \t "), "(healthy)");
+        assert_eq!(negative_from_title("NCCL watchdog fired"), "NCCL (healthy)");
+        assert_eq!(negative_from_title("Xid 79"), "Xid ");
+    }
 
     #[test]
     fn the_seed_imports_with_every_field() {

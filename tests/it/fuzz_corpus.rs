@@ -132,3 +132,14 @@ fn regression_imported_title_with_a_multibyte_character_does_not_panic() {
     let re = faultline::kb::compile_pattern(&pattern).expect("compiles");
     assert!(re.is_match("ab—cd: Broadcast — ok".as_bytes()));
 }
+
+#[test]
+fn regression_imported_blank_title_does_not_panic() {
+    // `negative_from_title` took the first half of the title's words, at least one, and a
+    // title of `# ` alone has none: `kb import` panicked slicing an empty list (found by the
+    // CI fuzz run of seed_markdown).
+    let md = std::fs::read(repo().join("fuzz/regressions/seed_markdown/title-blank-crash.md"))
+        .expect("regression input");
+    // The harness panics where the importer does (before the fix: slice index out of range).
+    fuzzing::seed_markdown(&md);
+}
