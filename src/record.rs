@@ -69,27 +69,12 @@ pub struct LineMeta {
     pub origin: Origin,
 }
 
-// By hand for `clone_from`; the destructuring makes a new field a compile error here.
+// By hand for `clone_from`; its destructuring makes a new field a compile error here.
 impl Clone for LineMeta {
     fn clone(&self) -> Self {
-        let LineMeta {
-            job_id,
-            rank,
-            host,
-            pod,
-            timestamp,
-            cluster,
-            origin,
-        } = self;
-        LineMeta {
-            job_id: job_id.clone(),
-            rank: *rank,
-            host: host.clone(),
-            pod: pod.clone(),
-            timestamp: timestamp.clone(),
-            cluster: cluster.clone(),
-            origin: *origin,
-        }
+        let mut meta = LineMeta::default();
+        meta.clone_from(self);
+        meta
     }
 
     /// Field by field, so that a string already held is overwritten in place (the unknown
