@@ -214,6 +214,7 @@ pub fn decode_json(line: &[u8], out: &mut Vec<LogRecord<'static>>) -> Result<(),
         .iter()
         .find_map(|k| obj.get(*k).and_then(as_text))
         .ok_or(EnvelopeError::NoMessage)?;
+    let message = with_detail(message, &obj, DETAIL_KEYS);
     let labels = obj.get("kubernetes").and_then(Value::as_object);
     let label_map = labels.and_then(|k| {
         k.get("labels")
@@ -240,6 +241,48 @@ pub fn decode_json(line: &[u8], out: &mut Vec<LogRecord<'static>>) -> Result<(),
     push_lines(&message, meta, &mut out);
     out.finish(before);
     Ok(())
+}
+
+/// The fields in which structured loggers keep an error apart from the message: zap's, logrus'
+/// and klog's JSON encoders write `{"msg":"failed to start plugin","error":"..."}` (klog `err`),
+/// Elastic Common Schema `error.message` and `error.stack_trace`, python-json-logger the traceback
+/// in `exc_info`, structlog in `exception`.
+const DETAIL_KEYS: &[&str] = &["error", "err", "exc_info", "exception"];
+
+/// An OpenTelemetry log record's exception attributes (semantic conventions), as [`attributes`]
+/// flattens them.
+const OTLP_DETAIL_KEYS: &[&str] = &["exception.message", "exception.stacktrace"];
+
+/// `message` with the error detail of its record after it, as those loggers' console encoders
+/// print it: a one-line detail after `": "` on the message's line (Go's `msg: err`), a multi-line
+/// one (a traceback) on the lines after it. Only text is taken (a boolean `error` flag is not a
+/// detail), and a detail the message already holds is not repeated.
+fn with_detail(mut message: String, obj: &Map<String, Value>, keys: &[&str]) -> String {
+    let mut details: Vec<&str> = Vec::new();
+    for &key in keys {
+        match obj.get(key) {
+            Some(Value::String(s)) => details.push(s),
+            Some(Value::Object(e)) => {
+                details.extend(
+                    ["message", "stack_trace"]
+                        .iter()
+                        .filter_map(|k| e.get(*k).and_then(Value::as_str)),
+                );
+            }
+            _ => {}
+        }
+    }
+    for detail in details {
+        let detail = detail.trim_end_matches(['\n', '\r']);
+        if detail.trim().is_empty() || message.contains(detail) {
+            continue;
+        }
+        let message_end = message.trim_end_matches(['\n', '\r']).len();
+        message.truncate(message_end);
+        message.push_str(if detail.contains('\n') { "\n" } else { ": " });
+        message.push_str(detail);
+    }
+    message
 }
 
 /// The records of one JSON line, at most [`MAX_RECORDS_PER_LINE`] of them.
@@ -297,6 +340,7 @@ fn decode_otlp_record(record: &Value, resource: &Map<String, Value>, out: &mut C
         return;
     };
     let attrs = attributes(record.get("attributes"));
+    let message = with_detail(message, &attrs, OTLP_DETAIL_KEYS);
     let get = |keys: &[&str]| {
         keys.iter()
             .find_map(|k| attrs.get(*k).or_else(|| resource.get(*k)).and_then(as_text))
@@ -654,6 +698,54 @@ mod tests {
         let r = json(r#"{"message":"Traceback:\n  File x\nKeyError: 'a'\n"}"#);
         assert_eq!(r.len(), 3);
         assert_eq!(&*r[2].message, b"KeyError: 'a'");
+    }
+
+    #[test]
+    fn a_structured_loggers_error_field_follows_its_message() {
+        // zap / logrus: the error after the message on its line.
+        let r = json(
+            r#"{"level":"error","msg":"failed to start shim","error":"fork/exec /usr/bin/containerd-shim-runc-v2: resource temporarily unavailable"}"#,
+        );
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            &*r[0].message,
+            &b"failed to start shim: fork/exec /usr/bin/containerd-shim-runc-v2: resource temporarily unavailable"[..]
+        );
+        // klog's `err`; Elastic Common Schema's error object with its stack trace on the next lines.
+        let r = json(r#"{"msg":"Failed to initialize NVML","err":"could not load NVML library"}"#);
+        assert_eq!(
+            &*r[0].message,
+            &b"Failed to initialize NVML: could not load NVML library"[..]
+        );
+        let r = json(
+            r#"{"message":"step failed","error":{"message":"CUDA error: out of memory","stack_trace":"Traceback (most recent call last):\n  File \"t.py\", line 1\nRuntimeError: CUDA error: out of memory\n"}}"#,
+        );
+        let lines: Vec<&[u8]> = r.iter().map(|r| &*r.message).collect();
+        assert_eq!(
+            lines,
+            [
+                &b"step failed: CUDA error: out of memory"[..],
+                b"Traceback (most recent call last):",
+                b"  File \"t.py\", line 1",
+                b"RuntimeError: CUDA error: out of memory",
+            ]
+        );
+        // python-json-logger's traceback; a detail the message holds already, or a flag, adds nothing.
+        let r = json(r#"{"message":"worker died","exc_info":"Traceback:\nKeyError: 'a'"}"#);
+        assert_eq!(r.len(), 3);
+        assert_eq!(&*r[2].message, b"KeyError: 'a'");
+        let r = json(r#"{"msg":"open x: permission denied","error":"permission denied"}"#);
+        assert_eq!(&*r[0].message, b"open x: permission denied");
+        let r = json(r#"{"msg":"done","error":false,"exception":""}"#);
+        assert_eq!(&*r[0].message, b"done");
+        // An OpenTelemetry record's exception attributes.
+        let r = json(
+            r#"{"body":{"stringValue":"train step failed"},"attributes":[{"key":"exception.message","value":{"stringValue":"NCCL error: unhandled system error"}}]}"#,
+        );
+        assert_eq!(
+            &*r[0].message,
+            &b"train step failed: NCCL error: unhandled system error"[..]
+        );
     }
 
     #[test]
