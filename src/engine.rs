@@ -858,6 +858,15 @@ mod tests {
     }
 
     #[test]
+    fn a_json_records_error_field_is_matched_with_its_message() {
+        // zap/logrus keep the error apart from the message: it is matched, with its captures.
+        let out = both(
+            "{\"msg\":\"step failed\",\"error\":\"boom 7\"}\n{\"msg\":\"ok\",\"error\":false}\n",
+        );
+        assert_eq!(out, vec![(1, "A".into(), r#"[("n", "7")]"#.into())]);
+    }
+
+    #[test]
     fn fallback_entries_yield_to_specific_ones() {
         let mut files = vec![
             (
