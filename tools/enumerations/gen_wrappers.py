@@ -103,6 +103,11 @@ NCCL_EXAMPLES = [
 # "Triton Error [HIP]: Code: %d, Message: %s"). A wrapper of both tables: CUDA_WRAPPERS and HIP_WRAPPERS.
 TRITON_HIP = r"\bTriton Error \[HIP\]: {1,2}Code: \d{1,4}, Mess{1,2}age: "
 
+# llama.cpp / ggml ggml-cuda.cu ggml_cuda_error (2023-12 on): GGML_LOG_ERROR(GGML_CUDA_NAME " error: %s\n", msg), then
+# "  current device: %d, in function %s at %s:%d"; GGML_CUDA_NAME is "CUDA" (matched by "CUDA error: ") and "ROCm" on HIP
+# builds (ggml-cuda.h), whose hipGetErrorString texts mirror CUDA's. A wrapper of both tables. Code-index copies.
+GGML_ROCM = r"\bROCm error: "
+
 # The text a wrapper prints right before cudaGetErrorString(error), for the error strings that are
 # not unique on their own ("out of memory", "unknown error", ...). Sources in README.md.
 CUDA_WRAPPERS = [
@@ -143,6 +148,7 @@ CUDA_WRAPPERS = [
     # (ATen's AT_CUDA_DRIVER_CHECK and many extensions' copies).
     r"\b(?:CUDA|HIP) error: ",
     r"\bCUDA [Dd]river [Ee]rror: ",
+    GGML_ROCM,
     # PaddlePaddle platform/enforce.h (phi/core/enforce.h in 2.3+) build_nvidia_error_msg:
     # "CUDA error(" << e << "), " << cudaGetErrorString(e) << ". " (1.x prints "Cuda error(%d), %s").
     r"\b(?:CUDA|Cuda) error\(\d{1,4}\), ",
@@ -240,6 +246,7 @@ CUDA_WRAP_EXAMPLES = [
     "[2020-01-01 10:00:00] Error: CUDA Error {n}: {s} - /opt/marian/src/tensors/gpu/algorithm.cu:14: cudaMemcpy(dest, start, (end - start) * sizeof(T), cudaMemcpyDefault)",
     "mlc-llm/tvm/src/runtime/cuda/cuda_device_api.cc:129: InternalError: Check failed: (e == cudaSuccess || e == cudaErrorCudartUnloading) is false: CUDA: {s}",
     "CUDA error {n} at /data/llama.cpp/ggml-cuda.cu:5509: {s}",
+    "ROCm error: {s}",
     "[11/22/2024-13:40:47] [E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime ({s})",
     "[TRT] [E] IExecutionContext::enqueueV3: Error Code 1: Cuda Driver ({s})",
     "[TensorRT] ERROR: ../rtSafe/cuda/reformat.cu (925) - Cuda Error in NCHWToNCHHW2: {n} ({s})",
@@ -419,6 +426,7 @@ HIP_WRAPPERS = [
     r"\bHIP error: ",
     TRITON_HIP,
     CHECK_HIP,
+    GGML_ROCM,
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
 CHECK_HIP_EXAMPLE = 'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.'
@@ -427,6 +435,7 @@ HIP_WRAP_EXAMPLES = [
     "torch.AcceleratorError: HIP error: {s}",
     "RuntimeError: Triton Error [HIP]:  Code: {n}, Messsage: {s}",
     CHECK_HIP_EXAMPLE,
+    "ROCm error: {s}",
 ]
 # Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
 # each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
