@@ -103,6 +103,11 @@ NCCL_EXAMPLES = [
 # "Triton Error [HIP]: Code: %d, Message: %s"). A wrapper of both tables: CUDA_WRAPPERS and HIP_WRAPPERS.
 TRITON_HIP = r"\bTriton Error \[HIP\]: {1,2}Code: \d{1,4}, Mess{1,2}age: "
 
+# llama.cpp / ggml ggml-cuda.cu ggml_cuda_error (2023-12 on): GGML_LOG_ERROR(GGML_CUDA_NAME " error: %s\n", msg), then
+# "  current device: %d, in function %s at %s:%d"; GGML_CUDA_NAME is "CUDA" (matched by "CUDA error: ") and "ROCm" on HIP
+# builds (ggml-cuda.h), whose hipGetErrorString texts mirror CUDA's. A wrapper of both tables. Code-index copies.
+GGML_ROCM = r"\bROCm error: "
+
 # The text a wrapper prints right before cudaGetErrorString(error), for the error strings that are
 # not unique on their own ("out of memory", "unknown error", ...). Sources in README.md.
 CUDA_WRAPPERS = [
@@ -124,7 +129,10 @@ CUDA_WRAPPERS = [
     #   mshadow's, printed "Check failed: <expr> CUDA: <string>" (newer dmlc: "Check failed: <expr>: CUDA: <string>");
     # - MXNet's CHECK_EQ(e, cudaSuccess) << " CUDA: " (include/mxnet/base.h) and CHECK_CUDA_ERROR(msg)
     #   (src/common/cuda_utils.h: << (msg) << " CUDA: "), in dmlc-core's CHECK_EQ text "(N vs. 0) ".
-    r"\bCheck failed: e == cudaSuccess(?:(?: \|\| e == cudaErrorCudartUnloading)?:? {1,2}"
+    # - TVM's ICHECK (include/tvm/runtime/logging.h, 2020-09 on, and tvm-ffi's TVM_FFI_ICHECK): "Check failed: (" #x ") is false: ",
+    #   so TVM's CUDA_CALL (src/runtime/cuda/cuda_common.h) prints "Check failed: (e == cudaSuccess || e ==
+    #   cudaErrorCudartUnloading) is false: CUDA: <string>" (MLC-LLM, TVM Unity).
+    r"\bCheck failed: \(?e == cudaSuccess(?:(?: \|\| e == cudaErrorCudartUnloading)?(?:\) is false)?:? {1,2}"
     r"| \(\d{1,3} vs\. 0\) [^\n]{0,200}?)CUDA: ",
     # Caffe's CUDA_CHECK (util/device_alternate.hpp), copied into many CUDA extensions:
     # CHECK_EQ(error, cudaSuccess) << " " << cudaGetErrorString(error), printed by glog as
@@ -140,6 +148,7 @@ CUDA_WRAPPERS = [
     # (ATen's AT_CUDA_DRIVER_CHECK and many extensions' copies).
     r"\b(?:CUDA|HIP) error: ",
     r"\bCUDA [Dd]river [Ee]rror: ",
+    GGML_ROCM,
     # PaddlePaddle platform/enforce.h (phi/core/enforce.h in 2.3+) build_nvidia_error_msg:
     # "CUDA error(" << e << "), " << cudaGetErrorString(e) << ". " (1.x prints "Cuda error(%d), %s").
     r"\b(?:CUDA|Cuda) error\(\d{1,4}\), ",
@@ -192,6 +201,15 @@ CUDA_WRAPPERS = [
     # cudaGetErrorString(rc), __FILE__, __LINE__, #expr) and gpuAssert "CUDA Error {}: {} - {}:{}: {}" (ABORT logs them
     # at critical level, "[<time>] Error: ..."; the same text in marian-nmt/marian and marian-dev).
     r"\bCUDA (?:error \d{1,4} '|Error \d{1,4}: )",
+    # The CUDA_CHECK idiom fprintf(stderr, "CUDA error %d at %s:%d: %s\n", err, __FILE__, __LINE__, cudaGetErrorString(err))
+    # (or cuGetErrorString for CUresult): llama.cpp's ggml-cuda.cu until 2023-12 (later "CUDA error: %s", matched above), and
+    # a great many CUDA programs' copies (code index). Generic: "CUDA error" and its number, then the source location.
+    r"\b(?:CUDA|Cuda) error \d{1,4} at [^\n]{1,300}:\d{1,6}: ",
+    # TensorRT 8.x-10.x (libnvinfer, no public source): the ErrorRecorder's "Error Code %d: Cuda Runtime (%s)" and
+    # "Error Code %d: Cuda Driver (%s)" with cudaGetErrorString / cuGetErrorString; TensorRT 6/7 printed
+    # "<file> (<line>) - Cuda Error in <function>: <N> (<string>)". From real logs (NVIDIA/TensorRT#3830, #4258, #4518, #871).
+    r"\bError Code \d{1,2}: Cuda (?:Runtime|Driver) \(",
+    r"\bCuda Error in [A-Za-z0-9_:~]{1,120}: \d{1,4} \(",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -226,6 +244,50 @@ CUDA_WRAP_EXAMPLES = [
     "RuntimeError: [FT][ERROR] CUDA runtime error: {s} /workspace/FasterTransformer/src/fastertransformer/utils/memory_utils.cu:112 ",
     "[2019-04-15 08:34:14] Error: CUDA error {n} '{s}' - /opt/marian/src/tensors/gpu/device.cu:32: cudaMalloc(&data_, size)",
     "[2020-01-01 10:00:00] Error: CUDA Error {n}: {s} - /opt/marian/src/tensors/gpu/algorithm.cu:14: cudaMemcpy(dest, start, (end - start) * sizeof(T), cudaMemcpyDefault)",
+    "mlc-llm/tvm/src/runtime/cuda/cuda_device_api.cc:129: InternalError: Check failed: (e == cudaSuccess || e == cudaErrorCudartUnloading) is false: CUDA: {s}",
+    "CUDA error {n} at /data/llama.cpp/ggml-cuda.cu:5509: {s}",
+    "ROCm error: {s}",
+    "[11/22/2024-13:40:47] [E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime ({s})",
+    "[TRT] [E] IExecutionContext::enqueueV3: Error Code 1: Cuda Driver ({s})",
+    "[TensorRT] ERROR: ../rtSafe/cuda/reformat.cu (925) - Cuda Error in NCHWToNCHHW2: {n} ({s})",
+]
+
+# NVIDIA PhysX's GPU code (Isaac Gym, Isaac Sim / Isaac Lab, Omniverse) prints the raw CUresult number of a failed driver
+# call through PxGetFoundation().error(...), shown by Isaac Lab as "PhysX error: <msg>, FILE <file>, LINE <n>" and by Isaac
+# Gym as "<file> (<line>) : internal error : <msg>". The number is CUresult's, so only rows with a CUDA_ERROR_* name of the
+# same number count. Format strings read in NVIDIA-Omniverse/PhysX at 107.0-physx-5.6.0, 107.3-physx-5.6.1,
+# 109.0-omni-and-physx-5.7.0, 110.0-omni-and-physx-5.8.0 and HEAD (the GPU source is public from 5.6 on); the allocator's
+# older "fail to allocate memory %d bytes!! Result = %d" is Isaac Gym's PhysX 4 build, from a real log.
+PHYSX_WRAPPERS = [
+    # gpucommon/src/PxgCudaMemoryAllocator.cpp: "PxgCudaDeviceMemoryAllocator failed to allocate memory %zu bytes! Result = %i"
+    r"\bPxgCudaDeviceMemoryAllocator fail(?:ed)? to allocate memory \d{1,20} bytes!{1,2} Result = ",
+    # gpunarrowphase/src/PxgNarrowphaseCore.cpp: "Synchronizing GPU Narrowphase failed! %d", "Fetching GPU Narrowphase failed! %d"
+    r"\b(?:Synchronizing|Fetching) GPU Narrowphase failed! ",
+    # gpucommon/include/PxgCudaUtils.h: "SynchronizeStreams cuEventRecord failed with error %i" (and cuStreamWaitEvent)
+    r"\bSynchronizeStreams cu(?:EventRecord|StreamWaitEvent) failed with error ",
+    # cudamanager/src/CudaContextManager.cpp and gpucommon/include/PxgCudaHelpers.h: "Mem allocation failed with error code %i!",
+    # "Mem free ...", "Mem set ...", "Memset ...", "copyDtoHAsync set ...", "copyDToH ...", "Getting mapped device pointer ...",
+    # "cuInit failed with error code %i"; "memsetD32Async failed!! Error: %i" and siblings; "Launch failed!! Error: %i".
+    r"\b(?:Mem (?:allocation|free|set)|Memset|copy[HD]to[HD](?:Async)? set|copyDToH|Getting mapped device pointer|cuInit) failed with error code ",
+    r"\b(?:memsetD(?:8|16|32)(?:Async)?|memcpy[HD]to[HD](?:Async)?|cuMemsetD8Async|Launch) failed!! Error: ",
+    # gpuarticulation, gpusimulationcontroller: "getArticulationData: CUDA error, code %u"; PxgKernelLauncher.h "GPU kernel '%s'
+    # execution failed with error %u!"; the solvers' "GPU <kernel> fail to launch kernel!! %i".
+    r"\b[A-Za-z]{3,40}: CUDA error, code ",
+    r"\bGPU kernel '[^'\n]{1,200}' execution failed with error ",
+    r"\bfail(?:ed)? to launch kernel!! ",
+    # gpusimulationcontroller/src/PxgSimulationController.cpp and physx/src/NpScene.cpp: "PhysX Internal CUDA error. Simulation
+    # cannot continue! Error code %i!" (and "can not"), "PhysX cannot start|advance GPU simulation because of previous CUDA errors!
+    # Error code %i!".
+    r"\bPhysX Internal CUDA error\. Simulation can ?not continue! Error code ",
+    r"\bPhysX cannot (?:start|advance) GPU simulation because of previous CUDA errors! Error code ",
+]
+PHYSX_WRAP = "(?:" + "|".join(PHYSX_WRAPPERS) + ")"
+PHYSX_EXAMPLES = [
+    "PxgCudaDeviceMemoryAllocator fail to allocate memory 339738624 bytes!! Result = {n}",
+    "2024-11-25 09:13:08 [11,526ms] [Error] [omni.physx.plugin] PhysX error: Synchronizing GPU Narrowphase failed! {n}",
+    "2024-11-25 09:13:08 [11,526ms] [Error] [omni.physx.plugin] PhysX error: SynchronizeStreams cuEventRecord failed with error {n}",
+    "/builds/physx/source/cudamanager/src/CudaContextManager.cpp (247) : internal error : Mem allocation failed with error code {n}!",
+    "[Error] [omni.physx.plugin] PhysX error: GPU kernel 'updateBodiesLaunch' execution failed with error {n}!",
 ]
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
@@ -319,23 +381,34 @@ def cuda_blocks(rows):
             if r["curesult"] != "-":
                 names.append(r["curesult"])
         # \x27 is the quote: PyTorch's hint "Search for `cudaErrorX' in https://docs..." is not the error.
-        pats = ["\\b(?:" + "|".join(names) + ")[^A-Za-z0-9_\\x27\\n]"]
+        # A name at the end of a line counts too (TVM's CUDA_DRIVER_CALL "CUDAError: cuModuleLoadData(...) failed with error:
+        # CUDA_ERROR_NO_BINARY_FOR_GPU"): a second pattern asks for a character before the name that is not the backtick
+        # opening the hint, and a word boundary after it.
+        pats = ["\\b(?:" + "|".join(names) + ")[^A-Za-z0-9_\\x27\\n]",
+                "[^`A-Za-z0-9_\\n](?:" + "|".join(names) + ")\\b"]
         uniq = minimal([r["string"] for r in rs if r["unique"] == "yes"])
         if uniq:
             pats.append("(?:" + "|".join(esc(w) for w in uniq) + ")")
         shared = minimal([r["string"] for r in rs if r["unique"] != "yes"])
         if shared:
             pats.append(CUDA_WRAP + "(?:" + "|".join(esc(w) for w in shared) + ")")
+        curesult = [r["number"] for r in rs if r["curesult"] != "-"]
+        if curesult:
+            pats.append(PHYSX_WRAP + "(?:" + "|".join(curesult) + ")\\b")
         exs = []
         for r in rs:
+            if r["curesult"] != "-":
+                exs += [t.format(n=r["number"]) for t in PHYSX_EXAMPLES]
+                exs.append("[23:42:41] src/runtime/cuda/cuda_module.cc:93: CUDAError: cuModuleLoadData(&(module_[device_id]), data_.c_str()) failed with error: " + r["curesult"])
             if r["unique"] != "yes":
                 exs += [t.format(s=r["string"], n=r["number"]) for t in CUDA_WRAP_EXAMPLES]
             exs.append(f"cupy_backends.cuda.api.runtime.CUDARuntimeError: {r['name']}: {r['string']}")
             if r["curesult"] != "-":
                 exs.append(f"E0101 00:00:00.000000 1234 pjrt_stream_executor_client.cc:2985] Execution failed: INTERNAL: CUDA error: : {r['curesult']}: {r['string']}")
         out[entry] = ("cuda-errors.tsv", pats, exs)
-    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"]
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", PHYSX_WRAP + "\\d{1,4}\\b"]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801) for t in CUDA_WRAP_EXAMPLES]
+    exs += [t.format(n=801) for t in PHYSX_EXAMPLES]
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
 
@@ -353,6 +426,7 @@ HIP_WRAPPERS = [
     r"\bHIP error: ",
     TRITON_HIP,
     CHECK_HIP,
+    GGML_ROCM,
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
 CHECK_HIP_EXAMPLE = 'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.'
@@ -361,6 +435,7 @@ HIP_WRAP_EXAMPLES = [
     "torch.AcceleratorError: HIP error: {s}",
     "RuntimeError: Triton Error [HIP]:  Code: {n}, Messsage: {s}",
     CHECK_HIP_EXAMPLE,
+    "ROCm error: {s}",
 ]
 # Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
 # each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
