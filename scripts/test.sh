@@ -16,3 +16,9 @@ else
 fi
 echo "== cargo test"
 cargo test --locked --all-targets
+# The KB's generated blocks are current with their tables (tools/enumerations/README.md), and
+# every DCGM failure reason the table maps is recognised by its entry (the binary cargo test built).
+echo "== KB enumeration tables"
+python3 tools/enumerations/gen_wrappers.py --check
+python3 tools/enumerations/gen_signals.py --check
+python3 tools/enumerations/dcgm_failure_reasons.py --check --faultline target/debug/faultline
