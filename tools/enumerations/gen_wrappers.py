@@ -22,7 +22,7 @@ printed); every wording is also matched after the prefix that a framework wrappe
 ncclGetErrorString's text (WRAPPERS below, each read in the wrapper's source), so a string such as
 'invalid usage' counts only where an NCCL wrapper printed it. CUDA: the cudaError_t and CUresult
 enumerator names (as cupy, cuda-python, XLA and TF print them), and the cudaGetErrorString text
-where it is unique=yes. HIP: the hipError_t enumerator names where names=yes, and the hipGetErrorString
+where it is unique=yes; a row marked unique=wrapped gets only its text after a CUDA wrapper (no names). HIP: the hipError_t enumerator names where names=yes, and the hipGetErrorString
 texts that no CUDA row already maps, after a HIP wrapper (HIP_WRAPPERS); an entry named by both the
 CUDA and the HIP table gets two blocks, one per table.
 
@@ -375,8 +375,13 @@ def nccl_blocks(rows):
 def cuda_blocks(rows):
     out = {}
     for entry, rs in by_entry(rows).items():
+        # unique=wrapped: neither the names nor the bare text count, only the text after a CUDA wrapper (a row whose
+        # enumerator name and text healthy runs log as a start-up notice: XLA's "Unable to enable peer access between
+        # device ordinals ... CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: peer access is not supported between these two devices").
         names = []
         for r in rs:
+            if r["unique"] == "wrapped":
+                continue
             names.append(r["name"])
             if r["curesult"] != "-":
                 names.append(r["curesult"])
@@ -384,19 +389,24 @@ def cuda_blocks(rows):
         # A name at the end of a line counts too (TVM's CUDA_DRIVER_CALL "CUDAError: cuModuleLoadData(...) failed with error:
         # CUDA_ERROR_NO_BINARY_FOR_GPU"): a second pattern asks for a character before the name that is not the backtick
         # opening the hint, and a word boundary after it.
-        pats = ["\\b(?:" + "|".join(names) + ")[^A-Za-z0-9_\\x27\\n]",
-                "[^`A-Za-z0-9_\\n](?:" + "|".join(names) + ")\\b"]
+        pats = []
+        if names:
+            pats = ["\\b(?:" + "|".join(names) + ")[^A-Za-z0-9_\\x27\\n]",
+                    "[^`A-Za-z0-9_\\n](?:" + "|".join(names) + ")\\b"]
         uniq = minimal([r["string"] for r in rs if r["unique"] == "yes"])
         if uniq:
             pats.append("(?:" + "|".join(esc(w) for w in uniq) + ")")
         shared = minimal([r["string"] for r in rs if r["unique"] != "yes"])
         if shared:
             pats.append(CUDA_WRAP + "(?:" + "|".join(esc(w) for w in shared) + ")")
-        curesult = [r["number"] for r in rs if r["curesult"] != "-"]
+        curesult = [r["number"] for r in rs if r["curesult"] != "-" and r["unique"] != "wrapped"]
         if curesult:
             pats.append(PHYSX_WRAP + "(?:" + "|".join(curesult) + ")\\b")
         exs = []
         for r in rs:
+            if r["unique"] == "wrapped":
+                exs += [t.format(s=r["string"], n=r["number"]) for t in CUDA_WRAP_EXAMPLES]
+                continue
             if r["curesult"] != "-":
                 exs += [t.format(n=r["number"]) for t in PHYSX_EXAMPLES]
                 exs.append("[23:42:41] src/runtime/cuda/cuda_module.cc:93: CUDAError: cuModuleLoadData(&(module_[device_id]), data_.c_str()) failed with error: " + r["curesult"])
