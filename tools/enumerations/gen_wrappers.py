@@ -8,6 +8,7 @@ Inputs (this directory):
   nccl-results.tsv  ncclResult_t -> ncclGetErrorString wordings per NCCL release -> KB entry
   cuda-errors.tsv   cudaError_t / CUresult -> cudaGetErrorString -> KB entry
   hip-errors.tsv    hipError_t -> hipGetErrorName / hipGetErrorString -> KB entry (the CUDA twin's entry)
+  hsa-status.tsv    hsa_status_t (AMD's HSA runtime, ROCr) -> hsa_status_string -> KB entry
 
 For every row whose kb_entry is not "-", the entry kb/<kb_entry>.toml gets, inside its
 `patterns = [...]` and `examples = [...]` arrays, a block between the lines
@@ -24,7 +25,9 @@ ncclGetErrorString's text (WRAPPERS below, each read in the wrapper's source), s
 enumerator names (as cupy, cuda-python, XLA and TF print them), and the cudaGetErrorString text
 where it is unique=yes; a row marked unique=wrapped gets only its text after a CUDA wrapper (no names). HIP: the hipError_t enumerator names where names=yes, and the hipGetErrorString
 texts that no CUDA row already maps, after a HIP wrapper (HIP_WRAPPERS); an entry named by both the
-CUDA and the HIP table gets two blocks, one per table.
+CUDA and the HIP table gets two blocks, one per table. HSA: the hsa_status_t enumerator names where unique=yes
+(hsa_status_string's text starts with the name, so the name covers every program that prints the text), and the
+decimal number after clr's "hsa_status: %d" / "hsa status: %d".
 
 Standard library only.
 """
@@ -520,6 +523,52 @@ def hip_blocks(rows, cuda_rows):
     return out
 
 
+# hsa-status.tsv: hsa_status_string returns "<NAME>: <text>" (ROCR-Runtime src/core/runtime/hsa.cpp), so the enumerator name
+# is printed whichever program prints the text: ROCr's own default queue error handler (queue.cpp, "Queue at %p inactivated due
+# to async error:\n\t%s\n"), HIP's queue callback (clr rocdevice.cpp / rocvirtual.cpp callbackQueue, "Callback: Queue %p aborting
+# with error : %s code: 0x%x"), rocminfo's RET_IF_HSA_ERR ("Call returned %s"), RCCL's CUCHECK (rocmwrap.h, WARN "ROCr failure
+# '%s'"). The name is matched with a word boundary on both sides (HSA_STATUS_ERROR_OUT_OF_RESOURCES never matches inside a longer
+# enumerator). clr's LogPrintfError lines print only the decimal number ("Failed hsa_amd_vmem_handle_create! Failed with hsa
+# status: %d", "Failed to create memory for IPC, failed with hsa_status: %d"; rocdevice.cpp and rocmemory.cpp at rocm-5.6.0,
+# rocm-6.0.0, rocm-6.2.2 and HEAD), so a mapped row's number counts after those words.
+HSA_QUEUE_ENTRY = "rocm/hsa-queue-aborted"
+HSA_NUMBER = r"\bhsa[_ ]status: ?"
+HSA_EXAMPLES = [
+    "\t{name}: {text}",
+    "Call returned {name}: {text}",
+    "gpu-node-07:2345:2401 [3] NCCL WARN ROCr failure '{name}: {text}'",
+]
+HSA_NUMBER_EXAMPLE = ":1:rocdevice.cpp            :2345: 1234567890 us: [pid:4242 tid:0x7fe1] Failed hsa_amd_vmem_handle_create! Failed with hsa status: {n} "
+HSA_CALLBACK_EXAMPLE = ":0:rocdevice.cpp            :2985: 1234567890 us: [pid:88 tid:0x7f00] Callback: Queue 0x7f0000a00000 aborting with error : {name}: {text} code: {hex}"
+
+
+def supersedes_of(entry):
+    with open(os.path.join(KB, entry + ".toml"), encoding="utf-8") as f:
+        m = re.search(r"^supersedes = \[([^\]]*)\]", f.read(), re.M)
+    return re.findall(r'"([^"]+)"', m.group(1)) if m else []
+
+
+def hsa_blocks(rows):
+    out = {}
+    for entry, rs in by_entry(rows).items():
+        rs = [r for r in rs if r["unique"] == "yes"]
+        if not rs:
+            continue
+        pats = ["\\b(?:" + "|".join(r["name"] for r in rs) + ")\\b",
+                HSA_NUMBER + "(?:" + "|".join(r["number"] for r in rs) + ")\\b"]
+        # The queue-abort line of HIP is the example only where this entry wins it (the queue entry itself, or an entry that
+        # supersedes it: rocm/hsa-memory-aperture-violation); rocm/hsa-queue-aborted beats rocm/hsa-out-of-resources there.
+        callback = entry == HSA_QUEUE_ENTRY or HSA_QUEUE_ENTRY in supersedes_of(entry)
+        exs = []
+        for r in rs:
+            exs += [t.format(name=r["name"], text=r["text"]) for t in HSA_EXAMPLES]
+            exs.append(HSA_NUMBER_EXAMPLE.format(n=r["number"]))
+            if callback:
+                exs.append(HSA_CALLBACK_EXAMPLE.format(name=r["name"], text=r["text"], hex=r["hex"]))
+        out[entry] = ("hsa-status.tsv", pats, exs)
+    return out
+
+
 def replace_block(text, array, table, items, path):
     """Put `items` between the markers inside the `array = [` ... `]` of text."""
     lines = text.split("\n")
@@ -552,6 +601,8 @@ def main():
             sys.exit(f"{k}: named by both the NCCL and the CUDA table")
         blocks.setdefault(k, []).append(v)
     for k, v in hip_blocks(read_tsv("hip-errors.tsv"), cuda_rows).items():
+        blocks.setdefault(k, []).append(v)
+    for k, v in hsa_blocks(read_tsv("hsa-status.tsv")).items():
         blocks.setdefault(k, []).append(v)
     stale = []
     for entry, tables in sorted(blocks.items()):
