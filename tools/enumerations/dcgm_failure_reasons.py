@@ -33,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 
+import tables
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TSV = os.path.join(HERE, "dcgm-failure-reasons.tsv")
@@ -285,14 +287,7 @@ def write(rows, kb):
 
 
 def read():
-    rows = []
-    with open(TSV, encoding="utf-8") as f:
-        lines = [l.rstrip("\n") for l in f if not l.startswith("#")]
-    head = lines[0].split("\t")
-    for l in lines[1:]:
-        if l:
-            rows.append(dict(zip(head, l.split("\t"))))
-    return rows
+    return tables.read_tsv(TSV)
 
 
 def render(msg, arg, name=""):

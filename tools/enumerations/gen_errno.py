@@ -29,6 +29,8 @@ import os
 import re
 import sys
 
+import tables
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 KB = os.path.join(ROOT, "kb")
@@ -56,19 +58,7 @@ NEGATIVES = [
 
 
 def read_rows(path=TSV):
-    rows, header = [], None
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line or line.startswith("#"):
-                continue
-            cells = line.split("\t")
-            if header is None:
-                header = cells
-                continue
-            if len(cells) != len(header):
-                sys.exit(f"{path}: {len(cells)} cells, header has {len(header)}: {line!r}")
-            rows.append(dict(zip(header, cells)))
+    rows = tables.read_tsv(path)
     for r in rows:
         if r["unique"] not in ("yes", "prefix", "wrapped"):
             sys.exit(f"{r['name']}: unique must be yes, prefix or wrapped, not {r['unique']!r}")
@@ -149,20 +139,7 @@ def toml_str(s):
 
 
 def replace_block(text, array, items, path, render):
-    lines = text.split("\n")
-    try:
-        start = next(i for i, l in enumerate(lines) if l.startswith(array + " = ["))
-    except StopIteration:
-        sys.exit(f"{path}: no '{array} = [' line")
-    end = next(i for i in range(start + 1, len(lines)) if lines[i] == "]")
-    body = lines[start + 1:end]
-    b = next((i for i, l in enumerate(body) if l.strip() == BEGIN), None)
-    if b is not None:
-        e = next(i for i in range(b, len(body)) if body[i].strip() == END)
-        del body[b:e + 1]
-    body += ["  " + BEGIN] + ["  " + render(s) + "," for s in items] + ["  " + END]
-    lines[start + 1:end] = body
-    return "\n".join(lines)
+    return tables.replace_block(text, array, items, path, render, BEGIN, END)
 
 
 def main(argv):
@@ -193,10 +170,7 @@ def main(argv):
             if check:
                 stale.append(f"{entry}: generated block out of date (run tools/enumerations/gen_errno.py)")
             else:
-                tmp = path + ".gen-tmp"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write(new)
-                os.replace(tmp, path)
+                tables.write_entry(path, new)
                 print(f"wrote {os.path.relpath(path, ROOT)}")
     if stale:
         print("\n".join(stale), file=sys.stderr)

@@ -25,6 +25,8 @@ import os
 import re
 import sys
 
+import tables
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TSV = os.path.join(HERE, "signals.tsv")
@@ -261,23 +263,7 @@ NEGATIVES = [
 
 
 def load_rows(path=TSV):
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        header = None
-        for line in f:
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            if line.startswith("# name\t"):
-                header = line[2:].split("\t")
-                continue
-            if line.startswith("#"):
-                continue
-            cells = line.split("\t")
-            if header is None or len(cells) != len(header):
-                raise SystemExit(f"{path}: bad row (expected {header and len(header)} cells): {line!r}")
-            rows.append(dict(zip(header, cells)))
-    return rows
+    return tables.read_tsv(path)
 
 
 def fill(template, row, regex):
@@ -403,10 +389,7 @@ def main(argv):
             if check:
                 stale.append(f"{os.path.relpath(path, ROOT)}: generated block out of date")
             else:
-                tmp = path + ".gen-tmp"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write(new)
-                os.replace(tmp, path)
+                tables.write_entry(path, new)
                 print(f"wrote {os.path.relpath(path, ROOT)}")
     if stale:
         print("\n".join(stale), file=sys.stderr)

@@ -36,6 +36,8 @@ import os
 import re
 import sys
 
+import tables
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 KB = os.path.join(ROOT, "kb")
@@ -301,21 +303,7 @@ CUDA_FALLBACK_STRING = "operation not supported"
 
 
 def read_tsv(name):
-    rows = []
-    header = None
-    with open(os.path.join(HERE, name), encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line or line.startswith("#"):
-                continue
-            cells = line.split("\t")
-            if header is None:
-                header = cells
-                continue
-            if len(cells) != len(header):
-                sys.exit(f"{name}: {len(cells)} cells, header has {len(header)}: {line!r}")
-            rows.append(dict(zip(header, cells)))
-    return rows
+    return tables.read_tsv(os.path.join(HERE, name))
 
 
 def esc(s):
@@ -571,23 +559,7 @@ def hsa_blocks(rows):
 
 def replace_block(text, array, table, items, path):
     """Put `items` between the markers inside the `array = [` ... `]` of text."""
-    lines = text.split("\n")
-    try:
-        start = next(i for i, l in enumerate(lines) if l.startswith(array + " = ["))
-    except StopIteration:
-        sys.exit(f"{path}: no '{array} = [' line")
-    end = next(i for i in range(start + 1, len(lines)) if lines[i] == "]")
-    body = lines[start + 1:end]
-    b = next((i for i, l in enumerate(body) if l.strip() == BEGIN.format(table=table)), None)
-    if b is not None:
-        e = next(i for i in range(b, len(body)) if body[i].strip() == END)
-        del body[b:e + 1]
-    block = ["  " + BEGIN.format(table=table)]
-    block += ["  " + toml_str(s) + "," for s in items]
-    block.append("  " + END)
-    body += block
-    lines[start + 1:end] = body
-    return "\n".join(lines)
+    return tables.replace_block(text, array, items, path, toml_str, BEGIN.format(table=table), END)
 
 
 def main():
@@ -616,10 +588,7 @@ def main():
         if new != old:
             stale.append(entry)
             if not check:
-                tmp = path + ".gen-tmp"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write(new)
-                os.replace(tmp, path)
+                tables.write_entry(path, new)
     if check:
         if stale:
             print("stale generated blocks (run tools/enumerations/gen_wrappers.py):", *stale, sep="\n  ")

@@ -1,0 +1,60 @@
+"""What the enumeration generators share: reading a table and writing an entry's generated block.
+
+A table is a TSV file whose comment lines start with `#`; its header is its first line that is
+not a comment, or a comment line `# name<TAB>...` (signals.tsv keeps its header as a comment).
+Every row must have as many cells as the header. An entry is written through a temporary file and
+`os.replace`, so an interrupted run never leaves a half-written entry. Python 3.8+, standard
+library only.
+"""
+import os
+import sys
+
+
+def read_tsv(path):
+    """The rows of the table at `path`, each a dict from header name to cell."""
+    rows, header = [], None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            if line.startswith("# name\t") and header is None:
+                header = line[2:].split("\t")
+                continue
+            if line.startswith("#"):
+                continue
+            cells = line.split("\t")
+            if header is None:
+                header = cells
+                continue
+            if len(cells) != len(header):
+                sys.exit(f"{path}: {len(cells)} cells, header has {len(header)}: {line!r}")
+            rows.append(dict(zip(header, cells)))
+    return rows
+
+
+def replace_block(text, array, items, path, render, begin, end):
+    """`text` with the lines between `begin` and `end` inside its `array = [` ... `]` replaced by
+    one `render(item),` line per item (the block goes last in the array when it had none)."""
+    lines = text.split("\n")
+    try:
+        start = next(i for i, l in enumerate(lines) if l.startswith(array + " = ["))
+    except StopIteration:
+        sys.exit(f"{path}: no '{array} = [' line")
+    close = next(i for i in range(start + 1, len(lines)) if lines[i] == "]")
+    body = lines[start + 1:close]
+    b = next((i for i, l in enumerate(body) if l.strip() == begin), None)
+    if b is not None:
+        e = next(i for i in range(b, len(body)) if body[i].strip() == end)
+        del body[b:e + 1]
+    body += ["  " + begin] + ["  " + render(s) + "," for s in items] + ["  " + end]
+    lines[start + 1:close] = body
+    return "\n".join(lines)
+
+
+def write_entry(path, new):
+    """Write `new` to the entry at `path` through a temporary file."""
+    tmp = path + ".gen-tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(new)
+    os.replace(tmp, path)
