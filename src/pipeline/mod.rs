@@ -51,6 +51,7 @@ use settings::Config;
 pub mod config;
 pub mod correlate;
 pub mod decode;
+mod faults;
 pub mod incidents;
 pub mod lanes;
 pub mod match_stage;
@@ -64,7 +65,7 @@ pub mod signals;
 mod unknown;
 
 pub use decode::LimitExceeded;
-pub use match_stage::{FaultInjection, FaultPoint};
+pub use faults::{FaultInjection, FaultPoint};
 use match_stage::{MatchSettings, MatchStage, StageParts};
 
 /// How long role `match` waits for the events topic's metadata at start.
