@@ -258,29 +258,25 @@ const OTLP_DETAIL_KEYS: &[&str] = &["exception.message", "exception.stacktrace"]
 /// one (a traceback) on the lines after it. Only text is taken (a boolean `error` flag is not a
 /// detail), and a detail the message already holds is not repeated.
 fn with_detail(mut message: String, obj: &Map<String, Value>, keys: &[&str]) -> String {
-    let mut details: Vec<&str> = Vec::new();
-    for &key in keys {
-        match obj.get(key) {
-            Some(Value::String(s)) => details.push(s),
-            Some(Value::Object(e)) => {
-                details.extend(
-                    ["message", "stack_trace"]
-                        .iter()
-                        .filter_map(|k| e.get(*k).and_then(Value::as_str)),
-                );
-            }
-            _ => {}
-        }
-    }
-    for detail in details {
+    let mut append = |detail: &str| {
         let detail = detail.trim_end_matches(['\n', '\r']);
         if detail.trim().is_empty() || message.contains(detail) {
-            continue;
+            return;
         }
         let message_end = message.trim_end_matches(['\n', '\r']).len();
         message.truncate(message_end);
         message.push_str(if detail.contains('\n') { "\n" } else { ": " });
         message.push_str(detail);
+    };
+    for &key in keys {
+        match obj.get(key) {
+            Some(Value::String(s)) => append(s),
+            Some(Value::Object(e)) => ["message", "stack_trace"]
+                .iter()
+                .filter_map(|k| e.get(*k).and_then(Value::as_str))
+                .for_each(&mut append),
+            _ => {}
+        }
     }
     message
 }

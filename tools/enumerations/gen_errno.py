@@ -143,10 +143,7 @@ def replace_block(text, array, items, path, render):
 
 
 def main(argv):
-    check = "--check" in argv[1:]
-    kb = KB
-    if "--kb" in argv[1:]:
-        kb = os.path.abspath(argv[argv.index("--kb") + 1])
+    check, kb = tables.check_and_kb(argv, KB)
     by = {}
     for r in read_rows():
         if r["kb_entry"] != "-":

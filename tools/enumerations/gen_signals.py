@@ -370,10 +370,7 @@ def render_entry(text, row, path):
 
 
 def main(argv):
-    check = "--check" in argv[1:]
-    kb = KB
-    if "--kb" in argv[1:]:
-        kb = os.path.abspath(argv[argv.index("--kb") + 1])
+    check, kb = tables.check_and_kb(argv, KB)
     stale = []
     for row in load_rows():
         if row["kb_entry"] in ("", "-"):

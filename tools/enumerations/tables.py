@@ -58,3 +58,11 @@ def write_entry(path, new):
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(new)
     os.replace(tmp, path)
+
+
+def check_and_kb(argv, default_kb):
+    """`--check` and `--kb DIR` of a generator's command line: (check, the KB directory)."""
+    kb = default_kb
+    if "--kb" in argv[1:]:
+        kb = os.path.abspath(argv[argv.index("--kb") + 1])
+    return "--check" in argv[1:], kb
