@@ -80,7 +80,7 @@ pub struct Worker<M: Matcher> {
     json_decoded: u64,
     /// Capture slots per pattern (each regex needs its own), made when the pattern first
     /// confirms a hit (its regex is built then too: [`crate::kb::Pattern::regex`]).
-    caps: Vec<Option<regex_automata::util::captures::Captures>>,
+    caps: Vec<Option<(usize, regex_automata::util::captures::Captures)>>,
 }
 
 /// What [`Engine::scan_chunk_with`] calls with each unmatched message: its line and record.
@@ -536,10 +536,18 @@ impl<M: Matcher> Engine<M> {
             };
             // Only a KB that skipped `faultline kb check` has a pattern without a regex; it
             // never confirms (the build said why, once).
-            let Ok(regex) = pattern.regex() else {
+            if !pattern.may_match(&record.message) {
+                continue;
+            }
+            let (variant, Ok(regex)) = pattern.regex_for(record.message.len()) else {
                 continue;
             };
-            let caps = slot.get_or_insert_with(|| regex.create_captures());
+            if slot.as_ref().is_none_or(|(v, _)| *v != variant) {
+                *slot = Some((variant, regex.create_captures()));
+            }
+            let Some((_, caps)) = slot.as_mut() else {
+                continue;
+            };
             regex.captures(&record.message[..], caps);
             if !caps.is_match() {
                 continue;

@@ -5,6 +5,7 @@
 //! pattern id). [`crate::kbtool`] proves a KB sound in both engines and converts other formats.
 
 pub mod commands;
+mod confirm;
 pub mod entry;
 pub mod lint;
 pub mod list;
@@ -13,7 +14,7 @@ pub mod spec;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use regex_automata::meta::{self, Regex};
+use regex_automata::meta::Regex;
 use regex_syntax::hir::{Hir, HirKind, Look};
 
 pub use entry::{rate_kind, CauseClass, Entry, Problem, Role, Severity};
@@ -64,19 +65,21 @@ pub struct Pattern {
     hir: Hir,
     /// The same pattern for the `regex` crate, built on its first use: confirms hits and
     /// extracts captures. Most patterns never see a hit in a run, and building all of them
-    /// was most of a start-up (2,017 patterns: about 0.15 s of 0.22 s).
-    regex: std::sync::OnceLock<Result<Regex, String>>,
+    /// was most of a start-up (2,017 patterns: about 0.15 s of 0.22 s). A short message is
+    /// confirmed by a cheaper regex of the same meaning ([`confirm`]).
+    confirmers: confirm::Confirmers,
 }
 
 impl Pattern {
     /// A checked pattern, its confirming regex not built yet.
     pub fn new(entry: usize, index: usize, source: &str) -> Result<Pattern, String> {
+        let hir = checked_hir(source)?;
         Ok(Pattern {
             entry,
             index,
             source: source.to_string(),
-            hir: checked_hir(source)?,
-            regex: std::sync::OnceLock::new(),
+            confirmers: confirm::Confirmers::new(&hir),
+            hir,
         })
     }
 
@@ -89,22 +92,26 @@ impl Pattern {
     /// crate rejects the pattern (a size limit: `faultline kb check` builds every one, so a KB
     /// that passed it never gets here, and a run says so once per pattern).
     pub fn regex(&self) -> Result<&Regex, &str> {
-        self.regex
-            .get_or_init(|| {
-                let built = build_regex(&self.hir);
-                if let Err(why) = &built {
-                    tracing::warn!(pattern = %self.source, %why, "a KB pattern cannot confirm its hits");
-                }
-                built
-            })
-            .as_ref()
-            .map_err(String::as_str)
+        self.confirmers.exact(&self.hir, &self.source)
     }
 
-    /// Whether the confirming regex has been built (it is built on first use).
+    /// The regex that confirms the pattern on a message of `len` bytes, with the same matches
+    /// and captures there as [`Pattern::regex`] (cheaper to build and run on a short message),
+    /// and its variant's number: a `Captures` made by one variant's regex is for it only.
+    pub fn regex_for(&self, len: usize) -> (usize, Result<&Regex, &str>) {
+        self.confirmers.for_len(&self.hir, &self.source, len)
+    }
+
+    /// Whether `message` holds every literal a match of the pattern requires: when `false`, it
+    /// cannot match (checked before [`Pattern::regex_for`], which builds a regex).
+    pub fn may_match(&self, message: &[u8]) -> bool {
+        self.confirmers.may_match(&self.hir, message)
+    }
+
+    /// Whether a confirming regex has been built (each is built on first use).
     #[cfg(test)]
     pub(crate) fn regex_built(&self) -> bool {
-        self.regex.get().is_some()
+        self.confirmers.any_built()
     }
 }
 
@@ -387,59 +394,7 @@ fn toml_field(e: &toml::de::Error) -> String {
 /// Compiles a pattern for confirming hits after checking the rules every engine relies on.
 pub fn compile_pattern(source: &str) -> Result<Regex, String> {
     // The rules are checked on the syntax tree the regex is built from.
-    build_regex(&checked_hir(source)?)
-}
-
-/// The confirming regex of a checked pattern.
-fn build_regex(hir: &Hir) -> Result<Regex, String> {
-    // Confirming runs once per hit line, a few hundred bytes, and each of hundreds of patterns
-    // sees few lines: the lazy DFA's warm-up per pattern cost more than it saved (18 us per
-    // hit on the benchmark corpus), so the meta engine runs without it (bounded backtracker,
-    // PikeVM: no per-pattern warm-up). Without it every search is unanchored, which the
-    // one-pass DFA never runs, so it is not built either. A regex is built the first time its
-    // pattern hits in a run, so every run that sees a failure pays for building (docs/
-    // performance.md: on a 30 MB slice, half of what `scan --no-unknown` spends beyond raw
-    // Hyperscan).
-    Regex::builder()
-        .configure(meta::Config::new().hybrid(false).dfa(false).onepass(false))
-        .build_from_hir(&named_groups_only(hir, &mut 0))
-        .map_err(|e| format!("the regex crate rejects it: {e}"))
-}
-
-/// `hir` with its unnamed groups made non-capturing and its named groups numbered again in
-/// order. Only named groups are read back (an event's captures), and each capturing group is
-/// NFA states and slots that every search of the pattern carries: the KB's alternations
-/// `(a|b)` are most of its groups. Which text matches, and where each named group starts and
-/// ends, do not change: capturing decides neither.
-fn named_groups_only(hir: &Hir, next: &mut u32) -> Hir {
-    use regex_syntax::hir::{Capture, Repetition};
-    match hir.kind() {
-        HirKind::Capture(cap) => match &cap.name {
-            None => named_groups_only(&cap.sub, next),
-            Some(name) => {
-                *next += 1;
-                let index = *next;
-                Hir::capture(Capture {
-                    index,
-                    name: Some(name.clone()),
-                    sub: Box::new(named_groups_only(&cap.sub, next)),
-                })
-            }
-        },
-        HirKind::Repetition(rep) => Hir::repetition(Repetition {
-            min: rep.min,
-            max: rep.max,
-            greedy: rep.greedy,
-            sub: Box::new(named_groups_only(&rep.sub, next)),
-        }),
-        HirKind::Concat(subs) => {
-            Hir::concat(subs.iter().map(|h| named_groups_only(h, next)).collect())
-        }
-        HirKind::Alternation(subs) => {
-            Hir::alternation(subs.iter().map(|h| named_groups_only(h, next)).collect())
-        }
-        HirKind::Empty | HirKind::Literal(_) | HirKind::Class(_) | HirKind::Look(_) => hir.clone(),
-    }
+    confirm::build_regex(&checked_hir(source)?)
 }
 
 /// The rules every engine relies on: valid syntax, no `^`/`$` anchors, no empty match.
