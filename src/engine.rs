@@ -76,6 +76,9 @@ pub struct Worker<M: Matcher> {
     json: Vec<LogRecord<'static>>,
     /// A line without its ANSI escape sequences.
     clean: Vec<u8>,
+    /// Starts of the chunk's JSON envelope lines and of its lines with an ESC ([`mark_lines`]).
+    json_starts: Vec<usize>,
+    escape_starts: Vec<usize>,
     /// JSON lines decoded ([`Engine::json_lines_decoded`]).
     json_decoded: u64,
     /// Capture slots per pattern (each regex needs its own), made when the pattern first
@@ -248,6 +251,8 @@ impl<M: Matcher> Engine<M> {
             seen: Vec::new(),
             json: Vec::new(),
             clean: Vec::new(),
+            json_starts: Vec::new(),
+            escape_starts: Vec::new(),
             json_decoded: 0,
             caps: vec![None; self.kb.patterns.len()],
         })
@@ -365,9 +370,13 @@ impl<M: Matcher> Engine<M> {
         let mut all_lines = every_line.then(|| line_starts(chunk)).into_iter().flatten();
         let mut next_line = all_lines.next();
 
-        let mut json_lines = json_line_starts(chunk).peekable();
+        // Taken for the scan (the loop lends `w` to the confirmations), given back at its end.
+        let mut json_starts = std::mem::take(&mut w.json_starts);
+        let mut escape_starts = std::mem::take(&mut w.escape_starts);
+        mark_lines(chunk, &mut json_starts, &mut escape_starts);
+        let mut json_lines = json_starts.iter().copied().peekable();
         let mut pre = decoded.map_or(&[][..], |d| &d.lines[..]).iter().peekable();
-        let mut escape_lines = escape_line_starts(chunk).peekable();
+        let mut escape_lines = escape_starts.iter().copied().peekable();
         let mut counter = LineCounter {
             pos: 0,
             first: info.first_line,
@@ -450,6 +459,8 @@ impl<M: Matcher> Engine<M> {
                 }
             }
         }
+        w.json_starts = json_starts;
+        w.escape_starts = escape_starts;
         Ok(counter)
     }
 
@@ -666,15 +677,25 @@ fn line_end(chunk: &[u8], from: usize) -> usize {
 /// The escape byte that starts every ANSI sequence.
 pub const ESC: u8 = 0x1b;
 
-/// Starts of the lines holding an ESC byte, each once, in order.
-fn escape_line_starts(chunk: &[u8]) -> impl Iterator<Item = usize> + '_ {
-    let mut from = 0;
-    std::iter::from_fn(move || {
-        let at = from + memchr::memchr(ESC, chunk.get(from..)?)?;
-        let start = memchr::memrchr(b'\n', &chunk[..at]).map_or(0, |i| i + 1);
-        from = line_end(chunk, at) + 1;
-        Some(start)
-    })
+/// Starts of the lines whose first byte is `{` (the JSON envelope candidates) and of the lines
+/// holding an ESC byte (each once), in order, from one pass over the chunk. Looking for the rare
+/// `{` and checking the byte before beat searching for "\n{" (whose prefilter stops at every
+/// newline) on plain-text logs, and one pass for both bytes beats a pass for each.
+fn mark_lines(chunk: &[u8], json: &mut Vec<usize>, escape: &mut Vec<usize>) {
+    json.clear();
+    escape.clear();
+    // An ESC before this offset is on a line already marked.
+    let mut marked_to = 0;
+    for i in memchr::memchr2_iter(b'{', ESC, chunk) {
+        if chunk[i] == b'{' {
+            if i == 0 || chunk[i - 1] == b'\n' {
+                json.push(i);
+            }
+        } else if i >= marked_to {
+            escape.push(memchr::memrchr(b'\n', &chunk[..i]).map_or(0, |nl| nl + 1));
+            marked_to = line_end(chunk, i) + 1;
+        }
+    }
 }
 
 /// Removes the ANSI escape sequences of a decoded record's message (copied only when it holds
@@ -746,13 +767,6 @@ fn line_starts(chunk: &[u8]) -> impl Iterator<Item = usize> + '_ {
         .chain(ends.filter(move |&at| at < chunk.len()))
 }
 
-/// Offsets of the lines whose first byte is `{`: the JSON envelope candidates.
-fn json_line_starts(chunk: &[u8]) -> impl Iterator<Item = usize> + '_ {
-    // Every `{` that starts a line. Looking for the rare `{` and checking the byte before beat
-    // searching for "\n{" (whose prefilter stops at every newline) on plain-text logs.
-    memchr::memchr_iter(b'{', chunk).filter(move |&i| i == 0 || chunk[i - 1] == b'\n')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -812,6 +826,28 @@ mod tests {
         let b = scan_with(&oracle, input);
         assert_eq!(a, b, "Hyperscan and the oracle disagree on {input:?}");
         a
+    }
+
+    #[test]
+    fn one_pass_marks_the_json_lines_and_each_line_with_an_escape_once() {
+        let chunk: &[u8] =
+            b"{\"a\":1}\nplain {x}\n\x1b[31mred\x1b[0m and {\n{\x1b[1m\n\n {no}\nlast \x1b";
+        let (mut json, mut escape) = (vec![99], vec![99]);
+        mark_lines(chunk, &mut json, &mut escape);
+        // The same, line by line.
+        let (mut want_json, mut want_escape, mut start) = (Vec::new(), Vec::new(), 0);
+        for line in chunk.split(|&b| b == b'\n') {
+            if line.first() == Some(&b'{') {
+                want_json.push(start);
+            }
+            if line.contains(&ESC) {
+                want_escape.push(start);
+            }
+            start += line.len() + 1;
+        }
+        assert_eq!(json, want_json);
+        assert_eq!(escape, want_escape);
+        assert_eq!((json.len(), escape.len()), (2, 3));
     }
 
     #[test]

@@ -94,6 +94,15 @@ impl Confirmers {
         len: usize,
     ) -> (usize, Result<&'a Regex, &'a str>) {
         let i = self.bounds.partition_point(|&b| (b as usize) < len);
+        // Every variant from `i` on is exact on this message: one already built serves (a
+        // pattern seen on messages of many lengths builds few regexes, not one per length).
+        let built = (i..self.bounds.len()).find_map(|j| match self.variants[j].get() {
+            Some(Ok(regex)) => Some((j, regex)),
+            _ => None,
+        });
+        if let Some((j, regex)) = built {
+            return (j, Ok(regex));
+        }
         if i < self.bounds.len() {
             let relaxed = self.variants[i].get_or_init(|| build_regex(&relax(hir, self.bounds[i])));
             if let Ok(regex) = relaxed {
