@@ -113,6 +113,14 @@ TRITON_HIP = r"\bTriton Error \[HIP\]: {1,2}Code: \d{1,4}, Mess{1,2}age: "
 # builds (ggml-cuda.h), whose hipGetErrorString texts mirror CUDA's. A wrapper of both tables. Code-index copies.
 GGML_ROCM = r"\bROCm error: "
 
+# Kokkos's CUDA and HIP error texts (cuda_internal_error_throw / hip_internal_error_throw): "<call> error( <name>): <string>".
+KOKKOS_CUDA = r"\berror\( cudaError[A-Za-z]{2,60}\): "
+KOKKOS_HIP = r"\berror\( hipError[A-Za-z]{2,60}\): "
+# AMReX's GPU checks (AMReX_GpuError.H): "CUDA error N in file F line L: ", "CUDA error in file F line L ", "GPU error in file F
+# line L ", "GPU last error detected in file F line L: " (CUDA or HIP builds) and the HIP-only "HIP error in file F line L ".
+AMREX_GPU = r"\b(?:CUDA error(?: \d{1,4})?|GPU error|GPU last error detected|HIP error) in file \S{1,300} line \d{1,6}:? "
+AMREX_HIP = r"\bHIP error in file \S{1,300} line \d{1,6} "
+
 # The text a wrapper prints right before cudaGetErrorString(error), for the error strings that are
 # not unique on their own ("out of memory", "unknown error", ...). Sources in README.md.
 CUDA_WRAPPERS = [
@@ -215,6 +223,26 @@ CUDA_WRAPPERS = [
     # "<file> (<line>) - Cuda Error in <function>: <N> (<string>)". From real logs (NVIDIA/TensorRT#3830, #4258, #4518, #871).
     r"\bError Code \d{1,2}: Cuda (?:Runtime|Driver) \(",
     r"\bCuda Error in [A-Za-z0-9_:~]{1,120}: \d{1,4} \(",
+    # Scientific and HPC codes (round kb40). Kokkos core/src/Cuda/Kokkos_Cuda_Instance.cpp cuda_internal_error_throw and
+    # cuda_internal_error_abort (KOKKOS_IMPL_CUDA_SAFE_CALL): out << name << " error( " << cudaGetErrorName(e) << "): " <<
+    # cudaGetErrorString(e) [<< " " << file << ":" << line], the same text at 2.9.00, 3.0.00, 3.4.00, 3.7.00, 4.0.00, 4.3.00,
+    # 4.6.01 and HEAD; its HIP twin (Kokkos_HIP_Instance.cpp hip_internal_error_throw, 3.4.00 on) prints hipGetErrorName and
+    # hipGetErrorString in the same words (KOKKOS_HIP below).
+    KOKKOS_CUDA,
+    # AMReX Src/Base/AMReX_GpuError.H: AMREX_CUDA_SAFE_CALL "CUDA error " << err << " in file " F " line " L ": " <<
+    # cudaGetErrorString (20.01 .. 24.10 and HEAD; "CUDA error in file F line L <string>" at 19.08 and in 20.01's
+    # AMREX_HIP_PLATFORM_NVCC form), AMREX_GPU_SAFE_CALL "GPU error in file F line L <string>", Gpu::ErrorCheck
+    # (AMREX_GPU_ERROR_CHECK) "GPU last error detected in file F line L: <string>" (gpuGetErrorString: CUDA's or HIP's text),
+    # AMREX_HIP_SAFE_CALL "HIP error in file F line L <hipGetErrorString>"; amrex::Abort prints them as
+    # "amrex::Abort::<rank>::<message> !!!". Read at 19.08, 20.01, 21.01, 22.01, 23.01, 24.10 and HEAD.
+    AMREX_GPU,
+    # QUDA (lattice/quda): errorQuda prints "%sERROR: " (the prefix "QUDA: ") then the message: checkCudaError's "(CUDA) %s" with
+    # cudaGetErrorString (include/util_quda.h and lib/quda_cuda_api.cpp at v0.9.0, v1.0.0, v1.1.0), and the develop branch's
+    # set_runtime_error / set_driver_error "%s returned %s" with the API call and cudaGetErrorString or cuGetErrorName
+    # (lib/targets/cuda/quda_api.cpp at HEAD, not in v1.1.0; lib/targets/hip's twin prints hipGetErrorString's text the same way).
+    # The API name is a CUDA, HIP or QUDA call (qudaLaunchKernel and the other wrappers pass __func__), a capital after the prefix,
+    # so "ERROR: cublasSgemm returned ..." (a library status, not a CUDA text) stays out.
+    r"\bERROR: (?:\(CUDA\) |(?:cuda|cu|hip|quda)[A-Z][A-Za-z0-9_]{1,60} returned )",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 CUDA_WRAP_EXAMPLES = [
@@ -255,6 +283,12 @@ CUDA_WRAP_EXAMPLES = [
     "[11/22/2024-13:40:47] [E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime ({s})",
     "[TRT] [E] IExecutionContext::enqueueV3: Error Code 1: Cuda Driver ({s})",
     "[TensorRT] ERROR: ../rtSafe/cuda/reformat.cu (925) - Cuda Error in NCHWToNCHHW2: {n} ({s})",
+    "  what():  cudaDeviceSynchronize() error( {name}): {s} /opt/kokkos/core/src/Cuda/Kokkos_Cuda_Instance.cpp:151",
+    "amrex::Abort::3::CUDA error {n} in file /src/amrex/Src/Base/AMReX_Arena.cpp line 193: {s} !!!",
+    "amrex::Abort::0::GPU last error detected in file /src/amrex/Src/Base/AMReX_GpuLaunchFunctsG.H line 749: {s} !!!",
+    "amrex::Abort::1::GPU error in file /src/amrex/Src/Base/AMReX_GpuDevice.cpp line 402 {s} !!!",
+    "QUDA: ERROR: (CUDA) {s} (rank 0, host node-3, quda_cuda_api.cpp:186 in qudaDeviceSynchronize_())",
+    "QUDA: ERROR: cudaMemcpyAsync returned {s}",
 ]
 
 # NVIDIA PhysX's GPU code (Isaac Gym, Isaac Sim / Isaac Lab, Omniverse) prints the raw CUresult number of a failed driver
@@ -287,6 +321,24 @@ PHYSX_WRAPPERS = [
     r"\bPhysX cannot (?:start|advance) GPU simulation because of previous CUDA errors! Error code ",
 ]
 PHYSX_WRAP = "(?:" + "|".join(PHYSX_WRAPPERS) + ")"
+
+# Other programs that print the raw CUresult number of a failed driver call, each with the words that close the number (round kb40):
+# - OpenMM platforms/cuda (CudaContext.cpp and CudaIntegrationUtilities.cpp CHECK_RESULT2, CudaArray.cpp, CudaKernels.cpp):
+#   m << prefix << ": " << getErrorString(result) << " (" << result << ")" [<< " at " << file << ":" << line], where
+#   CudaContext::getErrorString returns cuGetErrorName's name (7.3.0 on) or a name from its own switch (6.3 .. 7.2.x), and the
+#   words "CUDA error" when it has no name (the switch of 7.1.1 lacks CUDA_ERROR_ILLEGAL_ADDRESS: "Error synchronizing on event
+#   for CCMA: CUDA error (700)"). Read at 6.3, 7.0.1, 7.1.1, 7.2.0, 7.3.0, 7.4.0, 7.5.0, 8.0.0, 8.5.2 and HEAD.
+# - LAMMPS's GPU package (lib/gpu/geryon/nvd_macros.h CU_SAFE_CALL_NS / CU_SAFE_CALL with UCL_SYNC_DEBUG): fprintf(stderr,
+#   "Cuda driver error %d in call at file '%s' in line %i.\n", err, ...) and "Cuda driver error %d in file '%s' in line %i.\n"
+#   (code-index copy; the lammps repository is too large to fetch here; HPCToolkit's copies print the same words).
+CURESULT_NUMBER_OPEN = r"(?:: CUDA error \(|\bCuda driver error )"
+CURESULT_NUMBER_CLOSE = r"(?:\)| in (?:call at )?file )"
+CURESULT_NUMBER_EXAMPLES = [
+    "Exception: Error synchronizing on event for CCMA: CUDA error ({n}) at /home/user/OpenMM-7.1.1-Source/platforms/cuda/src/CudaIntegrationUtilities.cpp:736",
+    "Exception: Error deleting array bondParams: CUDA error ({n})",
+    "Cuda driver error {n} in call at file '/opt/lammps/lib/gpu/geryon/nvd_memory.h' in line 517.",
+    "Cuda driver error {n} in file 'geryon/nvd_timer.h' in line 76.",
+]
 PHYSX_EXAMPLES = [
     "PxgCudaDeviceMemoryAllocator fail to allocate memory 339738624 bytes!! Result = {n}",
     "2024-11-25 09:13:08 [11,526ms] [Error] [omni.physx.plugin] PhysX error: Synchronizing GPU Narrowphase failed! {n}",
@@ -294,6 +346,17 @@ PHYSX_EXAMPLES = [
     "/builds/physx/source/cudamanager/src/CudaContextManager.cpp (247) : internal error : Mem allocation failed with error code {n}!",
     "[Error] [omni.physx.plugin] PhysX error: GPU kernel 'updateBodiesLaunch' execution failed with error {n}!",
 ]
+
+# A program's own words for a row's failure, where it prints no CUDA text or number (round kb40): AMReX's arena aborts before
+# cudaMalloc when the request exceeds the free device memory (Src/Base/AMReX_Arena.cpp Arena::allocate_system, amrex.abort_on_
+# out_of_gpu_memory): amrex::Abort("Out of gpu memory. Free: " << free << " Asked: " << nbytes), the same text at 21.01, 22.01,
+# 23.01, 24.01 and HEAD, printed as "amrex::Abort::<rank>::Out of gpu memory. Free: N Asked: N !!!".
+CUDA_OWN_LINES = {
+    "cudaErrorMemoryAllocation": (
+        [r"\bOut of gpu memory\. Free: \d{1,20} Asked: \d{1,20}"],
+        ["amrex::Abort::5::Out of gpu memory. Free: 1073741824 Asked: 4294967296 !!!"],
+    ),
+}
 
 # An error text that no row maps to an entry, inside one of the CUDA wrappers above, still names a
 # CUDA failure: the catch-all cuda/runtime-error (fallback) gets a pattern for every wrapper, so a
@@ -393,23 +456,30 @@ def cuda_blocks(rows):
         curesult = [r["number"] for r in rs if r["curesult"] != "-" and r["unique"] != "wrapped"]
         if curesult:
             pats.append(PHYSX_WRAP + "(?:" + "|".join(curesult) + ")\\b")
+            pats.append(CURESULT_NUMBER_OPEN + "(?:" + "|".join(curesult) + ")" + CURESULT_NUMBER_CLOSE)
+        for r in rs:
+            pats += CUDA_OWN_LINES.get(r["name"], ([], []))[0]
         exs = []
         for r in rs:
+            exs += CUDA_OWN_LINES.get(r["name"], ([], []))[1]
             if r["unique"] == "wrapped":
-                exs += [t.format(s=r["string"], n=r["number"]) for t in CUDA_WRAP_EXAMPLES]
+                exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
                 continue
             if r["curesult"] != "-":
                 exs += [t.format(n=r["number"]) for t in PHYSX_EXAMPLES]
+                exs += [t.format(n=r["number"]) for t in CURESULT_NUMBER_EXAMPLES]
                 exs.append("[23:42:41] src/runtime/cuda/cuda_module.cc:93: CUDAError: cuModuleLoadData(&(module_[device_id]), data_.c_str()) failed with error: " + r["curesult"])
             if r["unique"] != "yes":
-                exs += [t.format(s=r["string"], n=r["number"]) for t in CUDA_WRAP_EXAMPLES]
+                exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
             exs.append(f"cupy_backends.cuda.api.runtime.CUDARuntimeError: {r['name']}: {r['string']}")
             if r["curesult"] != "-":
                 exs.append(f"E0101 00:00:00.000000 1234 pjrt_stream_executor_client.cc:2985] Execution failed: INTERNAL: CUDA error: : {r['curesult']}: {r['string']}")
         out[entry] = ("cuda-errors.tsv", pats, exs)
-    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", PHYSX_WRAP + "\\d{1,4}\\b"]
-    exs = [t.format(s=CUDA_FALLBACK_STRING, n=801) for t in CUDA_WRAP_EXAMPLES]
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", PHYSX_WRAP + "\\d{1,4}\\b",
+            CURESULT_NUMBER_OPEN + "\\d{1,4}" + CURESULT_NUMBER_CLOSE]
+    exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
     exs += [t.format(n=801) for t in PHYSX_EXAMPLES]
+    exs += [t.format(n=801) for t in CURESULT_NUMBER_EXAMPLES]
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
 
@@ -428,6 +498,10 @@ HIP_WRAPPERS = [
     TRITON_HIP,
     CHECK_HIP,
     GGML_ROCM,
+    # Kokkos's hip_internal_error_throw (core/src/HIP/Kokkos_HIP_Instance.cpp, 3.4.00 .. 4.6.01, HEAD): "<call> error( <hipGetErrorName>):
+    # <hipGetErrorString>" and AMReX's AMREX_HIP_SAFE_CALL "HIP error in file F line L <hipGetErrorString>" (KOKKOS_HIP, AMREX_HIP above).
+    KOKKOS_HIP,
+    AMREX_HIP,
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
 CHECK_HIP_EXAMPLE = 'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.'
@@ -437,6 +511,8 @@ HIP_WRAP_EXAMPLES = [
     "RuntimeError: Triton Error [HIP]:  Code: {n}, Messsage: {s}",
     CHECK_HIP_EXAMPLE,
     "ROCm error: {s}",
+    "  what():  hipDeviceSynchronize() error( {name}): {s} /opt/kokkos/core/src/HIP/Kokkos_HIP_Instance.cpp:120",
+    "amrex::Abort::2::HIP error in file /src/amrex/Src/Base/AMReX_GpuDevice.cpp line 402 {s} !!!",
 ]
 # Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
 # each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
@@ -501,7 +577,7 @@ def hip_blocks(rows, cuda_rows):
                 if r["name"] == "hipErrorOutOfMemory":
                     exs.append(XLA_ALLOC_EXAMPLE.format(x=r["xla_name"]))
             if r["string"] not in cuda_strings:
-                exs += [t.format(s=r["string"], n=int(r["number"])) for t in HIP_WRAP_EXAMPLES]
+                exs += [t.format(s=r["string"], n=int(r["number"]), name=r["name"]) for t in HIP_WRAP_EXAMPLES]
         out[entry] = ("hip-errors.tsv", pats, exs)
     # The HIP wrapper that CUDA_WRAPPERS lacks yields the catch-all with any other text, like the CUDA ones (the
     # CUDA block's catch-all already reads "HIP error: " and Triton's HIP stub).
@@ -577,12 +653,12 @@ def main():
     for k, v in hsa_blocks(read_tsv("hsa-status.tsv")).items():
         blocks.setdefault(k, []).append(v)
     stale = []
-    for entry, tables in sorted(blocks.items()):
+    for entry, tbls in sorted(blocks.items()):
         path = os.path.join(KB, entry + ".toml")
         with open(path, encoding="utf-8") as f:
             old = f.read()
         new = old
-        for table, pats, exs in tables:
+        for table, pats, exs in tbls:
             new = replace_block(new, "patterns", table, pats, path)
             new = replace_block(new, "examples", table, exs, path)
         if new != old:
