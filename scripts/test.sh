@@ -23,4 +23,5 @@ python3 tools/enumerations/gen_wrappers.py --check
 python3 tools/enumerations/gen_signals.py --check
 python3 tools/enumerations/gen_errno.py --check
 python3 tools/enumerations/gen_object_store.py --check
+python3 tools/enumerations/gen_k8s_reasons.py --check
 python3 tools/enumerations/dcgm_failure_reasons.py --check --faultline target/debug/faultline
