@@ -138,43 +138,15 @@ def toml_str(s):
     return json.dumps(s, ensure_ascii=False)
 
 
-def replace_block(text, array, items, path, render):
-    return tables.replace_block(text, array, items, path, render, BEGIN, END)
-
-
 def main(argv):
     check, kb = tables.check_and_kb(argv, KB)
-    by = {}
-    for r in read_rows():
-        if r["kb_entry"] != "-":
-            by.setdefault(r["kb_entry"], []).append(r)
-    stale = []
-    for entry, rows in by.items():
-        path = os.path.join(kb, entry + ".toml")
-        if not os.path.exists(path):
-            stale.append(f"{entry}: missing (kb_entry of {', '.join(r['name'] for r in rows)})")
-            continue
-        with open(path, encoding="utf-8") as f:
-            old = f.read()
-        code = re.search(r'(?m)^error_code = "([^"]+)"', old).group(1)
-        for r in rows:
-            if r["error_code"] != code:
-                stale.append(f"{entry}: error_code {code}, but {r['name']}'s row says {r['error_code']}")
-        new = replace_block(old, "patterns", patterns(rows), path, toml_str)
-        new = replace_block(new, "examples", examples(rows), path, lambda s: json.dumps(s, ensure_ascii=False))
-        new = replace_block(new, "negative_examples", NEGATIVES, path, lambda s: json.dumps(s, ensure_ascii=False))
-        if new != old:
-            if check:
-                stale.append(f"{entry}: generated block out of date (run tools/enumerations/gen_errno.py)")
-            else:
-                tables.write_entry(path, new)
-                print(f"wrote {os.path.relpath(path, ROOT)}")
-    if stale:
-        print("\n".join(stale), file=sys.stderr)
-        return 1
-    if check:
-        print(f"ok: {len(by)} entries up to date")
-    return 0
+    dump = lambda s: json.dumps(s, ensure_ascii=False)
+    blocks = lambda entry, rows: [
+        ("patterns", patterns(rows), toml_str),
+        ("examples", examples(rows), dump),
+        ("negative_examples", NEGATIVES, dump),
+    ]
+    return tables.sync_entries(read_rows(), kb, check, "name", blocks, "gen_errno.py", BEGIN, END)
 
 
 if __name__ == "__main__":

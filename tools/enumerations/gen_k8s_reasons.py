@@ -134,49 +134,23 @@ def examples(rows):
     return list(dict.fromkeys(out))
 
 
+def blocks(entry, rows):
+    """The generated blocks of `entry`, or None when none of its rows is generated."""
+    gen = [r for r in rows if r["printer_list"] or r["message"] != "-"]
+    if not gen:
+        return None
+    pats = patterns(gen)
+    bad = [n for n in NEGATIVES if any(re.search(p, n) for p in pats)]
+    if bad:
+        sys.exit(f"{entry}: a generated pattern matches the near miss {bad[0]!r}")
+    dump = lambda s: json.dumps(s, ensure_ascii=False)
+    lit = lambda s: "'" + s + "'" if "'" not in s else dump(s)
+    return [("patterns", pats, lit), ("examples", examples(gen), dump), ("negative_examples", NEGATIVES, dump)]
+
+
 def main(argv):
     check, kb = tables.check_and_kb(argv, KB)
-    by = {}
-    for r in read_rows():
-        if r["kb_entry"] != "-":
-            by.setdefault(r["kb_entry"], []).append(r)
-    stale = []
-    for entry, rows in by.items():
-        path = os.path.join(kb, entry + ".toml")
-        if not os.path.exists(path):
-            stale.append(f"{entry}: missing (kb_entry of {', '.join(r['reason'] for r in rows)})")
-            continue
-        with open(path, encoding="utf-8") as f:
-            old = f.read()
-        code = re.search(r'(?m)^error_code = "([^"]+)"', old).group(1)
-        for r in rows:
-            if r["error_code"] != code:
-                stale.append(f"{entry}: error_code {code}, but {r['reason']}'s row says {r['error_code']}")
-        gen = [r for r in rows if r["printer_list"] or r["message"] != "-"]
-        if not gen:
-            continue
-        pats = patterns(gen)
-        bad = [n for n in NEGATIVES if any(re.search(p, n) for p in pats)]
-        if bad:
-            sys.exit(f"{entry}: a generated pattern matches the near miss {bad[0]!r}")
-        negs = NEGATIVES
-        dump = lambda s: json.dumps(s, ensure_ascii=False)
-        lit = lambda s: "'" + s + "'" if "'" not in s else dump(s)
-        new = tables.replace_block(old, "patterns", pats, path, lit, BEGIN, END)
-        new = tables.replace_block(new, "examples", examples(gen), path, dump, BEGIN, END)
-        new = tables.replace_block(new, "negative_examples", negs, path, dump, BEGIN, END)
-        if new != old:
-            if check:
-                stale.append(f"{entry}: generated block out of date (run tools/enumerations/gen_k8s_reasons.py)")
-            else:
-                tables.write_entry(path, new)
-                print(f"wrote {os.path.relpath(path, ROOT)}")
-    if stale:
-        print("\n".join(stale), file=sys.stderr)
-        return 1
-    if check:
-        print(f"ok: {len(by)} entries up to date")
-    return 0
+    return tables.sync_entries(read_rows(), kb, check, "reason", blocks, "gen_k8s_reasons.py", BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Every row must have as many cells as the header. An entry is written through a t
 library only.
 """
 import os
+import re
 import sys
 
 
@@ -66,3 +67,49 @@ def check_and_kb(argv, default_kb):
     if "--kb" in argv[1:]:
         kb = os.path.abspath(argv[argv.index("--kb") + 1])
     return "--check" in argv[1:], kb
+
+
+def sync_entries(rows, kb, check, name, blocks, script, begin, end):
+    """Writes (or with `check` only compares) the generated blocks of every entry a row maps to.
+
+    `rows` are a table's rows with `kb_entry` and `error_code` cells (`-` maps to none), `name`
+    says which cell names a row in messages, and `blocks(entry, rows_of_entry)` gives the entry's
+    `[(array, items, render)]` or None to leave it alone. An entry whose code differs from a row's,
+    a missing entry and (with `check`) a stale block are reported on stderr; returns the exit
+    status (0 when all is current)."""
+    by = {}
+    for r in rows:
+        if r["kb_entry"] != "-":
+            by.setdefault(r["kb_entry"], []).append(r)
+    root = os.path.dirname(os.path.abspath(kb))
+    stale = []
+    for entry, mine in by.items():
+        path = os.path.join(kb, entry + ".toml")
+        if not os.path.exists(path):
+            stale.append(f"{entry}: missing (kb_entry of {', '.join(r[name] for r in mine)})")
+            continue
+        with open(path, encoding="utf-8") as f:
+            old = f.read()
+        code = re.search(r'(?m)^error_code = "([^"]+)"', old).group(1)
+        for r in mine:
+            if r["error_code"] != code:
+                stale.append(f"{entry}: error_code {code}, but {r[name]}'s row says {r['error_code']}")
+        parts = blocks(entry, mine)
+        if parts is None:
+            continue
+        new = old
+        for array, items, render in parts:
+            new = replace_block(new, array, items, path, render, begin, end)
+        if new == old:
+            continue
+        if check:
+            stale.append(f"{entry}: generated block out of date (run tools/enumerations/{script})")
+        else:
+            write_entry(path, new)
+            print(f"wrote {os.path.relpath(path, root)}")
+    if stale:
+        print("\n".join(stale), file=sys.stderr)
+        return 1
+    if check:
+        print(f"ok: {len(by)} entries up to date")
+    return 0
