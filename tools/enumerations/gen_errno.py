@@ -24,7 +24,6 @@ A `wrapped` text ('Permission denied', 'Cannot allocate memory') counts only in 
 number families, which name the errno; never alone, never after a bare ': '.
 Python 3.8+, standard library only.
 """
-import json
 import os
 import re
 import sys
@@ -59,9 +58,7 @@ NEGATIVES = [
 
 def read_rows(path=TSV):
     rows = tables.read_tsv(path)
-    for r in rows:
-        if r["unique"] not in ("yes", "prefix", "wrapped"):
-            sys.exit(f"{r['name']}: unique must be yes, prefix or wrapped, not {r['unique']!r}")
+    tables.check_unique(rows, "name", ("yes", "prefix", "wrapped"))
     return rows
 
 
@@ -132,20 +129,10 @@ def examples(rows):
     return out
 
 
-def toml_str(s):
-    if "'" not in s and "\n" not in s:
-        return "'" + s + "'"
-    return json.dumps(s, ensure_ascii=False)
-
 
 def main(argv):
     check, kb = tables.check_and_kb(argv, KB)
-    dump = lambda s: json.dumps(s, ensure_ascii=False)
-    blocks = lambda entry, rows: [
-        ("patterns", patterns(rows), toml_str),
-        ("examples", examples(rows), dump),
-        ("negative_examples", NEGATIVES, dump),
-    ]
+    blocks = lambda entry, rows: tables.entry_blocks(patterns(rows), examples(rows), NEGATIVES)
     return tables.sync_entries(read_rows(), kb, check, "name", blocks, "gen_errno.py", BEGIN, END)
 
 

@@ -21,7 +21,6 @@ where they were read: README.md):
 `unique` = no rows are not generated; printers '-' rows are documented only (the entry's hand-written patterns own
 the wording). Python 3.8+, standard library only.
 """
-import json
 import os
 import re
 import sys
@@ -56,9 +55,8 @@ NEGATIVES = [
 
 def read_rows(path=TSV):
     rows = tables.read_tsv(path)
+    tables.check_unique(rows, "reason", ("yes", "printer", "no"))
     for r in rows:
-        if r["unique"] not in ("yes", "printer", "no"):
-            sys.exit(f"{r['reason']}: unique must be yes, printer or no, not {r['unique']!r}")
         if r["unique"] == "no" and (r["kb_entry"] != "-" or r["printers"] != "-"):
             sys.exit(f"{r['reason']}: unique = no, so kb_entry and printers must be '-'")
         ps = [] if r["printers"] == "-" else r["printers"].split(",")
@@ -143,9 +141,7 @@ def blocks(entry, rows):
     bad = [n for n in NEGATIVES if any(re.search(p, n) for p in pats)]
     if bad:
         sys.exit(f"{entry}: a generated pattern matches the near miss {bad[0]!r}")
-    dump = lambda s: json.dumps(s, ensure_ascii=False)
-    lit = lambda s: "'" + s + "'" if "'" not in s else dump(s)
-    return [("patterns", pats, lit), ("examples", examples(gen), dump), ("negative_examples", NEGATIVES, dump)]
+    return tables.entry_blocks(pats, examples(gen), NEGATIVES)
 
 
 def main(argv):

@@ -28,7 +28,6 @@ never in the bare reason wrapper; `no` rows are not generated. botocore's Client
 botocore/client-error (its pattern takes any code), so no botocore pattern is generated here.
 Python 3.8+, standard library only.
 """
-import json
 import os
 import re
 import sys
@@ -65,9 +64,8 @@ NEGATIVES = [
 
 def read_rows(path=TSV):
     rows = tables.read_tsv(path)
+    tables.check_unique(rows, "code", ("yes", "wrapped", "no"))
     for r in rows:
-        if r["unique"] not in ("yes", "wrapped", "no"):
-            sys.exit(f"{r['code']}: unique must be yes, wrapped or no, not {r['unique']!r}")
         if r["service"] not in ("s3", "gcs", "azure"):
             sys.exit(f"{r['code']}: unknown service {r['service']!r}")
         if r["unique"] == "no" and r["kb_entry"] != "-":
@@ -153,20 +151,10 @@ def examples(rows):
     return list(dict.fromkeys(out))
 
 
-def toml_str(s):
-    if "'" not in s and "\n" not in s:
-        return "'" + s + "'"
-    return json.dumps(s, ensure_ascii=False)
-
 
 def main(argv):
     check, kb = tables.check_and_kb(argv, KB)
-    dump = lambda s: json.dumps(s, ensure_ascii=False)
-    blocks = lambda entry, rows: [
-        ("patterns", patterns(rows), toml_str),
-        ("examples", examples(rows), dump),
-        ("negative_examples", NEGATIVES, dump),
-    ]
+    blocks = lambda entry, rows: tables.entry_blocks(patterns(rows), examples(rows), NEGATIVES)
     return tables.sync_entries(read_rows(), kb, check, "code", blocks, "gen_object_store.py", BEGIN, END)
 
 

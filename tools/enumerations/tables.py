@@ -6,6 +6,7 @@ Every row must have as many cells as the header. An entry is written through a t
 `os.replace`, so an interrupted run never leaves a half-written entry. Python 3.8+, standard
 library only.
 """
+import json
 import os
 import re
 import sys
@@ -113,3 +114,23 @@ def sync_entries(rows, kb, check, name, blocks, script, begin, end):
     if check:
         print(f"ok: {len(by)} entries up to date")
     return 0
+
+
+def toml_str(s):
+    """A TOML string for `s`: a literal string when it can be one, else a basic string."""
+    if "'" not in s and "\n" not in s:
+        return "'" + s + "'"
+    return json.dumps(s, ensure_ascii=False)
+
+
+def entry_blocks(patterns, examples, negatives):
+    """The three generated blocks of an entry, as `sync_entries`' `blocks` returns them."""
+    dump = lambda s: json.dumps(s, ensure_ascii=False)
+    return [("patterns", patterns, toml_str), ("examples", examples, dump), ("negative_examples", negatives, dump)]
+
+
+def check_unique(rows, name, allowed):
+    """Exits unless every row's `unique` cell is one of `allowed`."""
+    for r in rows:
+        if r["unique"] not in allowed:
+            sys.exit(f"{r[name]}: unique must be {', '.join(allowed[:-1])} or {allowed[-1]}, not {r['unique']!r}")
