@@ -7,9 +7,10 @@ use faultline::eval::{self, SetScore};
 
 use crate::support::{hyperscan, repo};
 
-/// The corpus as of this test's last update: excerpts may be added, never silently lost.
-const MIN_FAILURES: u64 = 386;
-const MIN_HEALTHY: u64 = 73;
+/// The corpus as of this test's last update: excerpts may be added, never silently lost (one
+/// failure was relabelled healthy in session 55: a line NVIDIA calls harmless).
+const MIN_FAILURES: u64 = 385;
+const MIN_HEALTHY: u64 = 74;
 const MIN_SOURCES: u64 = 445;
 
 fn report() -> SetScore {
