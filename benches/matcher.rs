@@ -3,7 +3,8 @@
 //!
 //! - `hyperscan/buffer`: one Hyperscan call per 1 MiB of lines (what `scan` does);
 //! - `hyperscan/line`: one Hyperscan call per line;
-//! - `regexset/line`: the `regex` crate's `RegexSet`, line by line (the oracle);
+//! - `regexset/line`: the `regex` crate's `RegexSet`, line by line (the oracle's engine until the KB
+//!   outgrew the set's lazy DFA; the oracle now runs each pattern's own regex);
 //! - `aho-corasick+regexset/line`: an Aho-Corasick prefilter on each pattern's required
 //!   literals, then the `RegexSet` only on lines that contain one (patterns without such a
 //!   literal run on every line, in a set of their own);

@@ -415,6 +415,10 @@ Examples:
         /// Also print warnings (examples that hit other entries too).
         #[arg(long)]
         warnings: bool,
+        /// Remember a pass in the cache directory, as `run` does (`run` checks a KB directory
+        /// in a child process with this flag, so that the check's memory is never its own).
+        #[arg(long, hide = true)]
+        record_pass: bool,
     },
     /// List every entry: a table, Markdown (kb/COVERAGE.md) or JSON.
     #[command(after_help = "\
@@ -530,7 +534,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Templates(args) => Ok(crate::mine::command::templates(&args)?),
         Command::Report(args) => Ok(report::run(&args)?),
         Command::Kb(KbCommand::Suggest(args)) => Ok(crate::mine::command::suggest(&args)?),
-        Command::Kb(KbCommand::Check { dir, warnings }) => kb_commands::check(dir, warnings),
+        Command::Kb(KbCommand::Check {
+            dir,
+            warnings,
+            record_pass,
+        }) => kb_commands::check(dir, warnings, record_pass),
         Command::Kb(KbCommand::List { kb, format }) => {
             let kb = kb.load()?;
             let text = match format {

@@ -9,7 +9,9 @@
 //! it. A failed reload keeps the old KB, is logged with its reason and counted. A directory
 //! whose exact contents this binary already checked (remembered in the compiled-database cache
 //! directory) is not checked again: a restarted member, or a reload back to a KB seen before,
-//! starts in well under a second instead of the check's tens of seconds of CPU.
+//! starts in well under a second instead of the check's tens of seconds of CPU. The check runs
+//! in a child process (`faultline kb check`), so its few hundred megabytes of regexes and
+//! caches never stay in the member's RSS.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -91,7 +93,7 @@ pub struct KbSource {
 /// Where a passed `kb check` of exactly `files` is remembered: a file named after a hash of
 /// every path and text and of this binary's version, in the compiled-database cache directory
 /// ([`crate::engine::database_cache_dir`]); `None` when the cache is off.
-fn checked_marker(files: &[kb::KbFile]) -> Option<PathBuf> {
+pub fn checked_marker(files: &[kb::KbFile]) -> Option<PathBuf> {
     let dir = crate::engine::database_cache_dir()?;
     let mut bytes = Vec::new();
     bytes.extend_from_slice(env!("CARGO_PKG_VERSION").as_bytes());
@@ -106,6 +108,57 @@ fn checked_marker(files: &[kb::KbFile]) -> Option<PathBuf> {
         "kb-checked-{:016x}",
         crate::record::fnv1a64(&bytes)
     )))
+}
+
+/// Remembers a passed check at `marker` ([`checked_marker`]). Best effort: a cache that cannot
+/// be written only costs the next check.
+pub fn record_pass(marker: &Path) {
+    let _ = std::fs::create_dir_all(marker.parent().unwrap_or(Path::new(".")))
+        .and_then(|()| std::fs::write(marker, b"passed kb check\n"));
+}
+
+/// `kb check` of `dir` in a child process of this same binary: the check builds a regex for
+/// every pattern and runs every example in both engines, which takes a few hundred megabytes
+/// that the allocator keeps once freed; in a child they go back to the system when it exits,
+/// and the running member's RSS stays its own working set. The child remembers its pass in the
+/// cache ([`record_pass`]), and the pass counts only when it is remembered under `marker`, the
+/// hash of the contents this process read: a directory that changed between the two reads is
+/// checked again at the next reload. `None` when no child can do it (this is not the
+/// `faultline` binary, as in tests, or it cannot be started): the caller checks in-process.
+fn check_in_child(dir: &Path, marker: &Path) -> Option<Result<(), Vec<String>>> {
+    let exe = std::env::current_exe().ok()?;
+    if exe.file_stem().is_none_or(|s| s != "faultline") {
+        return None;
+    }
+    let out = std::process::Command::new(exe)
+        .args(["kb", "check", "--record-pass"])
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) if marker.is_file() => Some(Ok(())),
+        Some(0) => Some(Err(vec![
+            "  the directory changed while it was checked: it is checked again at the next \
+             reload"
+                .to_string(),
+        ])),
+        Some(1) => {
+            let origin = format!("{}/", dir.display());
+            let mut errors: Vec<String> = stderr
+                .lines()
+                .filter_map(|l| l.strip_prefix("error: "))
+                .map(|p| format!("  {}", p.strip_prefix(&origin).unwrap_or(p)))
+                .collect();
+            if errors.is_empty() {
+                errors.push(format!("  {}", stderr.trim()));
+            }
+            Some(Err(errors))
+        }
+        // Killed, or failed before checking: check in-process, which says why.
+        _ => None,
+    }
 }
 
 /// Changes whenever `kb check` gains or changes a rule, so that a KB checked by older rules is
@@ -147,21 +200,31 @@ impl KbSource {
                 }
                 let origin = dir.display().to_string();
                 // The check runs every example in both engines (tens of seconds of CPU for the
-                // shipped KB): a directory whose exact contents this binary already checked, at
-                // a start or a reload before, is not checked again.
+                // shipped KB), in a child process where it can: a directory whose exact
+                // contents this binary already checked, at a start or a reload before, is not
+                // checked again.
                 let marker = checked_marker(&files);
                 if !marker.as_ref().is_some_and(|m| m.is_file()) {
-                    let report = kbtool::check::check(files.clone(), &origin);
-                    if !report.ok() {
-                        return Err(ReloadError::Check {
-                            origin,
-                            errors: report.errors.iter().map(|p| format!("  {p}")).collect(),
-                        });
-                    }
-                    if let Some(m) = &marker {
-                        // Best effort: a cache that cannot be written only costs the next check.
-                        let _ = std::fs::create_dir_all(m.parent().unwrap_or(Path::new(".")))
-                            .and_then(|()| std::fs::write(m, b"passed kb check\n"));
+                    let isolated = marker.as_deref().and_then(|m| check_in_child(dir, m));
+                    let errors = match isolated {
+                        Some(result) => result.err(),
+                        None => {
+                            let report = kbtool::check::check(files.clone(), &origin);
+                            match report.ok() {
+                                true => {
+                                    if let Some(m) = &marker {
+                                        record_pass(m);
+                                    }
+                                    None
+                                }
+                                false => {
+                                    Some(report.errors.iter().map(|p| format!("  {p}")).collect())
+                                }
+                            }
+                        }
+                    };
+                    if let Some(errors) = errors {
+                        return Err(ReloadError::Check { origin, errors });
                     }
                 }
                 self.compile(KnowledgeBase::from_files(files, &origin)?)

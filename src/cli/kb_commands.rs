@@ -8,8 +8,14 @@ use anyhow::{bail, Context, Result};
 use crate::kb::{self, KnowledgeBase};
 use crate::kbtool;
 
-/// Checks `dir` (default `kb/` when present, else the embedded KB); exit 1 on any error.
-pub(super) fn check(dir: Option<PathBuf>, show_warnings: bool) -> Result<ExitCode> {
+/// Checks `dir` (default `kb/` when present, else the embedded KB); exit 1 on any error. With
+/// `record_pass`, a pass is remembered as `run`'s own check remembers it
+/// ([`crate::reload::record_pass`]).
+pub(super) fn check(
+    dir: Option<PathBuf>,
+    show_warnings: bool,
+    record_pass: bool,
+) -> Result<ExitCode> {
     let (files, origin) = match dir {
         Some(dir) => (kb::read_dir(&dir)?, dir.display().to_string()),
         None if Path::new("kb").is_dir() => (kb::read_dir(Path::new("kb"))?, "kb".to_string()),
@@ -18,7 +24,11 @@ pub(super) fn check(dir: Option<PathBuf>, show_warnings: bool) -> Result<ExitCod
     if files.is_empty() {
         bail!("{origin} holds no *.toml entries");
     }
+    let marker = record_pass.then(|| crate::reload::checked_marker(&files));
     let report = kbtool::check::check(files, &origin);
+    if let (true, Some(Some(marker))) = (report.ok(), &marker) {
+        crate::reload::record_pass(marker);
+    }
     for p in &report.errors {
         eprintln!("error: {origin}/{p}");
     }

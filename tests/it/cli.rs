@@ -261,3 +261,89 @@ fn every_command_has_help_with_an_example() {
         );
     }
 }
+
+/// A KB directory of one shipped entry under `root`, its second example replaced by `example`.
+fn one_entry_kb(root: &std::path::Path, example: Option<&str>) -> std::path::PathBuf {
+    let rel = "cuda/container-driver-not-detected.toml";
+    let mut text = std::fs::read_to_string(repo().join("kb").join(rel)).expect("shipped entry");
+    if let Some(example) = example {
+        let second = "  \"WARNING: The NVIDIA Driver was not detected.\",\n";
+        assert!(text.contains(second), "the entry's second example moved");
+        text = text.replace(second, &format!("  {example:?},\n"));
+    }
+    let dir = root.join("kb");
+    std::fs::create_dir_all(dir.join("cuda")).expect("mkdir");
+    std::fs::write(dir.join(rel), text).expect("write entry");
+    dir
+}
+
+#[test]
+fn run_refuses_a_kb_that_fails_its_check_done_in_a_child_and_names_the_example() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let kb = one_entry_kb(tmp.path(), Some("nothing this entry knows"));
+    let config = tmp.path().join("faultline.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[kafka]\nbrokers = \"127.0.0.1:1\"\n[output]\ntopic = \"events\"\n[kb]\ndir = {:?}\n",
+            kb.display().to_string()
+        ),
+    )
+    .expect("config");
+    let cache = tmp.path().join("cache");
+    let out = faultline()
+        .args(["run", "--topic", "logs", "--config"])
+        .arg(&config)
+        .env("FAULTLINE_CACHE_DIR", &cache)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("fails `kb check` with 1 error(s)")
+            && stderr.contains("examples[1]")
+            && stderr.contains("does not match its entry"),
+        "{stderr}"
+    );
+    let passes = std::fs::read_dir(&cache)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("kb-checked-"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(passes, 0, "a failed check is never remembered");
+}
+
+#[test]
+fn kb_check_remembers_a_pass_only_when_asked_and_only_a_pass() {
+    let markers = |cache: &std::path::Path| -> usize {
+        std::fs::read_dir(cache).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("kb-checked-"))
+                .count()
+        })
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cache = tmp.path().join("cache");
+    let check = |dir: &std::path::Path, record: bool| {
+        let mut cmd = faultline();
+        cmd.args(["kb", "check"]).env("FAULTLINE_CACHE_DIR", &cache);
+        if record {
+            cmd.arg("--record-pass");
+        }
+        cmd.arg(dir).output().expect("runs").status.code()
+    };
+    let good = one_entry_kb(&tmp.path().join("good"), None);
+    let bad = one_entry_kb(&tmp.path().join("bad"), Some("nothing this entry knows"));
+    assert_eq!(check(&good, false), Some(0));
+    assert_eq!(
+        markers(&cache),
+        0,
+        "a plain `kb check` leaves the cache alone"
+    );
+    assert_eq!(check(&bad, true), Some(1));
+    assert_eq!(markers(&cache), 0, "a failure is never remembered");
+    assert_eq!(check(&good, true), Some(0));
+    assert_eq!(markers(&cache), 1, "the pass is remembered");
+}
