@@ -300,9 +300,9 @@ fn run_refuses_a_kb_that_fails_its_check_done_in_a_child_and_names_the_example()
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{stderr}");
     assert!(
-        stderr.contains("fails `kb check` with 1 error(s)")
-            && stderr.contains("examples[1]")
-            && stderr.contains("does not match its entry"),
+        stderr.contains("fails `kb check` with 2 error(s)")
+            && stderr.contains("field `examples[1]`: does not match its entry in regex")
+            && stderr.contains("field `examples[1]`: does not match its entry in Hyperscan"),
         "{stderr}"
     );
     let passes = std::fs::read_dir(&cache)
