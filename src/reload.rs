@@ -161,6 +161,22 @@ fn check_in_child(dir: &Path, marker: &Path) -> Option<Result<(), Vec<String>>> 
     }
 }
 
+/// `kb check` of `files` in this process, remembering a pass at `marker` when there is one.
+fn check_in_process(
+    files: &[kb::KbFile],
+    origin: &str,
+    marker: Option<&Path>,
+) -> Result<(), Vec<String>> {
+    let report = kbtool::check::check(files.to_vec(), origin);
+    if !report.ok() {
+        return Err(report.errors.iter().map(|p| format!("  {p}")).collect());
+    }
+    if let Some(m) = marker {
+        record_pass(m);
+    }
+    Ok(())
+}
+
 /// Changes whenever `kb check` gains or changes a rule, so that a KB checked by older rules is
 /// checked again.
 const CHECK_RULES: &str = "2026-12-01 commands, tags";
@@ -205,25 +221,11 @@ impl KbSource {
                 // checked again.
                 let marker = checked_marker(&files);
                 if !marker.as_ref().is_some_and(|m| m.is_file()) {
-                    let isolated = marker.as_deref().and_then(|m| check_in_child(dir, m));
-                    let errors = match isolated {
-                        Some(result) => result.err(),
-                        None => {
-                            let report = kbtool::check::check(files.clone(), &origin);
-                            match report.ok() {
-                                true => {
-                                    if let Some(m) = &marker {
-                                        record_pass(m);
-                                    }
-                                    None
-                                }
-                                false => {
-                                    Some(report.errors.iter().map(|p| format!("  {p}")).collect())
-                                }
-                            }
-                        }
-                    };
-                    if let Some(errors) = errors {
+                    let checked = marker
+                        .as_deref()
+                        .and_then(|m| check_in_child(dir, m))
+                        .unwrap_or_else(|| check_in_process(&files, &origin, marker.as_deref()));
+                    if let Err(errors) = checked {
                         return Err(ReloadError::Check { origin, errors });
                     }
                 }

@@ -24,9 +24,11 @@ pub(super) fn check(
     if files.is_empty() {
         bail!("{origin} holds no *.toml entries");
     }
-    let marker = record_pass.then(|| crate::reload::checked_marker(&files));
+    let marker = record_pass
+        .then(|| crate::reload::checked_marker(&files))
+        .flatten();
     let report = kbtool::check::check(files, &origin);
-    if let (true, Some(Some(marker))) = (report.ok(), &marker) {
+    if let (true, Some(marker)) = (report.ok(), &marker) {
         crate::reload::record_pass(marker);
     }
     for p in &report.errors {

@@ -37,7 +37,7 @@ impl RegexMatcher {
                     pattern: source.to_string(),
                     message,
                 };
-                crate::kb::compile_pattern(source).map_err(error)?;
+                crate::kb::validate_pattern(source).map_err(error)?;
                 Regex::builder()
                     .syntax(syntax::Config::new().unicode(false).utf8(false))
                     .configure(meta::Config::new().hybrid(false).dfa(false))

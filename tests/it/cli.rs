@@ -277,6 +277,15 @@ fn one_entry_kb(root: &std::path::Path, example: Option<&str>) -> std::path::Pat
     dir
 }
 
+/// How many passed checks `cache` remembers (`reload::checked_marker`'s files).
+fn remembered_passes(cache: &std::path::Path) -> usize {
+    std::fs::read_dir(cache).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("kb-checked-"))
+            .count()
+    })
+}
+
 #[test]
 fn run_refuses_a_kb_that_fails_its_check_done_in_a_child_and_names_the_example() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -305,25 +314,15 @@ fn run_refuses_a_kb_that_fails_its_check_done_in_a_child_and_names_the_example()
             && stderr.contains("field `examples[1]`: does not match its entry in Hyperscan"),
         "{stderr}"
     );
-    let passes = std::fs::read_dir(&cache)
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("kb-checked-"))
-                .count()
-        })
-        .unwrap_or(0);
-    assert_eq!(passes, 0, "a failed check is never remembered");
+    assert_eq!(
+        remembered_passes(&cache),
+        0,
+        "a failed check is never remembered"
+    );
 }
 
 #[test]
 fn kb_check_remembers_a_pass_only_when_asked_and_only_a_pass() {
-    let markers = |cache: &std::path::Path| -> usize {
-        std::fs::read_dir(cache).map_or(0, |d| {
-            d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("kb-checked-"))
-                .count()
-        })
-    };
     let tmp = tempfile::tempdir().expect("tempdir");
     let cache = tmp.path().join("cache");
     let check = |dir: &std::path::Path, record: bool| {
@@ -338,12 +337,16 @@ fn kb_check_remembers_a_pass_only_when_asked_and_only_a_pass() {
     let bad = one_entry_kb(&tmp.path().join("bad"), Some("nothing this entry knows"));
     assert_eq!(check(&good, false), Some(0));
     assert_eq!(
-        markers(&cache),
+        remembered_passes(&cache),
         0,
         "a plain `kb check` leaves the cache alone"
     );
     assert_eq!(check(&bad, true), Some(1));
-    assert_eq!(markers(&cache), 0, "a failure is never remembered");
+    assert_eq!(
+        remembered_passes(&cache),
+        0,
+        "a failure is never remembered"
+    );
     assert_eq!(check(&good, true), Some(0));
-    assert_eq!(markers(&cache), 1, "the pass is remembered");
+    assert_eq!(remembered_passes(&cache), 1, "the pass is remembered");
 }
