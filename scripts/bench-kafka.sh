@@ -6,7 +6,7 @@
 #   BENCH_MB=256 BENCH_KB=kb scripts/bench-kafka.sh
 #   BENCH_RUNS=1 scripts/bench-kafka.sh      # one round instead of three
 #
-# Needs: kcat, curl, python3, and release builds of faultline and faultline-mock-broker
+# Needs: kcat, curl, python3, GNU time (/usr/bin/time), and release builds of faultline and faultline-mock-broker
 # (built here unless BENCH_NO_BUILD=1). The broker is librdkafka's mock cluster in a process of
 # its own; both consumers read the same backlog from it in the same run.
 #
@@ -37,6 +37,7 @@ fi
 for tool in kcat curl python3; do
     command -v "$tool" >/dev/null || { echo "bench-kafka: $tool is required" >&2; exit 2; }
 done
+[[ -x /usr/bin/time ]] || { echo "bench-kafka: GNU time (/usr/bin/time, Debian's time) is required" >&2; exit 2; }
 
 cleanup() {
     [[ -n ${FL_PID:-} ]] && kill -9 "$FL_PID" 2>/dev/null || true
@@ -115,48 +116,60 @@ kcat_run() {
     python3 -c "print($(now) - $t0)"
 }
 
-# 2. faultline run over the same topic (a new consumer group each time, so from the start):
-# output to a topic; done when every record is terminal. Sets FL_S, STEADY_S, STEADY_RECORDS,
-# EVENTS, STATUS and RUN_PEAK_KB.
+# 2. faultline run over the same topic (a new consumer group each time, so from the start), with
+# --exit-at-end: it stops by itself once every partition is read to its end, every record's
+# events produced and its offset committed, and is timed from its start to its exit, as kcat is.
+# Its peak RSS comes from GNU time. A poller samples /readyz every 0.2 s in the background for the
+# moment the first record is done (the steady state below); the exit is timed by `wait`, not by
+# the poller. Sets FL_S, STEADY_S, STEADY_RECORDS, EVENTS, STATUS and RUN_PEAK_KB.
 faultline_run() {
-    local port=$((20000 + RANDOM % 20000)) t0 t1 first= first_records=0 body= done_records in_flight rss
+    local port=$((20000 + RANDOM % 20000)) t0 t1 first= first_records=0 done_records poller
     local args=(run --brokers "$BOOTSTRAP" --group-id "bench-$$-$1" --topic bench.logs
         --output-topic bench.events --dead-letter-topic bench.dead
-        --admin-listen "127.0.0.1:$port")
+        --admin-listen "127.0.0.1:$port" --exit-at-end)
     [[ -n $KB ]] && args+=(--kb "$KB")
     # BENCH_FAULTLINE_ARGS: more flags for faultline run (e.g. --consumer-option KEY=VALUE).
     local extra
     read -r -a extra <<<"${BENCH_FAULTLINE_ARGS:-}"
     args+=("${extra[@]}")
+    rm -f "$OUT/first" "$OUT/faultline.rss"
     t0=$(now)
     # BENCH_PERF=1 records a profile of faultline (perf record -g) into $OUT/perf.data.
     if [[ ${BENCH_PERF:-0} == 1 ]]; then
         FAULTLINE_LOG=warn perf record -g -o "$OUT/perf.data" "$BIN/faultline" "${args[@]}" 2>"$OUT/faultline.err" &
     else
-        FAULTLINE_LOG=warn "$BIN/faultline" "${args[@]}" 2>"$OUT/faultline.err" &
+        FAULTLINE_LOG=warn /usr/bin/time -f '%M' -o "$OUT/faultline.rss" \
+            "$BIN/faultline" "${args[@]}" 2>"$OUT/faultline.err" &
     fi
     FL_PID=$!
-    RUN_PEAK_KB=0
-    while :; do
-        body=$(curl -s "http://127.0.0.1:$port/readyz" || true)
-        done_records=$(sed -n 's/^records //p' <<<"$body")
-        in_flight=$(sed -n 's/^in_flight //p' <<<"$body")
-        if [[ -z $first && ${done_records:-0} -gt 0 ]]; then first=$(now); first_records=$done_records; fi
-        rss=$(awk '/VmHWM/ {print $2}' "/proc/$FL_PID/status" 2>/dev/null || echo 0)
-        ((rss > RUN_PEAK_KB)) && RUN_PEAK_KB=$rss
-        if [[ ${done_records:-0} -ge $RECORDS && ${in_flight:-1} -eq 0 ]]; then break; fi
-        kill -0 "$FL_PID" 2>/dev/null || { echo "bench-kafka: faultline exited early" >&2; cat "$OUT/faultline.err" >&2; exit 1; }
-        sleep 0.2
-    done
+    (
+        while :; do
+            done_records=$(curl -s "http://127.0.0.1:$port/readyz" | sed -n 's/^records //p' || true)
+            if [[ ${done_records:-0} -gt 0 ]]; then echo "$(now) $done_records" >"$OUT/first"; exit 0; fi
+            sleep 0.2
+        done
+    ) &
+    poller=$!
+    wait "$FL_PID" && STATUS=0 || STATUS=$?
     t1=$(now)
+    FL_PID=
+    kill "$poller" 2>/dev/null || true
+    wait "$poller" 2>/dev/null || true
+    ((STATUS == 0)) || { echo "bench-kafka: faultline exited with $STATUS" >&2; cat "$OUT/faultline.err" >&2; exit 1; }
     FL_S=$(python3 -c "print($t1 - $t0)")
+    [[ -s $OUT/first ]] && read -r first first_records <"$OUT/first"
     # Steady state: from the first record matched (after joining the group and loading the KB).
     STEADY_S=$(python3 -c "print($t1 - ${first:-$t0})")
     STEADY_RECORDS=$((RECORDS - first_records))
-    EVENTS=$(sed -n 's/^events //p' <<<"$body")
-    kill -TERM "$FL_PID"
-    wait "$FL_PID" && STATUS=0 || STATUS=$?
-    FL_PID=
+    # "stopped cleanly: N records, M events, ..." on its standard error.
+    done_records=$(sed -n 's/.*stopped cleanly: \([0-9]*\) records.*/\1/p' "$OUT/faultline.err")
+    EVENTS=$(sed -n 's/.*records, \([0-9]*\) events.*/\1/p' "$OUT/faultline.err")
+    if [[ ${done_records:-0} -ne $RECORDS ]]; then
+        echo "bench-kafka: faultline stopped after ${done_records:-0} of $RECORDS records" >&2
+        cat "$OUT/faultline.err" >&2
+        exit 1
+    fi
+    RUN_PEAK_KB=$(tail -n 1 "$OUT/faultline.rss" 2>/dev/null || echo 0)
 }
 
 # BENCH_RUNS rounds (default 3), each kcat then faultline: the shared machine's speed drifts
@@ -173,7 +186,6 @@ for round in $(seq "$RUNS"); do
     if [[ -z $FL_BEST ]] || python3 -c "import sys; sys.exit(not $FL_S < ${FL_BEST%% *})"; then
         FL_BEST="$FL_S $STEADY_S $STEADY_RECORDS $EVENTS $STATUS"
     fi
-    ((STATUS == 0)) || { echo "bench-kafka: faultline exited with $STATUS after SIGTERM" >&2; exit 1; }
 done
 read -r FL_S STEADY_S STEADY_RECORDS EVENTS STATUS <<<"$FL_BEST"
 
@@ -188,7 +200,7 @@ print(f"faultline run  {f:8.2f} s  {b / 2**20 / f:8.1f} MiB/s  {r / f:10.0f} rec
       f"({f / k:.2f}x kcat's time; {e} events produced)")
 print(f"  steady state {ss:8.2f} s  {b * sr / r / 2**20 / ss:8.1f} MiB/s  {sr / ss:10.0f} records/s  "
       "(from the first record matched: without joining the group and checking the KB)")
-print(f"faultline peak RSS {peak / 1024:.0f} MiB; exit status after SIGTERM {status}")
+print(f"faultline peak RSS {peak / 1024:.0f} MiB; exit status {status} (--exit-at-end)")
 print(f"throughput ratio faultline / kcat: {k / f:.2f}x (steady state {k / (ss * r / max(sr, 1)):.2f}x)")
 EOF
 # BENCH_TSV: append one machine-readable row (scripts/bench.sh collects them for BENCHMARKS.md):

@@ -188,8 +188,10 @@ def main() -> None:
                    f"{next(iter(kafka.values()))['runs']} such rounds per row, and the best time of each "
                    "side is compared (the machine's speed drifts between rounds), with the highest peak "
                    "RSS of any round. Both unpinned: librdkafka's threads, the broker and faultline's "
-                   "stages share the cores. Wall time from start to every record done; steady state from "
-                   "the first record matched. The backlog is produced in batches of up to 1 MiB, as a "
+                   "stages share the cores. Wall time from each process's start to its exit: kcat with "
+                   "`-e`, faultline with `--exit-at-end` (it stops once every partition is read to its end, "
+                   "every event produced and every offset committed); steady state from the first record "
+                   "matched (sampled every 0.2 s). The backlog is produced in batches of up to 1 MiB, as a "
                    "busy shipper sends them (the mock broker looks up a fetch's offset by walking a "
                    "partition's batches, so thousands of tiny batches make the broker the bottleneck), "
                    "and spread over partitions of at most 5 MiB each (the mock broker's retention).\n")

@@ -41,6 +41,9 @@ pub struct RawKafka {
     pub commit_interval_ms: Option<u64>,
     /// How long a revoke or a shutdown waits for in-flight records.
     pub drain_timeout_ms: Option<u64>,
+    /// Stop gracefully once every assigned partition has been read to its end (a replay of a
+    /// backlog, as `kcat -e` reads one); `false` (the default) runs until stopped.
+    pub exit_at_end: Option<bool>,
     /// librdkafka properties for both clients (SASL, TLS...).
     #[serde(default)]
     pub options: BTreeMap<String, String>,
@@ -99,6 +102,8 @@ pub struct KafkaConfig {
     pub commit_interval: Duration,
     /// How long a revoke or a shutdown waits for in-flight records.
     pub drain_timeout: Duration,
+    /// Stop gracefully once every assigned partition has been read to its end.
+    pub exit_at_end: bool,
     /// Properties for both clients.
     pub options: KafkaOptions,
     /// Properties for the consumer only.
@@ -249,6 +254,7 @@ impl KafkaConfig {
             auto_offset_reset,
             commit_interval: Duration::from_millis(commit_interval_ms),
             drain_timeout: Duration::from_millis(drain_timeout_ms),
+            exit_at_end: k.exit_at_end.unwrap_or(false),
             options: KafkaOptions(k.options),
             consumer_options: KafkaOptions(k.consumer_options),
             producer_options: KafkaOptions(k.producer_options),
@@ -275,6 +281,9 @@ impl KafkaConfig {
         p.value("auto_offset_reset", &self.auto_offset_reset);
         p.number("commit_interval_ms", self.commit_interval.as_millis());
         p.number("drain_timeout_ms", self.drain_timeout.as_millis());
+        if self.exit_at_end {
+            p.line("exit_at_end = true");
+        }
         for (name, map) in [
             ("options", &self.options),
             ("consumer_options", &self.consumer_options),

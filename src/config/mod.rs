@@ -130,6 +130,16 @@ pub struct Overrides {
     /// How long a revoke or a shutdown waits for in-flight records (`kafka.drain_timeout_ms`).
     #[arg(long, env = "FAULTLINE_KAFKA_DRAIN_TIMEOUT_MS", value_name = "MS")]
     pub drain_timeout_ms: Option<u64>,
+    /// Stop gracefully once every assigned partition has been read to its end, as `kcat -e`
+    /// does: for replaying a backlog (`kafka.exit_at_end`).
+    #[arg(
+        long,
+        env = "FAULTLINE_KAFKA_EXIT_AT_END",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub exit_at_end: Option<bool>,
     /// librdkafka property for both clients, repeatable (`kafka.options`).
     #[arg(
         long = "kafka-option",
@@ -325,6 +335,7 @@ impl RawConfig {
         set(&mut k.auto_offset_reset, &o.auto_offset_reset);
         set(&mut k.commit_interval_ms, &o.commit_interval_ms);
         set(&mut k.drain_timeout_ms, &o.drain_timeout_ms);
+        set(&mut k.exit_at_end, &o.exit_at_end);
         for (list, map, field) in [
             (&o.options, &mut k.options, "--kafka-option"),
             (

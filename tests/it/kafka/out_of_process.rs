@@ -283,6 +283,64 @@ async fn sigkill_mid_stream_and_restart_lose_nothing() {
     );
 }
 
+/// `--exit-at-end`: a replay stops by itself once every assigned partition is read to its end
+/// (one of them empty), with every record's event produced and its offset committed; run again
+/// in the same group, it finds nothing left, exits at once and produces nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_at_end_stops_after_the_backlog_with_everything_committed() {
+    const PARTS: i32 = 3;
+    let (mut broker, bootstrap) = broker();
+    let t = Topics::unique();
+    for (name, parts) in [(&t.input, PARTS), (&t.output, PARTS), (&t.dlq, 1)] {
+        make_topic(&mut broker, &bootstrap, name, parts).await;
+    }
+    let kb = test_kb();
+    // Partitions 0 and 1 hold the backlog; partition 2 stays empty.
+    let records: Vec<Out> = (0..300)
+        .map(|i| {
+            Out::new(
+                i % 2,
+                &format!("job-{}", i % 7),
+                format!("[rank1]: BOOM {i}"),
+            )
+        })
+        .collect();
+    produce(&bootstrap, &t.input, &records).await;
+
+    let mut child = run_command(&bootstrap, &t, kb.path())
+        .arg("--exit-at-end")
+        .spawn()
+        .expect("faultline starts");
+    assert!(wait_exit(&mut child).success(), "exits 0 by itself");
+    let committed = committed(&bootstrap, &t.group, &t.input, PARTS);
+    assert_eq!(
+        &committed[..2],
+        &[150, 150],
+        "both partitions committed to their end"
+    );
+    let events = consume_all(&bootstrap, &t.output, PARTS);
+    let seen: std::collections::HashSet<String> = events
+        .iter()
+        .filter_map(|e| e.json()["captures"]["n"].as_str().map(String::from))
+        .collect();
+    assert_eq!(seen.len(), 300, "one event for every record");
+
+    let before = sum_ends(&bootstrap, &t.output, PARTS);
+    let mut again = run_command(&bootstrap, &t, kb.path())
+        .arg("--exit-at-end")
+        .spawn()
+        .expect("faultline starts");
+    assert!(
+        wait_exit(&mut again).success(),
+        "a finished replay exits 0 at once"
+    );
+    assert_eq!(
+        sum_ends(&bootstrap, &t.output, PARTS),
+        before,
+        "nothing read again"
+    );
+}
+
 #[test]
 fn check_config_validates_and_redacts() {
     let kb = test_kb();
