@@ -88,9 +88,19 @@ impl Topics {
     /// Fresh names, and their input, output and dead-letter topics made with one partition
     /// each.
     pub(super) async fn made(broker: &mut Option<BrokerProcess>, bootstrap: &str) -> Self {
+        Topics::made_with(broker, bootstrap, 1).await
+    }
+
+    /// Fresh names, their input and output topics made with `parts` partitions each and the
+    /// dead-letter topic with one.
+    pub(super) async fn made_with(
+        broker: &mut Option<BrokerProcess>,
+        bootstrap: &str,
+        parts: i32,
+    ) -> Self {
         let t = Topics::unique();
-        for name in [&t.input, &t.output, &t.dlq] {
-            make_topic(broker, bootstrap, name, 1).await;
+        for (name, n) in [(&t.input, parts), (&t.output, parts), (&t.dlq, 1)] {
+            make_topic(broker, bootstrap, name, n).await;
         }
         t
     }
@@ -196,10 +206,7 @@ pub(super) fn produced_through(events: &[In]) -> HashMap<i64, i64> {
 async fn sigkill_mid_stream_and_restart_lose_nothing() {
     const PARTS: i32 = 3;
     let (mut broker, bootstrap) = broker();
-    let t = Topics::unique();
-    for (name, parts) in [(&t.input, PARTS), (&t.output, PARTS), (&t.dlq, 1)] {
-        make_topic(&mut broker, &bootstrap, name, parts).await;
-    }
+    let t = Topics::made_with(&mut broker, &bootstrap, PARTS).await;
     let kb = test_kb();
     let wave = |from: usize, to: usize| -> Vec<Out> {
         (from..to)
@@ -290,10 +297,7 @@ async fn sigkill_mid_stream_and_restart_lose_nothing() {
 async fn exit_at_end_stops_after_the_backlog_with_everything_committed() {
     const PARTS: i32 = 3;
     let (mut broker, bootstrap) = broker();
-    let t = Topics::unique();
-    for (name, parts) in [(&t.input, PARTS), (&t.output, PARTS), (&t.dlq, 1)] {
-        make_topic(&mut broker, &bootstrap, name, parts).await;
-    }
+    let t = Topics::made_with(&mut broker, &bootstrap, PARTS).await;
     let kb = test_kb();
     // Partitions 0 and 1 hold the backlog; partition 2 stays empty.
     let records: Vec<Out> = (0..300)
