@@ -112,6 +112,11 @@ TRITON_HIP = r"\bTriton Error \[HIP\]: {1,2}Code: \d{1,4}, Mess{1,2}age: "
 # "  current device: %d, in function %s at %s:%d"; GGML_CUDA_NAME is "CUDA" (matched by "CUDA error: ") and "ROCm" on HIP
 # builds (ggml-cuda.h), whose hipGetErrorString texts mirror CUDA's. A wrapper of both tables. Code-index copies.
 GGML_ROCM = r"\bROCm error: "
+# ggml ggml-cuda.cu ggml_cuda_init (the device count at start-up): GGML_LOG_ERROR("%s: failed to initialize " GGML_CUDA_NAME
+# ": %s\n", __func__, cudaGetErrorString(err)) at ggml v0.9.1, v0.15.0, v0.21.0 (GGML_CUDA_NAME "CUDA", "ROCm" on HIP builds,
+# "MUSA"): llama.cpp then runs on the CPU; the error string says why. A CUDA wrapper (its ROCm form too, for the texts HIP
+# shares with CUDA); llamacpp/cuda-init-failed keeps the unmapped texts (kb47a).
+GGML_INIT = r"\bggml_cuda_init: failed to initialize (?:CUDA|ROCm|MUSA): "
 
 # Kokkos's CUDA and HIP error texts (cuda_internal_error_throw / hip_internal_error_throw): "<call> error( <name>): <string>".
 KOKKOS_CUDA = r"\berror\( cudaError[A-Za-z]{2,60}\): "
@@ -162,6 +167,7 @@ CUDA_WRAPPERS = [
     r"\b(?:CUDA|HIP) error: ",
     r"\bCUDA [Dd]river [Ee]rror: ",
     GGML_ROCM,
+    GGML_INIT,
     # PaddlePaddle platform/enforce.h (phi/core/enforce.h in 2.3+) build_nvidia_error_msg:
     # "CUDA error(" << e << "), " << cudaGetErrorString(e) << ". " (1.x prints "Cuda error(%d), %s").
     r"\b(?:CUDA|Cuda) error\(\d{1,4}\), ",
@@ -280,6 +286,7 @@ CUDA_WRAP_EXAMPLES = [
     "mlc-llm/tvm/src/runtime/cuda/cuda_device_api.cc:129: InternalError: Check failed: (e == cudaSuccess || e == cudaErrorCudartUnloading) is false: CUDA: {s}",
     "CUDA error {n} at /data/llama.cpp/ggml-cuda.cu:5509: {s}",
     "ROCm error: {s}",
+    "llama-cpp    | ggml_cuda_init: failed to initialize CUDA: {s}",
     "[11/22/2024-13:40:47] [E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime ({s})",
     "[TRT] [E] IExecutionContext::enqueueV3: Error Code 1: Cuda Driver ({s})",
     "[TensorRT] ERROR: ../rtSafe/cuda/reformat.cu (925) - Cuda Error in NCHWToNCHHW2: {n} ({s})",
@@ -498,6 +505,8 @@ HIP_WRAPPERS = [
     TRITON_HIP,
     CHECK_HIP,
     GGML_ROCM,
+    # not GGML_INIT: the HIP-only texts after ggml_cuda_init (no ROCm-capable device) stay llamacpp/cuda-init-failed's, like
+    # CUDA's unmapped "no CUDA-capable device is detected"; the texts HIP shares with CUDA surface through CUDA_WRAPPERS
     # Kokkos's hip_internal_error_throw (core/src/HIP/Kokkos_HIP_Instance.cpp, 3.4.00 .. 4.6.01, HEAD): "<call> error( <hipGetErrorName>):
     # <hipGetErrorString>" and AMReX's AMREX_HIP_SAFE_CALL "HIP error in file F line L <hipGetErrorString>" (KOKKOS_HIP, AMREX_HIP above).
     KOKKOS_HIP,
