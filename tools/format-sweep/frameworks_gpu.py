@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scan the hand-written failure lines of frameworks-gpu-lines.tsv and say which the KB recognises.
 
-    python3 tools/format-sweep/frameworks_gpu.py --faultline /work/flbin/faultline --kb kb [--tsv OUT]
+    python3 tools/format-sweep/frameworks_gpu.py --faultline target/release/faultline --kb kb [--tsv OUT]
 
 Python and Cython programs (TensorFlow's Python layer, CuPy) and C++ messages assembled with StrCat or
 streams (TensorFlow's StreamExecutor, PaddlePaddle's enforce.h) are not format strings that sweep.py can
@@ -12,11 +12,10 @@ Standard library only.
 """
 import argparse
 import collections
-import json
 import os
-import subprocess
 import sys
-import tempfile
+
+from sweep import matches
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -35,22 +34,8 @@ def main():
             continue
         prog, tags, where, line = raw.split("\t", 3)
         rows.append((prog, tags.split(), where, line))
-    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
-        for r in rows:
-            f.write(r[3].replace("\n", " ") + "\n")
-        path = f.name
-    out = subprocess.run([a.faultline, "scan", "--kb", a.kb, "--no-unknown", "--no-summary",
-                          "--no-incidents", "--format", "json", path],
-                         capture_output=True, text=True, check=False).stdout
-    os.unlink(path)
     hits = collections.defaultdict(list)
-    for l in out.splitlines():
-        try:
-            m = json.loads(l)
-        except ValueError:
-            continue
-        if m.get("type") != "match":
-            continue
+    for m in matches(a.faultline, a.kb, [r[3].replace("\n", " ") for r in rows]):
         hits[m["source"]["line"]].append((m["kb_id"], m["error_code"], m["role"]))
     count = collections.Counter()
     total = collections.Counter()

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Round kb48 (helper a): the large-scale pretraining frameworks' failure messages, with pysweep.py.
-# Usage: tools/format-sweep/kb48a-pretraining.sh FAULTLINE KB OUTDIR
-# Mirrors: fetch github:<owner>/<name> gives /work/.mirror/<owner>+<name>/repo.
-FL=${1:-faultline}; KB=${2:-kb}; OUT=${3:-.}; M=/work/.mirror
+# Usage: tools/format-sweep/kb48a-pretraining.sh FAULTLINE KB OUTDIR MIRRORS
+# MIRRORS holds a git mirror of each repository as MIRRORS/<owner>+<name>/repo.
+FL=${1:-faultline}; KB=${2:-kb}; OUT=${3:-.}; M=${4:?MIRRORS: the directory of git mirrors}
 TOPIC='distributed|rank|world.?size|process group|node|checkpoint|resum|load|sav|shard|state.?dict|out of memory|OOM|overflow|loss.?scal|nan|inf\b|timeout|timed out|nccl|barrier|pipeline|tensor.?parallel|parallel|mismatch|device|cuda|gpu|launch|port|host|memory|folder|file|path|exist|found|latest|symlink|upload|download|object.?store|fsdp|zero|gemini|sharded|consolidat|reshard|topolog|mesh|stage|microbatch|dataloader|data.?loader|worker|stream'
 S="python3 tools/format-sweep/pysweep.py --faultline $FL --kb $KB"
 $S --topic "$TOPIC" --git $M/hpcaitech+ColossalAI/repo --tag v0.3.3 --tag v0.4.0 --tag v0.5.1 \

@@ -21,23 +21,14 @@ Standard library only; `faultline` from `--faultline` or PATH.
 import argparse
 import ast
 import io
-import json
 import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
 import zipfile
+
+from sweep import git, matches
 
 LOGGERS = {"error", "exception", "critical", "fatal", "warning", "warn", "warning_once", "error_once"}
 FILLS = ("3", "foo")
-
-
-def git(gitdir, *args):
-    return subprocess.run(
-        ["git", "-C", gitdir, *args], capture_output=True, text=True, errors="replace", check=True
-    ).stdout
 
 
 def files_of(args, source):
@@ -140,22 +131,9 @@ def messages(text):
 
 
 def scan(args, samples):
-    exe = args.faultline or shutil.which("faultline")
-    if not exe:
-        sys.exit("pysweep: faultline not found (give --faultline)")
-    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as tmp:
-        for s in samples:
-            tmp.write(s.replace("\r", " ") + "\n")
-    cmd = [exe, "scan", "--no-summary", "--no-incidents", "--no-unknown", tmp.name]
-    if args.kb:
-        cmd[2:2] = ["--kb", args.kb]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    os.unlink(tmp.name)
+    """{sample: {(role, entry id)}} of the samples that matched."""
     seen = {}
-    for l in out.splitlines():
-        e = json.loads(l)
-        if e.get("type") != "match":
-            continue
+    for e in matches(args.faultline, args.kb, [s.replace("\r", " ") for s in samples]):
         seen.setdefault(e["line"], set()).add((e["role"], e["kb_id"]))
     return seen
 

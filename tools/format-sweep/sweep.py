@@ -181,21 +181,29 @@ def samples_of(args, fmt, place):
     return out
 
 
-def scan(args, samples):
-    exe = args.faultline or shutil.which("faultline")
+def matches(faultline, kb, lines):
+    """The match events of `faultline scan` over `lines` (one log line each), in output order.
+
+    `faultline` is the binary (on PATH when None), `kb` the KB directory (the built-in KB when
+    None). Shared with pysweep.py and frameworks_gpu.py."""
+    exe = faultline or shutil.which("faultline")
     if not exe:
-        sys.exit("sweep: faultline not found (give --faultline)")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: faultline not found (give --faultline)")
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as tmp:
-        for s in samples:
+        for s in lines:
             tmp.write(s + "\n")
-    cmd = [exe, "scan", "--no-summary", "--no-incidents", "--no-unknown", tmp.name]
-    if args.kb:
-        cmd[2:2] = ["--kb", args.kb]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    cmd = [exe, "scan", "--no-summary", "--no-incidents", "--no-unknown", "--format", "json"]
+    if kb:
+        cmd += ["--kb", kb]
+    out = subprocess.run(cmd + [tmp.name], capture_output=True, text=True, check=True).stdout
     os.unlink(tmp.name)
+    return [e for e in map(json.loads, out.splitlines()) if e.get("type") == "match"]
+
+
+def scan(args, samples):
+    """{sample: {(role, error code)}} of the samples that matched."""
     seen = {}
-    for l in out.splitlines():
-        e = json.loads(l)
+    for e in matches(args.faultline, args.kb, samples):
         seen.setdefault(e["line"], set()).add((e["role"], e["error_code"]))
     return seen
 
