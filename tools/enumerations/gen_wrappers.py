@@ -117,6 +117,11 @@ GGML_ROCM = r"\bROCm error: "
 # "MUSA"): llama.cpp then runs on the CPU; the error string says why. A CUDA wrapper (its ROCm form too, for the texts HIP
 # shares with CUDA); llamacpp/cuda-init-failed keeps the unmapped texts (kb47a).
 GGML_INIT = r"\bggml_cuda_init: failed to initialize (?:CUDA|ROCm|MUSA): "
+# PyTorch c10/cuda/CUDAFunctions.cpp device_count_impl, the default case of cudaGetDeviceCount's error: "Unexpected error from
+# cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error?
+# Error <n>: <cudaGetErrorString>" (code-index copy at 01a6a16d; older builds without "that might have already set an error"),
+# warned as "CUDA initialization: ..." or raised by _cuda_init (kb49b).
+TORCH_DEVICE_COUNT = r"\bNumCudaDevices\(\)(?: that might have already set an error)?\? Error \d{1,4}: "
 
 # Kokkos's CUDA and HIP error texts (cuda_internal_error_throw / hip_internal_error_throw): "<call> error( <name>): <string>".
 KOKKOS_CUDA = r"\berror\( cudaError[A-Za-z]{2,60}\): "
@@ -168,6 +173,7 @@ CUDA_WRAPPERS = [
     r"\bCUDA [Dd]river [Ee]rror: ",
     GGML_ROCM,
     GGML_INIT,
+    TORCH_DEVICE_COUNT,
     # PaddlePaddle platform/enforce.h (phi/core/enforce.h in 2.3+) build_nvidia_error_msg:
     # "CUDA error(" << e << "), " << cudaGetErrorString(e) << ". " (1.x prints "Cuda error(%d), %s").
     r"\b(?:CUDA|Cuda) error\(\d{1,4}\), ",
@@ -287,6 +293,7 @@ CUDA_WRAP_EXAMPLES = [
     "CUDA error {n} at /data/llama.cpp/ggml-cuda.cu:5509: {s}",
     "ROCm error: {s}",
     "llama-cpp    | ggml_cuda_init: failed to initialize CUDA: {s}",
+    "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that might have already set an error? Error {n}: {s}",
     "[11/22/2024-13:40:47] [E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime ({s})",
     "[TRT] [E] IExecutionContext::enqueueV3: Error Code 1: Cuda Driver ({s})",
     "[TensorRT] ERROR: ../rtSafe/cuda/reformat.cu (925) - Cuda Error in NCHWToNCHHW2: {n} ({s})",
