@@ -221,7 +221,16 @@ CUDA_WRAPPERS = [
     # samples and plugins "CUDA runtime error in %s: %s"); and FasterTransformer's check<T>, the same helper before it:
     # "[FT][ERROR] CUDA runtime error: " + _cudaGetErrorEnum(result) + " " + file + ":" + line.
     r"\bCUDA runtime error in [^\n]{1,300}: ",
-    r"\[FT\]\[ERROR\] CUDA runtime error: ",
+    # LMDeploy's TurboMind (derived from FasterTransformer) keeps the same check with its own tag: "[TM][ERROR] CUDA runtime
+    # error: <string> <file>:<line>" (real log InternLM/lmdeploy, batch45).
+    r"\[(?:FT|TM)\]\[ERROR\] CUDA runtime error: ",
+    # CTranslate2 src/cuda/utils.h CUDA_CHECK: THROW_RUNTIME_ERROR("CUDA failed with error " + cudaGetErrorString(code))
+    # (faster-whisper, WhisperX; its ONMT ancestor adds " at <file>:<line>"); cumm/spconv's TV_CHECK_CUDA_ERR: "cuda failed
+    # with error " << err << " " << cudaGetErrorString(err) << ". use CUDA_LAUNCH_BLOCKING=1 ..." (code-index copies).
+    r"\b(?:CUDA|cuda) failed with error (?:\d{1,4} )?",
+    # The gpuErrchk idiom of CUDA tutorials and many research kernels: fprintf(stderr, "GPUassert: %s %s %d\n",
+    # cudaGetErrorString(code), file, line) (code-index copies).
+    r"\bGPUassert: ",
     # Marian NMT src/tensors/gpu/cuda_helpers.h: CUDA_CHECK ABORT_IF(rc != cudaSuccess, "CUDA error {} '{}' - {}:{}: {}", rc,
     # cudaGetErrorString(rc), __FILE__, __LINE__, #expr) and gpuAssert "CUDA Error {}: {} - {}:{}: {}" (ABORT logs them
     # at critical level, "[<time>] Error: ..."; the same text in marian-nmt/marian and marian-dev).
@@ -257,6 +266,17 @@ CUDA_WRAPPERS = [
     r"\bERROR: (?:\(CUDA\) |(?:cuda|cu|hip|quda)[A-Z][A-Za-z0-9_]{1,60} returned )",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
+# Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
+# print cudaGetErrorString ("[XX] CUDA runtime error: <string>", "cuda kernel failed with error <string>", "CUDA Error =
+# <string>"). Only the strings of mapped rows follow it (never the catch-all message of CUDA_FALLBACK_ENTRY), so a line
+# counts only where the CUDA runtime's own text stands right after the error word.
+CUDA_ANY = (r"\b(?:CUDA|Cuda|cuda)\b[^\n]{0,80}?(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)|FAIL(?:ED|URE))"
+            r"(?: with error| code| status)?(?: ?[:=])?(?: \(?-?\d{1,4}\)?)?(?: ?[:,=])? {1,2}['\"(\[]?")
+CUDA_ANY_EXAMPLES = [
+    "RuntimeError: [XX][ERROR] CUDA runtime error: {s} /src/kernels/allocator.h:253",
+    "my_op.cu(88): CUDA kernel launch failed with error {s}",
+    "CUDA Error = {n}: {s}",
+]
 CUDA_WRAP_EXAMPLES = [
     "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CustomCall failed: jaxlib/gpu/prng_kernels.cc:33: operation gpuGetLastError() failed: {s}",
     "INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:75: CUDA operation cudaStreamSynchronize(stream) failed: {s}",
@@ -287,6 +307,10 @@ CUDA_WRAP_EXAMPLES = [
     "F0101 10:00:00.000000 12345 cuda_device.cpp:191] Check failed: cudaFree(ptr) : {s} ({n}) ",
     "[TensorRT-LLM][ERROR] [TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): {s} (/src/cpp/tensorrt_llm/runtime/tllmBuffers.h:112)",
     "RuntimeError: [FT][ERROR] CUDA runtime error: {s} /workspace/FasterTransformer/src/fastertransformer/utils/memory_utils.cu:112 ",
+    "RuntimeError: [TM][ERROR] CUDA runtime error: {s} /lmdeploy/src/turbomind/utils/allocator.h:253 ",
+    "RuntimeError: CUDA failed with error {s}",
+    "RuntimeError: cuda failed with error {n} {s}. use CUDA_LAUNCH_BLOCKING=1 to get correct traceback.",
+    "GPUassert: {s} /home/user/kernels/reduce.cu 57",
     "[2019-04-15 08:34:14] Error: CUDA error {n} '{s}' - /opt/marian/src/tensors/gpu/device.cu:32: cudaMalloc(&data_, size)",
     "[2020-01-01 10:00:00] Error: CUDA Error {n}: {s} - /opt/marian/src/tensors/gpu/algorithm.cu:14: cudaMemcpy(dest, start, (end - start) * sizeof(T), cudaMemcpyDefault)",
     "mlc-llm/tvm/src/runtime/cuda/cuda_device_api.cc:129: InternalError: Check failed: (e == cudaSuccess || e == cudaErrorCudartUnloading) is false: CUDA: {s}",
@@ -467,6 +491,10 @@ def cuda_blocks(rows):
         shared = minimal([r["string"] for r in rs if r["unique"] != "yes"])
         if shared:
             pats.append(CUDA_WRAP + "(?:" + "|".join(esc(w) for w in shared) + ")")
+        # Not the unique=wrapped rows: their text is logged by healthy runs after "CUDA" and an error word of XLA's notice.
+        loose = minimal([r["string"] for r in rs if r["unique"] == "no"])
+        if loose:
+            pats.append(CUDA_ANY + "(?:" + "|".join(esc(w) for w in loose) + ")")
         curesult = [r["number"] for r in rs if r["curesult"] != "-" and r["unique"] != "wrapped"]
         if curesult:
             pats.append(PHYSX_WRAP + "(?:" + "|".join(curesult) + ")\\b")
@@ -485,6 +513,8 @@ def cuda_blocks(rows):
                 exs.append("[23:42:41] src/runtime/cuda/cuda_module.cc:93: CUDAError: cuModuleLoadData(&(module_[device_id]), data_.c_str()) failed with error: " + r["curesult"])
             if r["unique"] != "yes":
                 exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
+            if r["unique"] == "no":
+                exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_ANY_EXAMPLES]
             exs.append(f"cupy_backends.cuda.api.runtime.CUDARuntimeError: {r['name']}: {r['string']}")
             if r["curesult"] != "-":
                 exs.append(f"E0101 00:00:00.000000 1234 pjrt_stream_executor_client.cc:2985] Execution failed: INTERNAL: CUDA error: : {r['curesult']}: {r['string']}")
