@@ -9,6 +9,7 @@ Inputs (this directory):
   cuda-errors.tsv   cudaError_t / CUresult -> cudaGetErrorString -> KB entry
   hip-errors.tsv    hipError_t -> hipGetErrorName / hipGetErrorString -> KB entry (the CUDA twin's entry)
   hsa-status.tsv    hsa_status_t (AMD's HSA runtime, ROCr) -> hsa_status_string -> KB entry
+  nvml-errors.tsv   nvmlReturn_t -> nvmlErrorString / pynvml wordings and pynvml's exception class -> KB entry
 
 For every row whose kb_entry is not "-", the entry kb/<kb_entry>.toml gets, inside its
 `patterns = [...]` and `examples = [...]` arrays, a block between the lines
@@ -679,6 +680,60 @@ def hsa_blocks(rows):
     return out
 
 
+# The text a program prints right before nvmlErrorString's (or pynvml's) wording. Sources in README.md.
+NVML_WRAPPERS = [
+    # Any program that names NVML in the line and puts the wording after ": ": nvidia-smi's "Failed to initialize NVML: %s",
+    # Slurm's gpu/nvml plugin (src/plugins/gpu/nvml/gpu_nvml.c at slurm-20-11-0-1, -23-11-1-1, -25-11-7-1: "Failed to
+    # initialize NVML: %s", "NVML: Failed to get device handle for GPU %d: %s", 20.11's "NVML: Failed to get ... of GPU: %s",
+    # 23.11+'s "NVML: Failed to get usage(%d): %s"), the Go bindings' "nvml: %v" (k8s device plugin, gpu-monitoring-tools).
+    r"\b(?:NVML|nvml)\b[^\n]{0,160}?: ",
+    # NCCL src/misc/nvmlwrap.cc (v2.12.12-1 .. v2.30.7-1): WARN("nvmlDeviceGetHandleByIndex(%d) failed: %s") and the
+    # NCCL_NVML_CHECK macro's WARN(#name "() failed: %s") with nvmlErrorString().
+    r"\bnvml[A-Z][A-Za-z_]{1,60}(?:\([^\n)]{0,40}\))? failed: ",
+    # nvidia-smi when one GPU does not answer: "Unable to determine the device handle for GPU<bus id>: <wording>".
+    r"\bUnable to determine the device handle for GPU ?[0-9A-Fa-f:.]{0,40}: ",
+]
+NVML_WRAP = "(?:" + "|".join(NVML_WRAPPERS) + ")"
+NVML_WRAP_EXAMPLES = [
+    "Failed to initialize NVML: {s}",
+    "slurmstepd: error: NVML: Failed to get usage(15): {s}",
+    "[2024-05-01T10:00:00.000] error: NVML: Failed to get device handle for GPU 3: {s}",
+    "node-7:1234:1300 [0] NCCL WARN nvmlDeviceGetHandleByIndex(3) failed: {s}",
+    "Unable to determine the device handle for GPU0000:3B:00.0: {s}",
+    "E0101 10:00:00.000000       1 main.go:132] failed to initialize NVML: {s}",
+]
+# libnvidia-container's error_set_nvml lower-cases the whole message: "nvidia-container-cli: initialization error: nvml error:
+# driver not loaded" (src/error.c, v1.0 .. v1.9; the part after the last ':' in error_generic.c later).
+NVML_CONTAINER = r"\bnvml error: "
+NVML_CONTAINER_EXAMPLE = "nvidia-container-cli: initialization error: nvml error: {s}"
+
+
+def pynvml_class(name):
+    """pynvml's exception class for an NVML_ERROR_ name (_extractNVMLErrorsAsClasses)."""
+    return "NVMLError_" + "".join(w.capitalize() for w in name[len("NVML_ERROR_"):].split("_"))
+
+
+def nvml_blocks(rows):
+    out = {}
+    for entry, rs in by_entry(rows).items():
+        words = [w.strip() for r in rs for w in r["string"].split(" | ")]
+        uniq = minimal([w.strip() for r in rs if r["unique"] == "yes" for w in r["string"].split(" | ")])
+        pats = ["\\b(?:" + "|".join(pynvml_class(r["name"]) for r in rs) + "|" + "|".join(r["name"] for r in rs) + ")\\b"]
+        if uniq:
+            pats.append("(?:" + "|".join(esc(w) for w in uniq) + ")")
+        pats.append(NVML_WRAP + "(?:" + "|".join(esc(w) for w in minimal(words)) + ")")
+        pats.append("(?i)" + NVML_CONTAINER + "(?:" + "|".join(esc(w.lower()) for w in minimal(words)) + ")")
+        exs = []
+        for r in rs:
+            first = r["string"].split(" | ")[0].strip()
+            exs.append(f"pynvml.nvml.{pynvml_class(r['name'])}: {first}")
+            for w in r["string"].split(" | "):
+                exs += [t.format(s=w.strip()) for t in NVML_WRAP_EXAMPLES]
+                exs.append(NVML_CONTAINER_EXAMPLE.format(s=w.strip().lower()))
+        out[entry] = ("nvml-errors.tsv", pats, exs)
+    return out
+
+
 def replace_block(text, array, table, items, path):
     """Put `items` between the markers inside the `array = [` ... `]` of text."""
     return tables.replace_block(text, array, items, path, toml_str, BEGIN.format(table=table), END)
@@ -697,6 +752,8 @@ def main():
     for k, v in hip_blocks(read_tsv("hip-errors.tsv"), cuda_rows).items():
         blocks.setdefault(k, []).append(v)
     for k, v in hsa_blocks(read_tsv("hsa-status.tsv")).items():
+        blocks.setdefault(k, []).append(v)
+    for k, v in nvml_blocks(read_tsv("nvml-errors.tsv")).items():
         blocks.setdefault(k, []).append(v)
     stale = []
     for entry, tbls in sorted(blocks.items()):
