@@ -178,3 +178,17 @@ fn a_cuda_error_gives_its_code_in_every_framework() {
         6,
     );
 }
+
+/// A mapped CUDA error text inside a wrapper no table lists ("CUDA ... failed with error <text>")
+/// and an NVML wording inside Slurm's, NCCL's, nvidia-smi's, pynvml's and libnvidia-container's
+/// words give the text's own code, not the catch-all or nothing.
+#[test]
+fn cuda_and_nvml_texts_give_their_code_in_unlisted_wrappers() {
+    check("wrappers.tsv", &["unlisted-cuda"], 5);
+    check("wrappers.tsv", &["nvml"], 8);
+    // The near miss: CUDA and an error word in the line, but the text does not follow the word.
+    assert_ne!(
+        headline("CUDA error handler installed: out of memory is reported as a warning").as_deref(),
+        Some("CUDA_OOM_RUNTIME")
+    );
+}
