@@ -185,6 +185,7 @@ fn a_cuda_error_gives_its_code_in_every_framework() {
 #[test]
 fn cuda_and_nvml_texts_give_their_code_in_unlisted_wrappers() {
     check("wrappers.tsv", &["unlisted-cuda"], 5);
+    check("wrappers.tsv", &["unlisted-nccl"], 2);
     check("wrappers.tsv", &["nvml"], 8);
     // The near miss: CUDA and an error word in the line, but the text does not follow the word.
     assert_ne!(

@@ -436,6 +436,14 @@ def by_entry(rows):
     return by
 
 
+# Any other wrapper of ncclGetErrorString: a line that names NCCL as a word and puts the first two words of a wording right
+# after an error word and a colon ("NCCL allreduce failed with error: internal error", "[NCCL] init failed: unhandled
+# system error"), the NCCL twin of CUDA_ANY (session 59). The colon keeps out the CUDA text a wrapper quotes after NCCL's
+# words ("Last NCCL warning(error) log entry ... 'Cuda failure 1 'invalid argument''").
+NCCL_ANY = (r"\bNCCL\b[^\n]{0,80}?(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)|FAIL(?:ED|URE))"
+            r"(?: with error)?(?: \(?\d{1,2}\)?)?: {1,2}['\"(]?")
+
+
 def nccl_blocks(rows):
     out = {}
     for entry, rs in by_entry(rows).items():
@@ -449,6 +457,7 @@ def nccl_blocks(rows):
         heads = minimal([" ".join(r["wording"].split()[:2]) for r in rs])
         if heads:
             pats.append(WRAP + " {0,2}(?:" + "|".join(esc(w) for w in heads) + ")")
+            pats.append(NCCL_ANY + "(?:" + "|".join(esc(w) for w in heads) + ")")
         seen = set()
         for r in rs:
             if r["nccl_versions"].startswith("real log"):
@@ -461,6 +470,7 @@ def nccl_blocks(rows):
                     exs.append(e)
         for h in heads:
             exs.append("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, " + h)
+            exs.append("E1001 12:00:00.000000 4242 collective_ops.cc:88] NCCL allreduce failed with error: " + h)
         out[entry] = ("nccl-results.tsv", pats, exs)
     return out
 
