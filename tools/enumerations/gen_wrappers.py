@@ -366,15 +366,18 @@ PHYSX_WRAP = "(?:" + "|".join(PHYSX_WRAPPERS) + ")"
 #   m << prefix << ": " << getErrorString(result) << " (" << result << ")" [<< " at " << file << ":" << line], where
 #   CudaContext::getErrorString returns cuGetErrorName's name (7.3.0 on) or a name from its own switch (6.3 .. 7.2.x), and the
 #   words "CUDA error" when it has no name (the switch of 7.1.1 lacks CUDA_ERROR_ILLEGAL_ADDRESS: "Error synchronizing on event
-#   for CCMA: CUDA error (700)"). Read at 6.3, 7.0.1, 7.1.1, 7.2.0, 7.3.0, 7.4.0, 7.5.0, 8.0.0, 8.5.2 and HEAD.
+#   for CCMA: CUDA error (700)"). Read at 6.3, 7.0.1, 7.1.1, 7.2.0, 7.3.0, 7.4.0, 7.5.0, 8.0.0, 8.5.2 and HEAD. Before 6.2 the
+#   switch's default said "Invalid error code" (5.2, 6.0.1, 6.1; 6.2 on "CUDA error"), and CUDA_ERROR_ILLEGAL_ADDRESS was not
+#   in it: "Exception: Error downloading array posq: Invalid error code (700)" (round kb52, cBio/cbio-cluster#258).
 # - LAMMPS's GPU package (lib/gpu/geryon/nvd_macros.h CU_SAFE_CALL_NS / CU_SAFE_CALL with UCL_SYNC_DEBUG): fprintf(stderr,
 #   "Cuda driver error %d in call at file '%s' in line %i.\n", err, ...) and "Cuda driver error %d in file '%s' in line %i.\n"
 #   (code-index copy; the lammps repository is too large to fetch here; HPCToolkit's copies print the same words).
-CURESULT_NUMBER_OPEN = r"(?:: CUDA error \(|\bCuda driver error )"
+CURESULT_NUMBER_OPEN = r"(?:: (?:CUDA error|Invalid error code) \(|\bCuda driver error )"
 CURESULT_NUMBER_CLOSE = r"(?:\)| in (?:call at )?file )"
 CURESULT_NUMBER_EXAMPLES = [
     "Exception: Error synchronizing on event for CCMA: CUDA error ({n}) at /home/user/OpenMM-7.1.1-Source/platforms/cuda/src/CudaIntegrationUtilities.cpp:736",
     "Exception: Error deleting array bondParams: CUDA error ({n})",
+    "Exception: Error downloading array posq: Invalid error code ({n})",
     "Cuda driver error {n} in call at file '/opt/lammps/lib/gpu/geryon/nvd_memory.h' in line 517.",
     "Cuda driver error {n} in file 'geryon/nvd_timer.h' in line 76.",
 ]
