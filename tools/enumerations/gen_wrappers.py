@@ -271,7 +271,10 @@ CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 # print cudaGetErrorString ("[XX] CUDA runtime error: <string>", "cuda kernel failed with error <string>", "CUDA Error =
 # <string>"). Only the strings of mapped rows follow it (never the catch-all message of CUDA_FALLBACK_ENTRY), so a line
 # counts only where the CUDA runtime's own text stands right after the error word.
-CUDA_ANY = (r"\b(?:CUDA|Cuda|cuda)\b[^\n]{0,80}?(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)|FAIL(?:ED|URE))"
+# The error words after which CUDA_ANY and NCCL_ANY read a table's text: a library named as a word, at most 80 characters,
+# then one of them.
+ERROR_WORD = r"[^\n]{0,80}?(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)|FAIL(?:ED|URE))"
+CUDA_ANY = (r"\b(?:CUDA|Cuda|cuda)\b" + ERROR_WORD +
             r"(?: with error| code| status)?(?: ?[:=])?(?: \(?-?\d{1,4}\)?)?(?: ?[:,=])? {1,2}['\"(\[]?")
 CUDA_ANY_EXAMPLES = [
     "RuntimeError: [XX][ERROR] CUDA runtime error: {s} /src/kernels/allocator.h:253",
@@ -443,7 +446,7 @@ def by_entry(rows):
 # after an error word and a colon ("NCCL allreduce failed with error: internal error", "[NCCL] init failed: unhandled
 # system error"), the NCCL twin of CUDA_ANY (session 59). The colon keeps out the CUDA text a wrapper quotes after NCCL's
 # words ("Last NCCL warning(error) log entry ... 'Cuda failure 1 'invalid argument''").
-NCCL_ANY = (r"\bNCCL\b[^\n]{0,80}?(?:[Ee]rror|ERROR|[Ff]ail(?:ed|ure)|FAIL(?:ED|URE))"
+NCCL_ANY = (r"\bNCCL\b" + ERROR_WORD +
             r"(?: with error)?(?: \(?\d{1,2}\)?)?: {1,2}['\"(]?")
 
 
@@ -726,11 +729,16 @@ def pynvml_class(name):
     return "NVMLError_" + "".join(w.capitalize() for w in name[len("NVML_ERROR_"):].split("_"))
 
 
+def wordings(row):
+    """A row's wordings (the `string` cell holds several, separated by ' | ')."""
+    return [w.strip() for w in row["string"].split(" | ")]
+
+
 def nvml_blocks(rows):
     out = {}
     for entry, rs in by_entry(rows).items():
-        words = [w.strip() for r in rs for w in r["string"].split(" | ")]
-        uniq = minimal([w.strip() for r in rs if r["unique"] == "yes" for w in r["string"].split(" | ")])
+        words = [w for r in rs for w in wordings(r)]
+        uniq = minimal([w for r in rs if r["unique"] == "yes" for w in wordings(r)])
         pats = ["\\b(?:" + "|".join(pynvml_class(r["name"]) for r in rs) + "|" + "|".join(r["name"] for r in rs) + ")\\b"]
         if uniq:
             pats.append("(?:" + "|".join(esc(w) for w in uniq) + ")")
@@ -738,11 +746,10 @@ def nvml_blocks(rows):
         pats.append("(?i)" + NVML_CONTAINER + "(?:" + "|".join(esc(w.lower()) for w in minimal(words)) + ")")
         exs = []
         for r in rs:
-            first = r["string"].split(" | ")[0].strip()
-            exs.append(f"pynvml.nvml.{pynvml_class(r['name'])}: {first}")
-            for w in r["string"].split(" | "):
-                exs += [t.format(s=w.strip()) for t in NVML_WRAP_EXAMPLES]
-                exs.append(NVML_CONTAINER_EXAMPLE.format(s=w.strip().lower()))
+            exs.append(f"pynvml.nvml.{pynvml_class(r['name'])}: {wordings(r)[0]}")
+            for w in wordings(r):
+                exs += [t.format(s=w) for t in NVML_WRAP_EXAMPLES]
+                exs.append(NVML_CONTAINER_EXAMPLE.format(s=w.lower()))
         out[entry] = ("nvml-errors.tsv", pats, exs)
     return out
 
