@@ -24,7 +24,9 @@ printed); every wording is also matched after the prefix that a framework wrappe
 ncclGetErrorString's text (WRAPPERS below, each read in the wrapper's source), so a string such as
 'invalid usage' counts only where an NCCL wrapper printed it. CUDA: the cudaError_t and CUresult
 enumerator names (as cupy, cuda-python, XLA and TF print them), and the cudaGetErrorString text
-where it is unique=yes; a row marked unique=wrapped gets only its text after a CUDA wrapper (no names). HIP: the hipError_t enumerator names where names=yes, and the hipGetErrorString
+where it is unique=yes; a row marked unique=wrapped gets only its text after a CUDA wrapper (no names). Triton 1.x's own
+texts (the triton1_text columns: "CUDA: Error- <text>", "HIP: Error- <text>") count bare, each in its row's triton1_entry
+(hip-errors.tsv's in the HIP row's kb_entry). HIP: the hipError_t enumerator names where names=yes, and the hipGetErrorString
 texts that no CUDA row already maps, after a HIP wrapper (HIP_WRAPPERS); an entry named by both the
 CUDA and the HIP table gets two blocks, one per table. HSA: the hsa_status_t enumerator names where unique=yes
 (hsa_status_string's text starts with the name, so the name covers every program that prints the text), and the
@@ -409,6 +411,50 @@ CUDA_OWN_LINES = {
 CUDA_FALLBACK_ENTRY = "cuda/runtime-error"
 CUDA_FALLBACK_STRING = "operation not supported"
 
+# Triton 1.0 - 2.0.dev's legacy driver layer (include/triton/driver/error.h) prints its own fixed text per CUresult instead of
+# cuGetErrorString's: TRITON_CREATE_CUDA_EXCEPTION(name, msg) makes an exception class whose what() is "CUDA: Error- " msg, raised as
+# RuntimeError through pybind11 (the literals of triton/_C/libtriton.so in the PyPI wheels 1.0.0 and 1.1.1; the 2.0 development builds
+# LightLLM pinned still raised "CUDA: Error- invalid source", ModelTC/LightLLM#39; 2.0.0 prints "Triton Error [CUDA]: " + cuGetErrorString,
+# a wrapper above). 1.1 adds the HIP twins, TRITON_CREATE_HIP_EXCEPTION "HIP: Error- " msg with the same texts. The texts are a column
+# of the tables: cuda-errors.tsv triton1_text, into triton1_entry, with the HIP twin where hip-errors.tsv has a row of the same number
+# (HIP has no 715 or 716) that has no triton1_text of its own; hip-errors.tsv triton1_text, the HIP-only ones, into the HIP row's
+# kb_entry. Any other text after either prefix yields the catch-all (CUDA_FALLBACK_ENTRY).
+TRITON1_CUDA = r"\bCUDA: Error- "
+TRITON1_HIP = r"\bHIP: Error- "
+TRITON1_BOTH = r"\b(?:CUDA|HIP): Error- "
+# The exception escaping C++ (std::terminate's "what():"); the entries keep the pybind11 RuntimeError lines by hand.
+TRITON1_EXAMPLES = ["  what():  {p}: Error- {t}"]
+# error.h's text for CUDA_ERROR_NOT_SUPPORTED, which no row maps: the catch-all's example.
+TRITON1_FALLBACK_TEXT = "not supported"
+
+
+def triton1_examples(prefixes, texts):
+    return [t.format(p=p, t=w) for w in texts for p in prefixes for t in TRITON1_EXAMPLES]
+
+
+def triton1_parts(rows, hip_rows):
+    """{entry: (patterns, examples)} of the cuda-errors.tsv triton1_text cells: "CUDA: Error- " and, where the HIP twin is this
+    table's, "HIP: Error- " before the text."""
+    own = {r["number"] for r in hip_rows if r["triton1_text"] != "-"}
+    hip_numbers = {r["number"] for r in hip_rows} - own
+    by = {}
+    for r in rows:
+        if r["triton1_text"] != "-":
+            by.setdefault(r["triton1_entry"], []).append((r["triton1_text"], r["number"] in hip_numbers))
+    out = {}
+    for entry, items in by.items():
+        twins = [t for t, hip in items if hip]
+        alone = [t for t, hip in items if not hip]
+        pats, exs = [], []
+        if twins:
+            pats.append(TRITON1_BOTH + "(?:" + "|".join(esc(t) for t in twins) + ")\\b")
+            exs += triton1_examples(["CUDA", "HIP"], twins)
+        if alone:
+            pats.append(TRITON1_CUDA + "(?:" + "|".join(esc(t) for t in alone) + ")\\b")
+            exs += triton1_examples(["CUDA"], alone)
+        out[entry] = (pats, exs)
+    return out
+
 
 def read_tsv(name):
     return tables.read_tsv(os.path.join(HERE, name))
@@ -481,7 +527,7 @@ def nccl_blocks(rows):
     return out
 
 
-def cuda_blocks(rows):
+def cuda_blocks(rows, hip_rows):
     out = {}
     for entry, rs in by_entry(rows).items():
         # unique=wrapped: neither the names nor the bare text count, only the text after a CUDA wrapper (a row whose
@@ -536,11 +582,15 @@ def cuda_blocks(rows):
             if r["curesult"] != "-":
                 exs.append(f"E0101 00:00:00.000000 1234 pjrt_stream_executor_client.cc:2985] Execution failed: INTERNAL: CUDA error: : {r['curesult']}: {r['string']}")
         out[entry] = ("cuda-errors.tsv", pats, exs)
+    for entry, (pats, exs) in triton1_parts(rows, hip_rows).items():
+        table, p, e = out.get(entry, ("cuda-errors.tsv", [], []))
+        out[entry] = (table, p + pats, e + exs)
     pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", PHYSX_WRAP + "\\d{1,4}\\b",
-            CURESULT_NUMBER_OPEN + "\\d{1,4}" + CURESULT_NUMBER_CLOSE]
+            CURESULT_NUMBER_OPEN + "\\d{1,4}" + CURESULT_NUMBER_CLOSE, TRITON1_BOTH + "[a-z]"]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
     exs += [t.format(n=801) for t in PHYSX_EXAMPLES]
     exs += [t.format(n=801) for t in CURESULT_NUMBER_EXAMPLES]
+    exs += triton1_examples(["CUDA", "HIP"], [TRITON1_FALLBACK_TEXT])
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
 
@@ -630,6 +680,9 @@ def hip_blocks(rows, cuda_rows):
         own = minimal([r["string"] for r in rs if r["string"] not in cuda_strings])
         if own:
             pats.append(HIP_WRAP + "(?:" + "|".join(esc(w) for w in own) + ")")
+        triton1 = [r["triton1_text"] for r in rs if r["triton1_text"] != "-"]
+        if triton1:
+            pats.append(TRITON1_HIP + "(?:" + "|".join(esc(t) for t in triton1) + ")\\b")
         for r in rs:
             if r["names"] == "yes":
                 exs += [t.format(name=r["name"], s=r["string"], n=r["number"]) for t in HIP_NAME_EXAMPLES]
@@ -641,6 +694,8 @@ def hip_blocks(rows, cuda_rows):
                     exs.append(XLA_ALLOC_EXAMPLE.format(x=r["xla_name"]))
             if r["string"] not in cuda_strings:
                 exs += [t.format(s=r["string"], n=int(r["number"]), name=r["name"]) for t in HIP_WRAP_EXAMPLES]
+            if r["triton1_text"] != "-":
+                exs += triton1_examples(["HIP"], [r["triton1_text"]])
         out[entry] = ("hip-errors.tsv", pats, exs)
     # The HIP wrapper that CUDA_WRAPPERS lacks yields the catch-all with any other text, like the CUDA ones (the
     # CUDA block's catch-all already reads "HIP error: " and Triton's HIP stub).
@@ -765,11 +820,12 @@ def main():
     for k, v in nccl_blocks(read_tsv("nccl-results.tsv")).items():
         blocks.setdefault(k, []).append(v)
     cuda_rows = read_tsv("cuda-errors.tsv")
-    for k, v in cuda_blocks(cuda_rows).items():
+    hip_rows = read_tsv("hip-errors.tsv")
+    for k, v in cuda_blocks(cuda_rows, hip_rows).items():
         if k in blocks:
             sys.exit(f"{k}: named by both the NCCL and the CUDA table")
         blocks.setdefault(k, []).append(v)
-    for k, v in hip_blocks(read_tsv("hip-errors.tsv"), cuda_rows).items():
+    for k, v in hip_blocks(hip_rows, cuda_rows).items():
         blocks.setdefault(k, []).append(v)
     for k, v in hsa_blocks(read_tsv("hsa-status.tsv")).items():
         blocks.setdefault(k, []).append(v)
