@@ -30,7 +30,9 @@ texts (the triton1_text columns: "CUDA: Error- <text>", "HIP: Error- <text>") co
 texts that no CUDA row already maps, after a HIP wrapper (HIP_WRAPPERS); an entry named by both the
 CUDA and the HIP table gets two blocks, one per table. HSA: the hsa_status_t enumerator names where unique=yes
 (hsa_status_string's text starts with the name, so the name covers every program that prints the text), and the
-decimal number after clr's "hsa_status: %d" / "hsa status: %d".
+decimal number after clr's "hsa_status: %d" / "hsa status: %d". NVML: pynvml's class and the enumerator name, the
+nvmlErrorString wording bare where unique=yes and after any NVML wrapper (NVML_WRAPPERS) otherwise; a row marked
+unique=mig gets its wording only after nvidia-smi's MIG listing (NVML_MIG_WRAPPERS) besides its names.
 
 Standard library only.
 """
@@ -764,7 +766,19 @@ NVML_WRAPPERS = [
     # nvidia-smi when one GPU does not answer: "Unable to determine the device handle for GPU<bus id>: <wording>".
     r"\bUnable to determine the device handle for GPU ?[0-9A-Fa-f:.]{0,40}: ",
 ]
+# nvidia-smi's MIG listing (nvidia-smi mig -lgi / -lci, closed source): "Failed to display compute instances: <wording>"
+# (real output, Project-HAMi/HAMi#1044) and the GPU-instance twin of the same command. These are also every row's wrappers,
+# and the only ones for rows whose `unique` is "mig" (the wording after NVML's other wrappers is routine there).
+NVML_MIG_WRAPPERS = [
+    r"\bFailed to display (?:GPU|compute) instances: ",
+]
+NVML_WRAPPERS += NVML_MIG_WRAPPERS
 NVML_WRAP = "(?:" + "|".join(NVML_WRAPPERS) + ")"
+NVML_MIG_WRAP = "(?:" + "|".join(NVML_MIG_WRAPPERS) + ")"
+NVML_MIG_WRAP_EXAMPLES = [
+    "Failed to display compute instances: {s}",
+    "Failed to display GPU instances: {s}",
+]
 NVML_WRAP_EXAMPLES = [
     "Failed to initialize NVML: {s}",
     "slurmstepd: error: NVML: Failed to get usage(15): {s}",
@@ -772,7 +786,7 @@ NVML_WRAP_EXAMPLES = [
     "node-7:1234:1300 [0] NCCL WARN nvmlDeviceGetHandleByIndex(3) failed: {s}",
     "Unable to determine the device handle for GPU0000:3B:00.0: {s}",
     "E0101 10:00:00.000000       1 main.go:132] failed to initialize NVML: {s}",
-]
+] + NVML_MIG_WRAP_EXAMPLES
 # libnvidia-container's error_set_nvml lower-cases the whole message: "nvidia-container-cli: initialization error: nvml error:
 # driver not loaded" (src/error.c, v1.0 .. v1.9; the part after the last ':' in error_generic.c later).
 NVML_CONTAINER = r"\bnvml error: "
@@ -792,17 +806,26 @@ def wordings(row):
 def nvml_blocks(rows):
     out = {}
     for entry, rs in by_entry(rows).items():
-        words = [w for r in rs for w in wordings(r)]
+        # unique "mig": the wording only after nvidia-smi's MIG listing (NVML_MIG_WRAPPERS) and as pynvml's class
+        anyrs = [r for r in rs if r["unique"] != "mig"]
+        words = [w for r in anyrs for w in wordings(r)]
+        migwords = [w for r in rs if r["unique"] == "mig" for w in wordings(r)]
         uniq = minimal([w for r in rs if r["unique"] == "yes" for w in wordings(r)])
         pats = ["\\b(?:" + "|".join(pynvml_class(r["name"]) for r in rs) + "|" + "|".join(r["name"] for r in rs) + ")\\b"]
         if uniq:
             pats.append("(?:" + "|".join(esc(w) for w in uniq) + ")")
-        pats.append(NVML_WRAP + "(?:" + "|".join(esc(w) for w in minimal(words)) + ")")
-        pats.append("(?i)" + NVML_CONTAINER + "(?:" + "|".join(esc(w.lower()) for w in minimal(words)) + ")")
+        if words:
+            pats.append(NVML_WRAP + "(?:" + "|".join(esc(w) for w in minimal(words)) + ")")
+            pats.append("(?i)" + NVML_CONTAINER + "(?:" + "|".join(esc(w.lower()) for w in minimal(words)) + ")")
+        if migwords:
+            pats.append(NVML_MIG_WRAP + "(?:" + "|".join(esc(w) for w in minimal(migwords)) + ")")
         exs = []
         for r in rs:
             exs.append(f"pynvml.nvml.{pynvml_class(r['name'])}: {wordings(r)[0]}")
             for w in wordings(r):
+                if r["unique"] == "mig":
+                    exs += [t.format(s=w) for t in NVML_MIG_WRAP_EXAMPLES]
+                    continue
                 exs += [t.format(s=w) for t in NVML_WRAP_EXAMPLES]
                 exs.append(NVML_CONTAINER_EXAMPLE.format(s=w.lower()))
         out[entry] = ("nvml-errors.tsv", pats, exs)
