@@ -175,6 +175,23 @@ TEMPLATES = {
         "examples": ["*** {NAME} received at time=1700000000 on cpu 12 ***"],
         "supersedes": [],
     },
+    # The same handlers when a second signal arrives while one is handled (another thread faulting, or the handler itself):
+    # abseil's AbslFailureSignalHandler ABSL_RAW_LOG(ERROR, "Signal %d raised at PC=%p while already in
+    # AbslFailureSignalHandler()") (failure_signal_handler.cc; real logs of lts_20210324, lts_20211102 and lts_20230802
+    # builds, the text in an lts_20250512 build too), and Google's base/process_state.cc FailureSignalHandler, compiled
+    # into Google-built wheels: "Signal %d raised at PC: %p while already in FailureSignalHandler!", then "Raising %d signal
+    # with default behavior" before it re-raises the signal (a public copy of the file in the code index; real log
+    # tdrussell/diffusion-pipe#29). The number is the signal that kills the process.
+    "absl_reentry": {
+        "patterns": [
+            r"\bSignal {N} raised at PC(?:=|: )0x[0-9a-fA-F]{1,16} while already in (?:Absl)?FailureSignalHandler",
+            r"\bRaising {N} signal with default behavior",
+        ],
+        "examples": ["[failure_signal_handler.cc : 331] RAW: Signal {N} raised at PC=0x7fff926a9864 while already in AbslFailureSignalHandler()",
+                     "E1222 15:27:39.684299  226915 process_state.cc:1128] RAW: Signal {N} raised at PC: 0x7f953414641d while already in FailureSignalHandler!",
+                     "E1222 15:27:39.684315  226915 process_state.cc:1163] RAW: Raising {N} signal with default behavior"],
+        "supersedes": [],
+    },
     # GDB gdb/infrun.c print_signal_received_reason: '\nThread ' + thread id + ' "name"' (or
     # '\nProgram') + ' received signal ' + SIGNAME + ', ' + gdb's own meaning + '.'; and
     # print_signal_exited_reason / corelow.c: 'Program terminated with signal %s, %s.'. gdb's

@@ -176,6 +176,11 @@ CUDA_WRAPPERS = [
     # (ATen's AT_CUDA_DRIVER_CHECK and many extensions' copies).
     r"\b(?:CUDA|HIP) error: ",
     r"\bCUDA [Dd]river [Ee]rror: ",
+    # vLLM's ctypes binding of libcudart (vllm/distributed/device_communicators/cuda_wrapper.py CudaRTLibrary.CUDART_CHECK,
+    # around the custom all-reduce's cudaIpcGetMemHandle / cudaIpcOpenMemHandle / cudaMalloc ...): raise RuntimeError(
+    # f"CUDART error: {error_str}") with cudaGetErrorString (wheels 0.6.3.post1, 0.8.5.post1, 0.11.0, 0.34.0) and SGLang's
+    # copy (sglang/srt/distributed/device_communicators/cuda_wrapper.py, wheel 0.5.23).
+    r"\bCUDART error: ",
     GGML_ROCM,
     GGML_INIT,
     TORCH_DEVICE_COUNT,
@@ -299,6 +304,7 @@ CUDA_WRAP_EXAMPLES = [
     "RuntimeError: Triton Error [HIP]:  Code: {n}, Messsage: {s}",
     "RuntimeError: CUDA error: {s}",
     "RuntimeError: CUDA driver error: {s}",
+    "RuntimeError: CUDART error: {s}",
     "OSError: (External) CUDA error({n}), {s}.",
     "  what():  [enforce fail at context_gpu.cu:343] error == cudaSuccess. {n} vs 0. Error at: /var/lib/jenkins/workspace/caffe2/core/context_gpu.cu:343: {s} Error from operator: ",
     "F0912 17:23:26.346724 783 all_reduce_op_handle.cc:75] cudaGetLastError  {s} errno:{n}",
