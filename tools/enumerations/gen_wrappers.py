@@ -128,6 +128,14 @@ GGML_INIT = r"\bggml_cuda_init: failed to initialize (?:CUDA|ROCm|MUSA): "
 # warned as "CUDA initialization: ..." or raised by _cuda_init (kb49b).
 TORCH_DEVICE_COUNT = r"\bNumCudaDevices\(\)(?: that might have already set an error)?\? Error \d{1,4}: "
 
+# The CUDA samples (NVIDIA/cuda-samples deviceQuery.cpp, bandwidthTest.cu and others; the same at v9.2, v10.2, v11.8, v12.4 and
+# v13.0): printf("cudaGetDeviceCount returned %d\n-> %s\n", (int)error_id, cudaGetErrorString(error_id)), also after
+# cudaGetDeviceProperties, cuDeviceGetAttribute and initCUDA(): the text stands alone on the next line after "-> ". The number is
+# the toolkit's own (cudaErrorUnknown was 30 before CUDA 10.1, 999 after), so only the text is read. Not a member of CUDA_WRAPPERS:
+# "-> " is too common for the catch-all's any-text pattern, so only the mapped rows' texts count after it (kb55b).
+DEVICE_QUERY = r"-> "
+DEVICE_QUERY_EXAMPLE = "-> {s}"
+
 # Kokkos's CUDA and HIP error texts (cuda_internal_error_throw / hip_internal_error_throw): "<call> error( <name>): <string>".
 KOKKOS_CUDA = r"\berror\( cudaError[A-Za-z]{2,60}\): "
 KOKKOS_HIP = r"\berror\( hipError[A-Za-z]{2,60}\): "
@@ -562,6 +570,7 @@ def cuda_blocks(rows, hip_rows):
         shared = minimal([r["string"] for r in rs if r["unique"] != "yes"])
         if shared:
             pats.append(CUDA_WRAP + "(?:" + "|".join(esc(w) for w in shared) + ")")
+            pats.append(DEVICE_QUERY + "(?:" + "|".join(esc(w) for w in shared) + ")")
         # Not the unique=wrapped rows: their text is logged by healthy runs after "CUDA" and an error word of XLA's notice.
         loose = minimal([r["string"] for r in rs if r["unique"] == "no"])
         if loose:
@@ -577,6 +586,7 @@ def cuda_blocks(rows, hip_rows):
             exs += CUDA_OWN_LINES.get(r["name"], ([], []))[1]
             if r["unique"] == "wrapped":
                 exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
+                exs.append(DEVICE_QUERY_EXAMPLE.format(s=r["string"]))
                 continue
             if r["curesult"] != "-":
                 exs += [t.format(n=r["number"]) for t in PHYSX_EXAMPLES]
@@ -584,6 +594,7 @@ def cuda_blocks(rows, hip_rows):
                 exs.append("[23:42:41] src/runtime/cuda/cuda_module.cc:93: CUDAError: cuModuleLoadData(&(module_[device_id]), data_.c_str()) failed with error: " + r["curesult"])
             if r["unique"] != "yes":
                 exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
+                exs.append(DEVICE_QUERY_EXAMPLE.format(s=r["string"]))
             if r["unique"] == "no":
                 exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_ANY_EXAMPLES]
             exs.append(f"cupy_backends.cuda.api.runtime.CUDARuntimeError: {r['name']}: {r['string']}")
