@@ -249,6 +249,17 @@ TEMPLATES = {
                      "[signal 0x{HEX} code=0x1 addr=0x0 pc=0x4a1b2c]"],
         "supersedes": [],
     },
+    # Dask distributed's nanny (distributed/nanny.py WorkerProcess._death_message, dask-cuda's LocalCUDACluster and
+    # dask-cuda-worker run it too): 'Worker process %d was killed by signal %d' % (pid, -exitcode) (an f-string from 2024),
+    # logged by the nanny as a WARNING (INFO from 2022), then 'Restarting worker'. Read at 1.20.0, 1.26.0, 2.0.0, 2.30.0,
+    # 2021.01.0, 2022.05.0, 2023.1.0, 2024.1.0 and 2026.7.1. Not SIGTERM or SIGKILL: the nanny itself terminates and kills the
+    # worker it restarts or closes (process.terminate(), then kill()), so those numbers are no failure by themselves.
+    "dask_nanny": {
+        "pattern": r"Worker process (?P<pid>\d+) was killed by signal (?P<signal>{N})\b",
+        "examples": ["distributed.nanny - WARNING - Worker process 56 was killed by signal {N}",
+                     "2024-03-01 10:00:00,000 - distributed.nanny - INFO - Worker process 2415 was killed by signal {N}"],
+        "supersedes": [],
+    },
     # The 128+N and -N conventions in the words around them: Horovod's runner ('Process %d exit with
     # status code %d.'), Docker/containerd ('exited with code'), CPython ('returned non-zero exit
     # status %d.'), IDEs ('exit code 137 (interrupted by signal 9: SIGKILL)').
@@ -276,6 +287,8 @@ NEGATIVES = [
     "[2024-01-01 10:00:00,123] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=0'] exits with return code = 1",
     "[gpu-node-3:03599] *** Process received signal ***",
     "SIGQUIT: quit",
+    "distributed.nanny - WARNING - Worker process 56 exited with status 1",
+    "distributed.nanny - INFO - Worker process 2415 was killed by signal 15",
 ]
 
 

@@ -85,6 +85,18 @@ WRAPPERS = [
     # Caffe's NCCL_CHECK (include/caffe/util/nccl.hpp): CHECK_EQ(result, ncclSuccess) << " " << string,
     # printed by glog as "Check failed: result == ncclSuccess (2 vs. 0)  <string>".
     r"\bCheck failed: result == ncclSuccess \(\d{1,2} vs\. 0\)(?: :)?",
+    # RAFT (cuML, cuGraph, RAFT comms' std_comms; round kb55a): RAFT_NCCL_TRY (NCCL_TRY) throws raft::logic_error with
+    # SET_ERROR_MSG(msg, "NCCL error encountered at: ", "call='%s', Reason=%d:%s", #call, status, ncclGetErrorString(status)),
+    # SET_ERROR_MSG putting "file=%s line=%d: " between prefix and message; RAFT_NCCL_TRY_NO_THROW printf("NCCL call='%s'
+    # failed. Reason:%s\n", ...). Read in rapidsai/raft cpp/include/raft/comms/std_comms.hpp (v0.15.0a), comms/util.hpp
+    # (v21.08.00), comms/detail/util.hpp (v22.04.00, v23.08.00), common/nccl_macros.hpp (HEAD) and error.hpp SET_ERROR_MSG.
+    r"\bNCCL error encountered at: file=[^\n]{1,300} line=\d{1,6}: call='[^\n]{0,400}', Reason=\d{1,2}:",
+    r"\bNCCL call='[^\n]{0,400}' failed\. Reason:",
+    # XGBoost dh::ThrowOnNcclError (src/common/device_helpers.cuh, v0.81 .. v1.7): "NCCL failure :" << ncclGetErrorString(code)
+    # << " " << file << "(" << line << ")"; v2.0 "NCCL failure: " << string << "." (and collective/nccl_stub.cc GetNcclResult,
+    # v3.0), raised through dmlc LOG(FATAL) / XGBoostError ("Exception in gpu_hist: NCCL failure :internal error ..."). Read at
+    # v0.81, v0.90, v1.0.0, v1.3.0, v1.6.0 (" :"), v2.0.0 and v3.0.0 (": ").
+    r"\bNCCL failure ?:",
 ]
 WRAP = "(?:" + "|".join(WRAPPERS) + ")"
 
@@ -105,6 +117,10 @@ NCCL_EXAMPLES = [
     "2023-01-01 10:00:00.000000: E tensorflow/core/nccl/nccl_manager.cc:651] Error invoking NCCL: {w}",
     "RuntimeError: /opt/transformer_engine/transformer_engine/common/comm_gemm_overlap/userbuffers/userbuffers-host.cpp:120 in function create_communicator_grouped2: NCCL Error: {w}",
     "F1202 10:00:00.000000 12 parallel.cpp:104] Check failed: result == ncclSuccess ({n} vs. 0)  {w}",
+    ", NCCL error encountered at: file=/opt/conda/envs/rapids/include/raft/comms/detail/std_comms.hpp line=334: call='ncclBroadcast(buff, buff, count, get_nccl_datatype(datatype), root, nccl_comm_, stream)', Reason={n}:{w}",
+    "NCCL call='ncclCommDestroy(nccl_comm_)' failed. Reason:{w}",
+    "xgboost.core.XGBoostError: [17:16:55] /workspace/src/tree/updater_gpu_hist.cu:980: Exception in gpu_hist: NCCL failure :{w} /workspace/src/common/device_helpers.cuh(952)",
+    "xgboost.core.XGBoostError: [09:12:44] /workspace/src/common/device_helpers.cuh:135: NCCL failure: {w}. /workspace/src/collective/nccl_device_communicator.cu(126)",
 ]
 
 
@@ -282,6 +298,19 @@ CUDA_WRAPPERS = [
     # The API name is a CUDA, HIP or QUDA call (qudaLaunchKernel and the other wrappers pass __func__), a capital after the prefix,
     # so "ERROR: cublasSgemm returned ..." (a library status, not a CUDA text) stays out.
     r"\bERROR: (?:\(CUDA\) |(?:cuda|cu|hip|quda)[A-Z][A-Za-z0-9_]{1,60} returned )",
+    # RAFT (cuML, cuGraph; round kb55a): RAFT_CUDA_TRY (CUDA_TRY) throws raft::cuda_error with SET_ERROR_MSG(msg, "CUDA error
+    # encountered at: ", "call='%s', Reason=%s:%s", #call, cudaGetErrorName(status), cudaGetErrorString(status)) ("file=%s
+    # line=%d: " between them). The name already counts; the wrapper gives the catch-all for unmapped texts. Read in rapidsai/raft
+    # cpp/include/raft/cudart_utils.h at v0.15.0a, v21.08.00, v22.04.00 and util/cuda_rt_essentials.hpp at v23.08.00 and HEAD.
+    r"\bCUDA error encountered at: file=[^\n]{1,300} line=\d{1,6}: call='[^\n]{0,400}', Reason=cudaError[A-Za-z]{2,60}:",
+    # XGBoost dh::ThrowOnCudaError (safe_cuda, dmlc/xgboost): v0.71 .. v0.80 src/common/device_helpers.cuh throw
+    # thrust::system_error(code, thrust::cuda_category(), "<file>(<line>)"), whose what() is that text, ": " and the CUDA text
+    # (Thrust <= 1.9.3; later "cudaErrorX: " first), printed by std::terminate's "what():" or the Python package's
+    # XGBoostError; v0.81 .. v3.x src/common/common.h (common.cu from v3.0) LOG(FATAL) << thrust::system_error(code,
+    # cuda_category(), file + ": " + line).what(), so "[hh:mm:ss] <path>/common.h:41: <file>: <line>: <text>". Read at v0.71,
+    # v0.72, v0.80, v0.81, v0.90, v1.0.0, v1.3.0, v1.6.0, v2.0.0, v3.0.0.
+    r"(?:\bwhat\(\):|XGBoostError:) {1,2}(?:b\x27)?\S{1,300}\.cuh?\(\d{1,6}\): ",
+    r"\bcommon\.(?:h|cu):\d{1,4}: \S{1,300}: \d{1,6}: ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -349,6 +378,11 @@ CUDA_WRAP_EXAMPLES = [
     "amrex::Abort::1::GPU error in file /src/amrex/Src/Base/AMReX_GpuDevice.cpp line 402 {s} !!!",
     "QUDA: ERROR: (CUDA) {s} (rank 0, host node-3, quda_cuda_api.cpp:186 in qudaDeviceSynchronize_())",
     "QUDA: ERROR: cudaMemcpyAsync returned {s}",
+    "CUDA error encountered at: file=/opt/conda/include/raft/util/cudart_utils.hpp line=148: call='cudaMemcpyAsync(d_ptr1, d_ptr2, len * sizeof(Type), cudaMemcpyDeviceToDevice, stream)', Reason={name}:{s}",
+    "  what():  /workspace/src/predictor/../common/device_helpers.cuh(523): {s}",
+    "xgboost.core.XGBoostError: b'/workspace/src/tree/../common/device_helpers.cuh(411): {s}'",
+    "  what():  [10:12:10] /workspace/include/xgboost/./../../src/common/common.h:41: /workspace/src/tree/updater_gpu_hist.cu: 279: {s}",
+    "xgboost.core.XGBoostError: [08:53:31] /workspace/src/common/common.cu:17: /workspace/src/data/ellpack_page.cu: 262: {s}",
 ]
 
 # NVIDIA PhysX's GPU code (Isaac Gym, Isaac Sim / Isaac Lab, Omniverse) prints the raw CUresult number of a failed driver
@@ -395,6 +429,25 @@ PHYSX_WRAP = "(?:" + "|".join(PHYSX_WRAPPERS) + ")"
 #   (code-index copy; the lammps repository is too large to fetch here; HPCToolkit's copies print the same words).
 CURESULT_NUMBER_OPEN = r"(?:: (?:CUDA error|Invalid error code) \(|\bCuda driver error )"
 CURESULT_NUMBER_CLOSE = r"(?:\)| in (?:call at )?file )"
+# - ollama's GPU discovery (gpu/gpu_info_nvcuda.c and gpu_info_cudart.c, discover/ from v0.4; removed by v0.12.5): snprintf(buf,
+#   buflen, "cuda driver library failed to get device context %d", ret) after cuCtxCreate, "cuda driver library init failure: %d"
+#   (cuInit), "cuda driver library device memory info lookup failure %d", "cuda driver library failed to release device context %d",
+#   v0.1.39's "nvcuda init failure: %d", "nvcuda failed to get primary device context %d", "nvcuda device memory info lookup failure
+#   %d", and the runtime library's "cudart init failure: %d" / "cudart device memory info lookup failure %d" (cudaError_t numbers:
+#   only the rows whose runtime and driver numbers agree count, as everywhere here). The free-memory refresh logs the same text with
+#   LOG(1, ...) and no newline, so Go's next record follows the number on the same line ("... device context 46time=2024-...").
+#   Read at v0.1.32, v0.1.39, v0.3.0, v0.5.4 and v0.12.0 (round kb55a). Not the NVML library's "unable to get device count: %d"
+#   (gpu_info_nvml.c prints nvmlReturn_t numbers in the same words).
+CURESULT_OLLAMA_OPEN = (r"\b(?:(?:cuda driver library|nvcuda) (?:init failure: |failed to (?:get (?:primary )?|release )device context "
+                        r"|device memory info lookup failure )|cudart (?:init failure: |device memory info lookup failure ))")
+CURESULT_OLLAMA_CLOSE = r"(?:\b|time=)"
+CURESULT_OLLAMA_EXAMPLES = [
+    'Dec 31 01:21:28 FORGE ollama[555324]: cuda driver library failed to get device context {n}time=2024-12-31T01:21:28.358-05:00 level=WARN source=gpu.go:449 msg="error looking up nvidia GPU memory"',
+    'time=2024-06-01T10:00:00.000Z level=INFO source=gpu.go:253 msg="error looking up nvidia GPU memory" error="cuda driver library failed to get device context {n}"',
+    'time=2024-05-20T08:11:02.120Z level=INFO source=gpu.go:218 msg="unable to load cuda driver library" library=/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15 error="cuda driver library init failure: {n}"',
+    'time=2024-05-01T10:00:00.000Z level=INFO source=gpu.go:246 msg="error looking up nvidia GPU memory" error="nvcuda failed to get primary device context {n}"',
+    'time=2024-04-10T10:00:00.000Z level=INFO source=gpu.go:268 msg="error looking up CUDA GPU memory" error="cudart device memory info lookup failure {n}"',
+]
 CURESULT_NUMBER_EXAMPLES = [
     "Exception: Error synchronizing on event for CCMA: CUDA error ({n}) at /home/user/OpenMM-7.1.1-Source/platforms/cuda/src/CudaIntegrationUtilities.cpp:736",
     "Exception: Error deleting array bondParams: CUDA error ({n})",
@@ -579,6 +632,7 @@ def cuda_blocks(rows, hip_rows):
         if curesult:
             pats.append(PHYSX_WRAP + "(?:" + "|".join(curesult) + ")\\b")
             pats.append(CURESULT_NUMBER_OPEN + "(?:" + "|".join(curesult) + ")" + CURESULT_NUMBER_CLOSE)
+            pats.append(CURESULT_OLLAMA_OPEN + "(?:" + "|".join(curesult) + ")" + CURESULT_OLLAMA_CLOSE)
         for r in rs:
             pats += CUDA_OWN_LINES.get(r["name"], ([], []))[0]
         exs = []
@@ -591,6 +645,7 @@ def cuda_blocks(rows, hip_rows):
             if r["curesult"] != "-":
                 exs += [t.format(n=r["number"]) for t in PHYSX_EXAMPLES]
                 exs += [t.format(n=r["number"]) for t in CURESULT_NUMBER_EXAMPLES]
+                exs += [t.format(n=r["number"]) for t in CURESULT_OLLAMA_EXAMPLES]
                 exs.append("[23:42:41] src/runtime/cuda/cuda_module.cc:93: CUDAError: cuModuleLoadData(&(module_[device_id]), data_.c_str()) failed with error: " + r["curesult"])
             if r["unique"] != "yes":
                 exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
@@ -605,10 +660,12 @@ def cuda_blocks(rows, hip_rows):
         table, p, e = out.get(entry, ("cuda-errors.tsv", [], []))
         out[entry] = (table, p + pats, e + exs)
     pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", PHYSX_WRAP + "\\d{1,4}\\b",
-            CURESULT_NUMBER_OPEN + "\\d{1,4}" + CURESULT_NUMBER_CLOSE, TRITON1_BOTH + "[a-z]"]
+            CURESULT_NUMBER_OPEN + "\\d{1,4}" + CURESULT_NUMBER_CLOSE, CURESULT_OLLAMA_OPEN + "\\d{1,4}" + CURESULT_OLLAMA_CLOSE,
+            TRITON1_BOTH + "[a-z]"]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
     exs += [t.format(n=801) for t in PHYSX_EXAMPLES]
     exs += [t.format(n=801) for t in CURESULT_NUMBER_EXAMPLES]
+    exs += [t.format(n=801) for t in CURESULT_OLLAMA_EXAMPLES]
     exs += triton1_examples(["CUDA", "HIP"], [TRITON1_FALLBACK_TEXT])
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
