@@ -10,6 +10,7 @@ Inputs (this directory):
   hip-errors.tsv    hipError_t -> hipGetErrorName / hipGetErrorString -> KB entry (the CUDA twin's entry)
   hsa-status.tsv    hsa_status_t (AMD's HSA runtime, ROCr) -> hsa_status_string -> KB entry
   nvml-errors.tsv   nvmlReturn_t -> nvmlErrorString / pynvml wordings and pynvml's exception class -> KB entry
+  cublas-status.tsv cublasStatus_t -> cublasGetStatusString -> KB entry
 
 For every row whose kb_entry is not "-", the entry kb/<kb_entry>.toml gets, inside its
 `patterns = [...]` and `examples = [...]` arrays, a block between the lines
@@ -463,6 +464,24 @@ PHYSX_EXAMPLES = [
     "[Error] [omni.physx.plugin] PhysX error: GPU kernel 'updateBodiesLaunch' execution failed with error {n}!",
 ]
 
+# The raw CUresult number after the words that open it and before the words that close it, with the examples of each form: PhysX,
+# OpenMM and LAMMPS, ollama. A mapped row's number yields its entry; any other number the catch-all (CUDA_FALLBACK_ENTRY).
+CURESULT_NUMBER_FORMS = [
+    (PHYSX_WRAP, "\\b", PHYSX_EXAMPLES),
+    (CURESULT_NUMBER_OPEN, CURESULT_NUMBER_CLOSE, CURESULT_NUMBER_EXAMPLES),
+    (CURESULT_OLLAMA_OPEN, CURESULT_OLLAMA_CLOSE, CURESULT_OLLAMA_EXAMPLES),
+]
+
+
+def curesult_numbers(number):
+    """The patterns that read `number` (a regex for the number) in each of CURESULT_NUMBER_FORMS."""
+    return [o + number + c for o, c, _ in CURESULT_NUMBER_FORMS]
+
+
+def curesult_examples(n):
+    return [t.format(n=n) for _, _, exs in CURESULT_NUMBER_FORMS for t in exs]
+
+
 # A program's own words for a row's failure, where it prints no CUDA text or number (round kb40): AMReX's arena aborts before
 # cudaMalloc when the request exceeds the free device memory (Src/Base/AMReX_Arena.cpp Arena::allocate_system, amrex.abort_on_
 # out_of_gpu_memory): amrex::Abort("Out of gpu memory. Free: " << free << " Asked: " << nbytes), the same text at 21.01, 22.01,
@@ -596,6 +615,12 @@ def nccl_blocks(rows):
     return out
 
 
+def wrapped_examples(r):
+    """A row's text after each CUDA wrapper and after the CUDA samples' arrow."""
+    exs = [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
+    return exs + [DEVICE_QUERY_EXAMPLE.format(s=r["string"])]
+
+
 def cuda_blocks(rows, hip_rows):
     out = {}
     for entry, rs in by_entry(rows).items():
@@ -622,34 +647,28 @@ def cuda_blocks(rows, hip_rows):
             pats.append("(?:" + "|".join(esc(w) for w in uniq) + ")")
         shared = minimal([r["string"] for r in rs if r["unique"] != "yes"])
         if shared:
-            pats.append(CUDA_WRAP + "(?:" + "|".join(esc(w) for w in shared) + ")")
-            pats.append(DEVICE_QUERY + "(?:" + "|".join(esc(w) for w in shared) + ")")
+            alt = "(?:" + "|".join(esc(w) for w in shared) + ")"
+            pats += [CUDA_WRAP + alt, DEVICE_QUERY + alt]
         # Not the unique=wrapped rows: their text is logged by healthy runs after "CUDA" and an error word of XLA's notice.
         loose = minimal([r["string"] for r in rs if r["unique"] == "no"])
         if loose:
             pats.append(CUDA_ANY + "(?:" + "|".join(esc(w) for w in loose) + ")")
         curesult = [r["number"] for r in rs if r["curesult"] != "-" and r["unique"] != "wrapped"]
         if curesult:
-            pats.append(PHYSX_WRAP + "(?:" + "|".join(curesult) + ")\\b")
-            pats.append(CURESULT_NUMBER_OPEN + "(?:" + "|".join(curesult) + ")" + CURESULT_NUMBER_CLOSE)
-            pats.append(CURESULT_OLLAMA_OPEN + "(?:" + "|".join(curesult) + ")" + CURESULT_OLLAMA_CLOSE)
+            pats += curesult_numbers("(?:" + "|".join(curesult) + ")")
         for r in rs:
             pats += CUDA_OWN_LINES.get(r["name"], ([], []))[0]
         exs = []
         for r in rs:
             exs += CUDA_OWN_LINES.get(r["name"], ([], []))[1]
             if r["unique"] == "wrapped":
-                exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
-                exs.append(DEVICE_QUERY_EXAMPLE.format(s=r["string"]))
+                exs += wrapped_examples(r)
                 continue
             if r["curesult"] != "-":
-                exs += [t.format(n=r["number"]) for t in PHYSX_EXAMPLES]
-                exs += [t.format(n=r["number"]) for t in CURESULT_NUMBER_EXAMPLES]
-                exs += [t.format(n=r["number"]) for t in CURESULT_OLLAMA_EXAMPLES]
+                exs += curesult_examples(r["number"])
                 exs.append("[23:42:41] src/runtime/cuda/cuda_module.cc:93: CUDAError: cuModuleLoadData(&(module_[device_id]), data_.c_str()) failed with error: " + r["curesult"])
             if r["unique"] != "yes":
-                exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
-                exs.append(DEVICE_QUERY_EXAMPLE.format(s=r["string"]))
+                exs += wrapped_examples(r)
             if r["unique"] == "no":
                 exs += [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_ANY_EXAMPLES]
             exs.append(f"cupy_backends.cuda.api.runtime.CUDARuntimeError: {r['name']}: {r['string']}")
@@ -659,13 +678,9 @@ def cuda_blocks(rows, hip_rows):
     for entry, (pats, exs) in triton1_parts(rows, hip_rows).items():
         table, p, e = out.get(entry, ("cuda-errors.tsv", [], []))
         out[entry] = (table, p + pats, e + exs)
-    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", PHYSX_WRAP + "\\d{1,4}\\b",
-            CURESULT_NUMBER_OPEN + "\\d{1,4}" + CURESULT_NUMBER_CLOSE, CURESULT_OLLAMA_OPEN + "\\d{1,4}" + CURESULT_OLLAMA_CLOSE,
-            TRITON1_BOTH + "[a-z]"]
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
-    exs += [t.format(n=801) for t in PHYSX_EXAMPLES]
-    exs += [t.format(n=801) for t in CURESULT_NUMBER_EXAMPLES]
-    exs += [t.format(n=801) for t in CURESULT_OLLAMA_EXAMPLES]
+    exs += curesult_examples(801)
     exs += triton1_examples(["CUDA", "HIP"], [TRITON1_FALLBACK_TEXT])
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
@@ -906,6 +921,41 @@ def nvml_blocks(rows):
     return out
 
 
+# cublas-status.tsv: cublasGetStatusString's texts after the programs that print them (kb55a). ggml's CUBLAS_CHECK
+# (CUDA_CHECK_GEN with cublas_get_error_str, src/ggml-cuda/common.cuh at v0.9.1 .. v0.21.0: GGML_CUDA_NAME " error: %s", so
+# 'CUDA error: <text>', then '  current device: N, in function ...'); its 2023 form fprintf("\ncuBLAS error %d at %s:%d: %s\n")
+# (ggml-cuda.cu at 0a476f7b, 2023-12), the status number alone, "cuBLAS error %d at %s:%d", on CUDA < 12 builds and in the
+# 2023-05 .. 2023-10 copies (1ed6d427, c2516858); Transformer Engine's check_cublas_ / NVTE_CHECK_CUBLAS ('CUBLAS Error: ' up
+# to v1.5, 'cuBLAS Error: ' from v1.6, as read in kb52a).
+CUBLAS_WRAPPERS = [
+    r"\b(?:CUBLAS|cuBLAS) Error: ",
+    r"\bCUDA error: ",
+    r"\bcuBLAS error \d{1,2} at [^\n]{1,300}:\d{1,6}: ",
+]
+CUBLAS_WRAP = "(?:" + "|".join(CUBLAS_WRAPPERS) + ")"
+# ggml's 2023 line with the status number and no text.
+CUBLAS_NUMBER = r"\bcuBLAS error {n} at [^\n]{{1,300}}:\d{{1,6}}\b"
+CUBLAS_EXAMPLES = [
+    "CUDA error: {s}",
+    "cuBLAS error {n} at /home/user/llama.cpp/ggml-cuda.cu:8455: {s}",
+    "cuBLAS error {n} at ggml-cuda.cu:6237",
+    "RuntimeError: /workspace/TransformerEngine/transformer_engine/common/gemm/cublaslt_gemm.cu:410 in function cublas_gemm: cuBLAS Error: {s}",
+]
+
+
+def cublas_blocks(rows):
+    out = {}
+    for entry, rs in by_entry(rows).items():
+        pats, exs = [], []
+        for r in rs:
+            text = esc(r["string"])
+            pats.append("\\b" + text + "\\b" if r["unique"] == "yes" else CUBLAS_WRAP + text)
+            pats.append(CUBLAS_NUMBER.format(n=r["number"]))
+            exs += [t.format(s=r["string"], n=r["number"]) for t in CUBLAS_EXAMPLES]
+        out[entry] = ("cublas-status.tsv", pats, exs)
+    return out
+
+
 def replace_block(text, array, table, items, path):
     """Put `items` between the markers inside the `array = [` ... `]` of text."""
     return tables.replace_block(text, array, items, path, toml_str, BEGIN.format(table=table), END)
@@ -927,6 +977,8 @@ def main():
     for k, v in hsa_blocks(read_tsv("hsa-status.tsv")).items():
         blocks.setdefault(k, []).append(v)
     for k, v in nvml_blocks(read_tsv("nvml-errors.tsv")).items():
+        blocks.setdefault(k, []).append(v)
+    for k, v in cublas_blocks(read_tsv("cublas-status.tsv")).items():
         blocks.setdefault(k, []).append(v)
     stale = []
     for entry, tbls in sorted(blocks.items()):
