@@ -177,6 +177,11 @@ CUDA_WRAPPERS = [
     # after PyTorch's "Last error:" (ncclGetLastError) on its own line, and quoted by XLA's
     # "Last NCCL warning(error) log entry (may be unrelated) '...'".
     r"\bCuda failure (?:\d{1,3} )?'",
+    # NCCL 2.3 .. 2.7's P2P transport (src/transport/p2p.cu at v2.3.5-5, p2p.cc at v2.4.2-1 .. v2.7.8-1, p2pSendConnect and
+    # p2pRecvConnect): WARN("failed to open CUDA IPC handle : %d %s", err, cudaGetErrorString(err)) after cudaIpcOpenMemHandle of
+    # the peer's buffer, then ncclUnhandledCudaError; 2.8 on checks the call with CUDACHECK (the "Cuda failure" line above).
+    # The number is the toolkit's own (peer access unsupported was 64 before CUDA 10.1, 217 after), so only the text is read.
+    r"\bfailed to open CUDA IPC handle : \d{1,4} ",
     # dmlc-core's checks on `e` before " CUDA: " << cudaGetErrorString(e), one family:
     # - CHECK(e == cudaSuccess || e == cudaErrorCudartUnloading) << "CUDA: " in MXNet's and TVM's CUDA_CALL and
     #   mshadow's, printed "Check failed: <expr> CUDA: <string>" (newer dmlc: "Check failed: <expr>: CUDA: <string>");
@@ -334,6 +339,7 @@ CUDA_WRAP_EXAMPLES = [
     "onnxruntime::CudaCall CUDA failure {n}: {s} ; GPU=0 ; hostname=node-3 ; expr=cudaMalloc((void**)&p, size);",
     "Failed: Cuda error /workspace/app/src/allreduce.cu:118 '{s}'",
     "Cuda failure '{s}'",
+    "node-3:2753:2762 [0] transport/p2p.cu:548 NCCL WARN failed to open CUDA IPC handle : {n} {s}",
     "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: NCCL operation ncclGroupEnd() failed: unhandled cuda error (run with NCCL_DEBUG=INFO for details). Last NCCL warning(error) log entry (may be unrelated) 'Cuda failure {n} '{s}''.",
     "[19:06:43] src/storage/./gpu_device_storage.h:39: Check failed: e == cudaSuccess || e == cudaErrorCudartUnloading CUDA: {s}",
     "  what():  [12:09:48] mshadow/mshadow/./tensor_gpu-inl.h:35: Check failed: e == cudaSuccess CUDA: {s}",
