@@ -306,7 +306,7 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
             ),
             (
                 "tests/corpus/blind/batch53".to_string(),
-                "held-out".to_string()
+                "blind".to_string()
             ),
             ("tests/corpus/real".to_string(), "in-sample".to_string()),
         ]
@@ -319,9 +319,8 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
     // 50; batch27 and batch28 released in session 50, batch29 to batch31 in session 51, batch32
     // to batch34 in session 52, batch35 to batch37 in session 53, batch38 and batch39 in session 54,
     // batch40 in session 55, batch41 in session 56, batch42 in session 57, batch43 and batch44 in
-    // session 58, batch45 to batch47 in session 59, batch48 to batch50 in session 60, batch51 and
-    // batch52 in session 61, each after its single held-out score); batch53 is held out, its floor
-    // the figure it was scored once at.
+    // session 58, batch45 to batch47 in session 59, batch48 to batch50 in session 60, batch51 to
+    // batch53 in session 61, each after its single held-out score).
     let floors = [
         (159, 157, 1),
         (71, 70, 0),
