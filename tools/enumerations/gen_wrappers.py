@@ -319,6 +319,25 @@ CUDA_WRAPPERS = [
     r"\bcommon\.(?:h|cu):\d{1,4}: \S{1,300}: \d{1,6}: ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
+# Faiss's GPU checks, wrappers like CUDA_WRAPPERS but a pattern of their own: one alternation of all of them is too large for
+# Hyperscan in the catch-all.
+FAISS_WRAPPERS = [
+    # Faiss GPU (round kb58a): CUDA_VERIFY in faiss/gpu/utils/DeviceUtils.h, FAISS_ASSERT_FMT(err__ == cudaSuccess, "CUDA error
+    # %d %s", (int)err__, cudaGetErrorString(err__)), printed by FaissAssert.h as "Faiss assertion '%s' failed in %s at %s:%d;
+    # details: " FMT (v1.6.0 .. v1.15.0; v1.5.x printed the number only, "CUDA error %d", no text to read); the frees,
+    # "Failed to cudaFree pointer %p (error %d %s)" and "Failed to cudaFreeHost pointer %p (error %d %s)" (gpu/utils/MemorySpace.cpp
+    # at v1.6.0, StandardGpuResources.cpp from v1.6.3 to v1.15.0), and the allocations that throw through FAISS_THROW_IF_NOT_FMT:
+    # "failed to cudaMalloc|cudaMallocManaged|cudaHostAlloc %zu bytes (error %d %s)" (MemorySpace.cpp at v1.6.0), "Failed to
+    # cudaMalloc %zu bytes on device %d (error %d %s" and "Failed to cudaMallocManaged %zu bytes (error %d %s"
+    # (StandardGpuResources.cpp v1.6.3 .. v1.7.0), then "StandardGpuResources: alloc fail <req> (cudaMalloc error %s [%d])" and
+    # "... failed (cudaMallocManaged error %s [%d])" (v1.7.1 .. v1.15.0). Read at v1.5.0, v1.6.0, v1.6.5, v1.7.0, v1.7.1, v1.7.2,
+    # v1.7.4, v1.8.0, v1.9.0, v1.12.0, v1.15.0.
+    r"; details: CUDA error \d{1,4} ",
+    r"\b[Ff]ailed to cuda(?:Free(?:Host)? pointer \S{1,40}|(?:Malloc(?:Managed)?|HostAlloc) \d{1,20} bytes(?: on device \d{1,3})?)"
+    r" \(error \d{1,4} ",
+    r"\((?:cudaMalloc|cudaMallocManaged) error ",
+]
+FAISS_WRAP = "(?:" + "|".join(FAISS_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
 # print cudaGetErrorString ("[XX] CUDA runtime error: <string>", "cuda kernel failed with error <string>", "CUDA Error =
 # <string>"). Only the strings of mapped rows follow it (never the catch-all message of CUDA_FALLBACK_ENTRY), so a line
@@ -390,6 +409,11 @@ CUDA_WRAP_EXAMPLES = [
     "xgboost.core.XGBoostError: b'/workspace/src/tree/../common/device_helpers.cuh(411): {s}'",
     "  what():  [10:12:10] /workspace/include/xgboost/./../../src/common/common.h:41: /workspace/src/tree/updater_gpu_hist.cu: 279: {s}",
     "xgboost.core.XGBoostError: [08:53:31] /workspace/src/common/common.cu:17: /workspace/src/data/ellpack_page.cu: 262: {s}",
+    "Faiss assertion 'err__ == cudaSuccess' failed in void faiss::gpu::runL2Norm(...) at /project/faiss/faiss/gpu/impl/L2Norm.cu:261; details: CUDA error {n} {s}",
+    "Faiss assertion 'err == cudaSuccess' failed in void faiss::gpu::freeMemorySpace(faiss::gpu::MemorySpace, void*) at gpu/utils/MemorySpace.cpp:72; details: Failed to cudaFree pointer 0x7f0ca0000000 (error {n} {s})",
+    "Error in void faiss::gpu::allocMemorySpaceV(faiss::gpu::MemorySpace, void**, size_t) at gpu/utils/MemorySpace.cpp:26: Error: 'err == cudaSuccess' failed: failed to cudaMalloc 1610612736 bytes (error {n} {s})",
+    "Error in virtual void* faiss::gpu::StandardGpuResourcesImpl::allocMemory(const faiss::gpu::AllocRequest&) at /project/faiss/faiss/gpu/StandardGpuResources.cpp:452: Error: 'err == cudaSuccess' failed: Failed to cudaMalloc 1610612736 bytes on device 0 (error {n} {s}",
+    "Error: 'err == cudaSuccess' failed: StandardGpuResources: alloc fail type FlatData dev 0 space Device stream 0x5581 size 2764800000 bytes (cudaMalloc error {s} [{n}])",
 ]
 
 # NVIDIA PhysX's GPU code (Isaac Gym, Isaac Sim / Isaac Lab, Omniverse) prints the raw CUresult number of a failed driver
@@ -654,7 +678,7 @@ def cuda_blocks(rows, hip_rows):
         shared = minimal([r["string"] for r in rs if r["unique"] != "yes"])
         if shared:
             alt = "(?:" + "|".join(esc(w) for w in shared) + ")"
-            pats += [CUDA_WRAP + alt, DEVICE_QUERY + alt]
+            pats += [CUDA_WRAP + alt, FAISS_WRAP + alt, DEVICE_QUERY + alt]
         # Not the unique=wrapped rows: their text is logged by healthy runs after "CUDA" and an error word of XLA's notice.
         loose = minimal([r["string"] for r in rs if r["unique"] == "no"])
         if loose:
@@ -684,7 +708,7 @@ def cuda_blocks(rows, hip_rows):
     for entry, (pats, exs) in triton1_parts(rows, hip_rows).items():
         table, p, e = out.get(entry, ("cuda-errors.tsv", [], []))
         out[entry] = (table, p + pats, e + exs)
-    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", FAISS_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
     exs += curesult_examples(801)
     exs += triton1_examples(["CUDA", "HIP"], [TRITON1_FALLBACK_TEXT])
