@@ -168,6 +168,11 @@ CUDA_WRAPPERS = [
     # "%s:%d: operation %s failed: %s" with expr = the CUDA call (cudaX(...) / gpuX(...) / cuX(...));
     # XLA/TF ToStatus(cudaError_t): "%s:%d: CUDA operation %s failed: %s" (same tail).
     r"\boperation (?:cuda|gpu|cu)[A-Za-z]{1,40}\([^\n]{0,200}\) failed: ",
+    # MLX's CUDA backend (mlx/backend/cuda/utils.cpp check_cuda_error, CHECK_CUDA_ERROR(cmd) passing #cmd): throw
+    # std::runtime_error(fmt::format("{} failed: {}", name, cudaGetErrorString(err))) and the CUresult overload with
+    # cuGetErrorString; the name is the whole call expression ("cudaMemAdvise(data_, small_pool_size, ...) failed: ...").
+    # Read in ml-explore/mlx at v0.25.2 (the first tag with the CUDA backend), v0.26.0, v0.27.1, v0.30.0, v0.32.1 (round kb58c).
+    r"\b(?:cuda|cu)[A-Z][A-Za-z]{1,40}\([^\n]{0,300}\) failed: ",
     # ONNX Runtime core/providers/cuda/cuda_call.cc: "CUDA failure %d: %s ; GPU=%d ; hostname=..."
     r"\bCUDA failure \d{1,3}: ",
     # The CUDACHECK macro of NVIDIA's NCCL examples, copied into nccl-tests' ancestors, TensorRT-LLM,
@@ -355,6 +360,7 @@ CUDA_ANY_EXAMPLES = [
 CUDA_WRAP_EXAMPLES = [
     "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CustomCall failed: jaxlib/gpu/prng_kernels.cc:33: operation gpuGetLastError() failed: {s}",
     "INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:75: CUDA operation cudaStreamSynchronize(stream) failed: {s}",
+    "RuntimeError: cudaMemAdvise(data_, small_pool_size, cudaMemAdviseSetReadMostly, 0) failed: {s}",
     "onnxruntime::CudaCall CUDA failure {n}: {s} ; GPU=0 ; hostname=node-3 ; expr=cudaMalloc((void**)&p, size);",
     "Failed: Cuda error /workspace/app/src/allreduce.cu:118 '{s}'",
     "Cuda failure '{s}'",
