@@ -485,6 +485,16 @@ CURESULT_OLLAMA_EXAMPLES = [
     'time=2024-05-01T10:00:00.000Z level=INFO source=gpu.go:246 msg="error looking up nvidia GPU memory" error="nvcuda failed to get primary device context {n}"',
     'time=2024-04-10T10:00:00.000Z level=INFO source=gpu.go:268 msg="error looking up CUDA GPU memory" error="cudart device memory info lookup failure {n}"',
 ]
+# - NeMo's cuda-python check (nemo/core/utils/cuda_python_utils.py assert_drv, used by the CUDA-graphs RNNT/TDT decoders and
+#   NVRTC kernel compilation): raise RuntimeError("Cuda Error: {}".format(err)) with err a cuda-python CUresult, an IntEnum that
+#   format() prints as its number ("RuntimeError: Cuda Error: 222"). Read at v2.0.0rc0 (added there; absent at v1.23.0), v2.0.0,
+#   v2.2.0, v2.4.0, v2.5.0rc0 and HEAD of 2025-09-20 (the same line at each; round kb59b). Its "Nvrtc Error: {}" sibling prints
+#   nvrtcResult numbers, not CUresult ones, and is not matched. Only the raised exception's words count, "RuntimeError: " included.
+CURESULT_NEMO_OPEN = r"\bRuntimeError: Cuda Error: "
+CURESULT_NEMO_CLOSE = r"\b"
+CURESULT_NEMO_EXAMPLES = [
+    "RuntimeError: Cuda Error: {n}",
+]
 CURESULT_NUMBER_EXAMPLES = [
     "Exception: Error synchronizing on event for CCMA: CUDA error ({n}) at /home/user/OpenMM-7.1.1-Source/platforms/cuda/src/CudaIntegrationUtilities.cpp:736",
     "Exception: Error deleting array bondParams: CUDA error ({n})",
@@ -501,11 +511,12 @@ PHYSX_EXAMPLES = [
 ]
 
 # The raw CUresult number after the words that open it and before the words that close it, with the examples of each form: PhysX,
-# OpenMM and LAMMPS, ollama. A mapped row's number yields its entry; any other number the catch-all (CUDA_FALLBACK_ENTRY).
+# OpenMM and LAMMPS, ollama, NeMo. A mapped row's number yields its entry; any other number the catch-all (CUDA_FALLBACK_ENTRY).
 CURESULT_NUMBER_FORMS = [
     (PHYSX_WRAP, "\\b", PHYSX_EXAMPLES),
     (CURESULT_NUMBER_OPEN, CURESULT_NUMBER_CLOSE, CURESULT_NUMBER_EXAMPLES),
     (CURESULT_OLLAMA_OPEN, CURESULT_OLLAMA_CLOSE, CURESULT_OLLAMA_EXAMPLES),
+    (CURESULT_NEMO_OPEN, CURESULT_NEMO_CLOSE, CURESULT_NEMO_EXAMPLES),
 ]
 
 
