@@ -607,11 +607,10 @@ references = ["scripts/soak.py"]
     final_lag = None
     while True:
         now = time.time()
-        if now >= drain_deadline:
-            loaded = sum(metric_values(a.metrics(),
-                                       "faultline_knowledge_base_reloads_total").values())
-            if loaded >= 1 or now >= reload_deadline:
-                break
+        reloads_done = sum(metric_values(a.metrics(),
+                                         "faultline_knowledge_base_reloads_total").values())
+        if now >= drain_deadline and (reloads_done >= 1 or now >= reload_deadline):
+            break
         total, reported = lag_state(members)
         opened = sum(sum(metric_values(m.metrics(), "faultline_incidents_open").values())
                      for m in members)
@@ -625,10 +624,8 @@ references = ["scripts/soak.py"]
             # And every incident on the topic resolved (a member's gauge may lag behind).
             changes = [json.loads(l) for l in
                        broker.read(topics["incidents"], "%s\n").decode().splitlines()]
-            # And the KB reload a change started has finished: under the load a member compiles
-            # the changed KB's database slowly, and it goes on after the load stops.
-            reloads_done = sum(metric_values(a.metrics(),
-                                             "faultline_knowledge_base_reloads_total").values())
+            # And the KB reload a change started has finished (reloads_done, above): under the load
+            # a member checks and compiles the changed KB slowly, and it goes on after the load stops.
             if {c["id"] for c in changes} <= {
                     c["id"] for c in changes if c["status"] == "resolved"} and reloads_done >= 1:
                 break
