@@ -38,6 +38,28 @@ impl CheckReport {
     }
 }
 
+/// [`HyperscanMatcher::check_one`] of every pattern, in order, on all cores.
+fn compile_each_alone(patterns: &[crate::kb::Pattern]) -> Vec<Result<(), MatchError>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = patterns.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = patterns
+            .chunks(per)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|p| HyperscanMatcher::check_one(&p.source))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
 /// Checks the KB made of `files`.
 pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
     let (kb, mut errors) = KnowledgeBase::build(files, origin);
@@ -55,8 +77,11 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
 
     // Each pattern alone in Hyperscan, so a failure names its pattern; and its confirming
     // regex, which a run builds only when the pattern first hits.
+    // Hyperscan's compile of one pattern alone is a third of the check's CPU (about 7 ms each):
+    // the patterns are split between the machine's cores, and the results kept in order.
+    let alone = compile_each_alone(&kb.patterns);
     let mut hs_ok = true;
-    for p in &kb.patterns {
+    for (p, alone) in kb.patterns.iter().zip(alone) {
         if let Err(message) = p.regex() {
             errors.push(problem(
                 &kb,
@@ -65,7 +90,7 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
                 message.to_string(),
             ));
         }
-        if let Err(e) = HyperscanMatcher::check_one(&p.source) {
+        if let Err(e) = alone {
             hs_ok = false;
             let message = match e {
                 MatchError::Pattern { message, .. } => format!("Hyperscan rejects it: {message}"),
