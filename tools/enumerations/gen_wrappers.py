@@ -216,6 +216,12 @@ CUDA_WRAPPERS = [
     # f"CUDART error: {error_str}") with cudaGetErrorString (wheels 0.6.3.post1, 0.8.5.post1, 0.11.0, 0.34.0) and SGLang's
     # copy (sglang/srt/distributed/device_communicators/cuda_wrapper.py, wheel 0.5.23).
     r"\bCUDART error: ",
+    # PyCUDA (src/cpp/cuda.hpp CUDAPP_CALL_GUARDED / pycuda::error::make_message: the routine's name, " failed: " and
+    # curesult_to_str, which is cuGetErrorString from CUDA 6.0 builds on and PyCUDA's own switch before), raised through
+    # src/wrapper/wrap_cudadrv.cpp translate_cuda_error as pycuda._driver.{MemoryError,LogicError,LaunchError,RuntimeError,
+    # Error} ("pycuda._driver." #NAME, DECLARE_EXC): "pycuda._driver.LogicError: cuInit failed: initialization error". Read at
+    # v2013.1, v2015.1 (the first tag with cuGetErrorString), v2019.1, v2022.1, v2025.1 and v2026.1 (round kb61b).
+    r"\bpycuda\._driver\.(?:MemoryError|LogicError|LaunchError|RuntimeError|Error): cu[A-Z][A-Za-z0-9_]{1,60} failed: ",
     GGML_ROCM,
     GGML_INIT,
     TORCH_DEVICE_COUNT,
