@@ -320,6 +320,10 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
                 "tests/corpus/blind/batch56".to_string(),
                 "blind".to_string()
             ),
+            (
+                "tests/corpus/blind/batch57".to_string(),
+                "held-out".to_string()
+            ),
             ("tests/corpus/real".to_string(), "in-sample".to_string()),
         ]
     );
@@ -390,6 +394,7 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
         (58, 57, 1),
         (48, 47, 0),
         (46, 45, 0),
+        (63, 62, 0),
         (48, 48, 0),
     ];
     for (report, (detected, top1, alarms)) in reports.iter().zip(floors) {
