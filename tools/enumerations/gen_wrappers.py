@@ -328,6 +328,14 @@ CUDA_WRAPPERS = [
     # v0.72, v0.80, v0.81, v0.90, v1.0.0, v1.3.0, v1.6.0, v2.0.0, v3.0.0.
     r"(?:\bwhat\(\):|XGBoostError:) {1,2}(?:b\x27)?\S{1,300}\.cuh?\(\d{1,6}\): ",
     r"\bcommon\.(?:h|cu):\d{1,4}: \S{1,300}: \d{1,6}: ",
+    # LLVM's OpenMP offload runtime, the CUDA plugin of plugins-nextgen (libomptarget; openmp/libomptarget/plugins-nextgen/cuda/
+    # src/rtl.cpp, offload/plugins-nextgen/cuda/src/rtl.cpp from LLVM 19): Plugin::check(Res, "Error in cuStreamSynchronize: %s")
+    # and its siblings for every driver call ("Error in cuModuleGetFunction('%s'): %s"), %s being cuGetErrorString(Res); later
+    # copies write "error in cuX: %s". The plugin interface REPORTs the Error ("PluginInterface" error: Failure to synchronize
+    # stream %p: <Error>), then libomptarget's "Libomptarget fatal error 1: failure of target construct while offloading is
+    # mandatory". Read in code-index copies of both paths (llvm-project is too large to fetch here); round kb62a, real log
+    # exasmr/openmc#27.
+    r"\b[Ee]rror in cu[A-Z][A-Za-z0-9_]{1,40}(?:\(\x27[^\x27\n]{1,200}\x27\))?: ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 # Faiss's GPU checks, wrappers like CUDA_WRAPPERS but a pattern of their own: one alternation of all of them is too large for
@@ -421,6 +429,7 @@ CUDA_WRAP_EXAMPLES = [
     "xgboost.core.XGBoostError: b'/workspace/src/tree/../common/device_helpers.cuh(411): {s}'",
     "  what():  [10:12:10] /workspace/include/xgboost/./../../src/common/common.h:41: /workspace/src/tree/updater_gpu_hist.cu: 279: {s}",
     "xgboost.core.XGBoostError: [08:53:31] /workspace/src/common/common.cu:17: /workspace/src/data/ellpack_page.cu: 262: {s}",
+    "\"PluginInterface\" error: Failure to synchronize stream (nil): Error in cuStreamSynchronize: {s}",
     "Faiss assertion 'err__ == cudaSuccess' failed in void faiss::gpu::runL2Norm(...) at /project/faiss/faiss/gpu/impl/L2Norm.cu:261; details: CUDA error {n} {s}",
     "Faiss assertion 'err == cudaSuccess' failed in void faiss::gpu::freeMemorySpace(faiss::gpu::MemorySpace, void*) at gpu/utils/MemorySpace.cpp:72; details: Failed to cudaFree pointer 0x7f0ca0000000 (error {n} {s})",
     "Error in void faiss::gpu::allocMemorySpaceV(faiss::gpu::MemorySpace, void**, size_t) at gpu/utils/MemorySpace.cpp:26: Error: 'err == cudaSuccess' failed: failed to cudaMalloc 1610612736 bytes (error {n} {s})",
@@ -986,8 +995,14 @@ CUBLAS_WRAPPERS = [
     r"\bcuBLAS error \d{1,2} at [^\n]{1,300}:\d{1,6}: ",
 ]
 CUBLAS_WRAP = "(?:" + "|".join(CUBLAS_WRAPPERS) + ")"
-# ggml's 2023 line with the status number and no text.
+# The status number and no text: ggml's 2023 line; bitsandbytes' checkCublasStatus (csrc/ops.cuh, printf("cuBLAS API failed with
+# status %d\n", status) at 0.32.0 .. 0.49.2, the helper of NVIDIA's CUDALibrarySamples cuBLASLt examples that many programs copy),
+# followed by its igemmlt's "error detected"; from 0.50.0 checkBlasLtStatus prints "BLAS Lt API failed with status %d" with
+# cublasStatus_t or, on ROCm builds, hipblasStatus_t (0 .. 11 in hipblas.h), so that form counts only for the numbers above 11.
 CUBLAS_NUMBER = r"\bcuBLAS error {n} at [^\n]{{1,300}}:\d{{1,6}}\b"
+CUBLAS_API_NUMBER = r"\bcuBLAS API failed with status {n}\b"
+CUBLAS_BNB_LT_NUMBER = r"\bBLAS Lt API failed with status {n}\b"
+HIPBLAS_MAX_STATUS = 11
 CUBLAS_EXAMPLES = [
     "CUDA error: {s}",
     "cuBLAS error {n} at /home/user/llama.cpp/ggml-cuda.cu:8455: {s}",
@@ -1004,7 +1019,12 @@ def cublas_blocks(rows):
             text = esc(r["string"])
             pats.append("\\b" + text + "\\b" if r["unique"] == "yes" else CUBLAS_WRAP + text)
             pats.append(CUBLAS_NUMBER.format(n=r["number"]))
+            pats.append(CUBLAS_API_NUMBER.format(n=r["number"]))
             exs += [t.format(s=r["string"], n=r["number"]) for t in CUBLAS_EXAMPLES]
+            exs.append("cuBLAS API failed with status {n}".format(n=r["number"]))
+            if int(r["number"]) > HIPBLAS_MAX_STATUS:
+                pats.append(CUBLAS_BNB_LT_NUMBER.format(n=r["number"]))
+                exs.append("BLAS Lt API failed with status {n}".format(n=r["number"]))
         out[entry] = ("cublas-status.tsv", pats, exs)
     return out
 
