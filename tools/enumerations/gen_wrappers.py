@@ -161,6 +161,11 @@ KOKKOS_HIP = r"\berror\( hipError[A-Za-z]{2,60}\): "
 AMREX_GPU = r"\b(?:CUDA error(?: \d{1,4})?|GPU error|GPU last error detected|HIP error) in file \S{1,300} line \d{1,6}:? "
 AMREX_HIP = r"\bHIP error in file \S{1,300} line \d{1,6} "
 
+# SPECFEM3D's print_CUDA_error_if_any / print_HIP_error_if_any (src/gpu/mesh_constants_cuda.h, mesh_constants_hip.h): a CUDA and
+# a HIP wrapper ("CUDA error !!!!! <out of memory> !!!!! ").
+SPECFEM_GPU = r"\b(?:CUDA|HIP) error !{5} <"
+SPECFEM_HIP = r"\bHIP error !{5} <"
+
 # The text a wrapper prints right before cudaGetErrorString(error), for the error strings that are
 # not unique on their own ("out of memory", "unknown error", ...). Sources in README.md.
 CUDA_WRAPPERS = [
@@ -328,6 +333,11 @@ CUDA_WRAPPERS = [
     # v0.72, v0.80, v0.81, v0.90, v1.0.0, v1.3.0, v1.6.0, v2.0.0, v3.0.0.
     r"(?:\bwhat\(\):|XGBoostError:) {1,2}(?:b\x27)?\S{1,300}\.cuh?\(\d{1,6}\): ",
     r"\bcommon\.(?:h|cu):\d{1,4}: \S{1,300}: \d{1,6}: ",
+    # SPECFEM3D's GPU solver (round kb62b): print_CUDA_error_if_any(err, num) printf("\nCUDA error !!!!! <%s> !!!!! \nat CUDA
+    # call error code: # %d\n", cudaGetErrorString(err), num), then MPI_Abort on every rank; its HIP twin print_HIP_error_if_any
+    # prints "HIP error !!!!! <%s> !!!!! " with hipGetErrorString. src/cuda/check_fields_cuda.cu at v3.0.0, src/gpu/
+    # mesh_constants_cuda.h and mesh_constants_hip.h at v4.0.0, v4.1.1 and HEAD (the same text; no GPU code in v2.0.x).
+    SPECFEM_GPU,
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
 # Faiss's GPU checks, wrappers like CUDA_WRAPPERS but a pattern of their own: one alternation of all of them is too large for
@@ -421,6 +431,7 @@ CUDA_WRAP_EXAMPLES = [
     "xgboost.core.XGBoostError: b'/workspace/src/tree/../common/device_helpers.cuh(411): {s}'",
     "  what():  [10:12:10] /workspace/include/xgboost/./../../src/common/common.h:41: /workspace/src/tree/updater_gpu_hist.cu: 279: {s}",
     "xgboost.core.XGBoostError: [08:53:31] /workspace/src/common/common.cu:17: /workspace/src/data/ellpack_page.cu: 262: {s}",
+    "CUDA error !!!!! <{s}> !!!!! ",
     "Faiss assertion 'err__ == cudaSuccess' failed in void faiss::gpu::runL2Norm(...) at /project/faiss/faiss/gpu/impl/L2Norm.cu:261; details: CUDA error {n} {s}",
     "Faiss assertion 'err == cudaSuccess' failed in void faiss::gpu::freeMemorySpace(faiss::gpu::MemorySpace, void*) at gpu/utils/MemorySpace.cpp:72; details: Failed to cudaFree pointer 0x7f0ca0000000 (error {n} {s})",
     "Error in void faiss::gpu::allocMemorySpaceV(faiss::gpu::MemorySpace, void**, size_t) at gpu/utils/MemorySpace.cpp:26: Error: 'err == cudaSuccess' failed: failed to cudaMalloc 1610612736 bytes (error {n} {s})",
@@ -759,6 +770,8 @@ HIP_WRAPPERS = [
     # <hipGetErrorString>" and AMReX's AMREX_HIP_SAFE_CALL "HIP error in file F line L <hipGetErrorString>" (KOKKOS_HIP, AMREX_HIP above).
     KOKKOS_HIP,
     AMREX_HIP,
+    # SPECFEM3D's print_HIP_error_if_any (src/gpu/mesh_constants_hip.h at v4.0.0, v4.1.1, HEAD): "HIP error !!!!! <%s> !!!!! ".
+    SPECFEM_HIP,
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
 CHECK_HIP_EXAMPLE = 'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.'
@@ -770,6 +783,7 @@ HIP_WRAP_EXAMPLES = [
     "ROCm error: {s}",
     "  what():  hipDeviceSynchronize() error( {name}): {s} /opt/kokkos/core/src/HIP/Kokkos_HIP_Instance.cpp:120",
     "amrex::Abort::2::HIP error in file /src/amrex/Src/Base/AMReX_GpuDevice.cpp line 402 {s} !!!",
+    "HIP error !!!!! <{s}> !!!!! ",
 ]
 # Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
 # each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
