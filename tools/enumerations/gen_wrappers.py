@@ -161,6 +161,11 @@ KOKKOS_HIP = r"\berror\( hipError[A-Za-z]{2,60}\): "
 AMREX_GPU = r"\b(?:CUDA error(?: \d{1,4})?|GPU error|GPU last error detected|HIP error) in file \S{1,300} line \d{1,6}:? "
 AMREX_HIP = r"\bHIP error in file \S{1,300} line \d{1,6} "
 
+# SPECFEM3D's print_CUDA_error_if_any / print_HIP_error_if_any (src/gpu/mesh_constants_cuda.h, mesh_constants_hip.h): a CUDA and
+# a HIP wrapper ("CUDA error !!!!! <out of memory> !!!!! ").
+SPECFEM_GPU = r"\b(?:CUDA|HIP) error !{5} <"
+SPECFEM_HIP = r"\bHIP error !{5} <"
+
 # The text a wrapper prints right before cudaGetErrorString(error), for the error strings that are
 # not unique on their own ("out of memory", "unknown error", ...). Sources in README.md.
 CUDA_WRAPPERS = [
@@ -328,19 +333,11 @@ CUDA_WRAPPERS = [
     # v0.72, v0.80, v0.81, v0.90, v1.0.0, v1.3.0, v1.6.0, v2.0.0, v3.0.0.
     r"(?:\bwhat\(\):|XGBoostError:) {1,2}(?:b\x27)?\S{1,300}\.cuh?\(\d{1,6}\): ",
     r"\bcommon\.(?:h|cu):\d{1,4}: \S{1,300}: \d{1,6}: ",
-    # LLVM's OpenMP offload runtime, the CUDA plugin of plugins-nextgen (libomptarget; openmp/libomptarget/plugins-nextgen/cuda/
-    # src/rtl.cpp, offload/plugins-nextgen/cuda/src/rtl.cpp from LLVM 19): Plugin::check(Res, "Error in cuStreamSynchronize: %s")
-    # and its siblings for every driver call ("Error in cuModuleGetFunction('%s'): %s"), %s being cuGetErrorString(Res); later
-    # copies write "error in cuX: %s". The plugin interface REPORTs the Error ("PluginInterface" error: Failure to synchronize
-    # stream %p: <Error>), then libomptarget's "Libomptarget fatal error 1: failure of target construct while offloading is
-    # mandatory". Read in code-index copies of both paths (llvm-project is too large to fetch here); round kb62a, real log
-    # exasmr/openmc#27.
-    r"\b[Ee]rror in cu[A-Z][A-Za-z0-9_]{1,40}(?:\(\x27[^\x27\n]{1,200}\x27\))?: ",
 ]
 CUDA_WRAP = "(?:" + "|".join(CUDA_WRAPPERS) + ")"
-# Faiss's GPU checks, wrappers like CUDA_WRAPPERS but a pattern of their own: one alternation of all of them is too large for
-# Hyperscan in the catch-all.
-FAISS_WRAPPERS = [
+# More wrappers like CUDA_WRAPPERS, in a pattern of their own: one alternation of all of them is too large for Hyperscan in
+# the catch-all ("Pattern is too large"), so wrappers added from round kb58a on go here.
+MORE_CUDA_WRAPPERS = [
     # Faiss GPU (round kb58a): CUDA_VERIFY in faiss/gpu/utils/DeviceUtils.h, FAISS_ASSERT_FMT(err__ == cudaSuccess, "CUDA error
     # %d %s", (int)err__, cudaGetErrorString(err__)), printed by FaissAssert.h as "Faiss assertion '%s' failed in %s at %s:%d;
     # details: " FMT (v1.6.0 .. v1.15.0; v1.5.x printed the number only, "CUDA error %d", no text to read); the frees,
@@ -355,8 +352,21 @@ FAISS_WRAPPERS = [
     r"\b[Ff]ailed to cuda(?:Free(?:Host)? pointer \S{1,40}|(?:Malloc(?:Managed)?|HostAlloc) \d{1,20} bytes(?: on device \d{1,3})?)"
     r" \(error \d{1,4} ",
     r"\((?:cudaMalloc|cudaMallocManaged) error ",
+    # LLVM's OpenMP offload runtime, the CUDA plugin of plugins-nextgen (libomptarget; openmp/libomptarget/plugins-nextgen/cuda/
+    # src/rtl.cpp, offload/plugins-nextgen/cuda/src/rtl.cpp from LLVM 19): Plugin::check(Res, "Error in cuStreamSynchronize: %s")
+    # and its siblings for every driver call ("Error in cuModuleGetFunction('%s'): %s"), %s being cuGetErrorString(Res); later
+    # copies write "error in cuX: %s". The plugin interface REPORTs the Error ("PluginInterface" error: Failure to synchronize
+    # stream %p: <Error>), then libomptarget's "Libomptarget fatal error 1: failure of target construct while offloading is
+    # mandatory". Read in code-index copies of both paths (llvm-project is too large to fetch here); round kb62a, real log
+    # exasmr/openmc#27.
+    r"\b[Ee]rror in cu[A-Z][A-Za-z0-9_]{1,40}(?:\(\x27[^\x27\n]{1,200}\x27\))?: ",
+    # SPECFEM3D's GPU solver (round kb62b): print_CUDA_error_if_any(err, num) printf("\nCUDA error !!!!! <%s> !!!!! \nat CUDA
+    # call error code: # %d\n", cudaGetErrorString(err), num), then MPI_Abort on every rank; its HIP twin print_HIP_error_if_any
+    # prints "HIP error !!!!! <%s> !!!!! " with hipGetErrorString. src/cuda/check_fields_cuda.cu at v3.0.0, src/gpu/
+    # mesh_constants_cuda.h and mesh_constants_hip.h at v4.0.0, v4.1.1 and HEAD (the same text; no GPU code in v2.0.x).
+    SPECFEM_GPU,
 ]
-FAISS_WRAP = "(?:" + "|".join(FAISS_WRAPPERS) + ")"
+MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
 # print cudaGetErrorString ("[XX] CUDA runtime error: <string>", "cuda kernel failed with error <string>", "CUDA Error =
 # <string>"). Only the strings of mapped rows follow it (never the catch-all message of CUDA_FALLBACK_ENTRY), so a line
@@ -430,6 +440,7 @@ CUDA_WRAP_EXAMPLES = [
     "  what():  [10:12:10] /workspace/include/xgboost/./../../src/common/common.h:41: /workspace/src/tree/updater_gpu_hist.cu: 279: {s}",
     "xgboost.core.XGBoostError: [08:53:31] /workspace/src/common/common.cu:17: /workspace/src/data/ellpack_page.cu: 262: {s}",
     "\"PluginInterface\" error: Failure to synchronize stream (nil): Error in cuStreamSynchronize: {s}",
+    "CUDA error !!!!! <{s}> !!!!! ",
     "Faiss assertion 'err__ == cudaSuccess' failed in void faiss::gpu::runL2Norm(...) at /project/faiss/faiss/gpu/impl/L2Norm.cu:261; details: CUDA error {n} {s}",
     "Faiss assertion 'err == cudaSuccess' failed in void faiss::gpu::freeMemorySpace(faiss::gpu::MemorySpace, void*) at gpu/utils/MemorySpace.cpp:72; details: Failed to cudaFree pointer 0x7f0ca0000000 (error {n} {s})",
     "Error in void faiss::gpu::allocMemorySpaceV(faiss::gpu::MemorySpace, void**, size_t) at gpu/utils/MemorySpace.cpp:26: Error: 'err == cudaSuccess' failed: failed to cudaMalloc 1610612736 bytes (error {n} {s})",
@@ -710,7 +721,7 @@ def cuda_blocks(rows, hip_rows):
         shared = minimal([r["string"] for r in rs if r["unique"] != "yes"])
         if shared:
             alt = "(?:" + "|".join(esc(w) for w in shared) + ")"
-            pats += [CUDA_WRAP + alt, FAISS_WRAP + alt, DEVICE_QUERY + alt]
+            pats += [CUDA_WRAP + alt, MORE_CUDA_WRAP + alt, DEVICE_QUERY + alt]
         # Not the unique=wrapped rows: their text is logged by healthy runs after "CUDA" and an error word of XLA's notice.
         loose = minimal([r["string"] for r in rs if r["unique"] == "no"])
         if loose:
@@ -740,7 +751,7 @@ def cuda_blocks(rows, hip_rows):
     for entry, (pats, exs) in triton1_parts(rows, hip_rows).items():
         table, p, e = out.get(entry, ("cuda-errors.tsv", [], []))
         out[entry] = (table, p + pats, e + exs)
-    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", FAISS_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", MORE_CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
     exs += curesult_examples(801)
     exs += triton1_examples(["CUDA", "HIP"], [TRITON1_FALLBACK_TEXT])
@@ -768,6 +779,8 @@ HIP_WRAPPERS = [
     # <hipGetErrorString>" and AMReX's AMREX_HIP_SAFE_CALL "HIP error in file F line L <hipGetErrorString>" (KOKKOS_HIP, AMREX_HIP above).
     KOKKOS_HIP,
     AMREX_HIP,
+    # SPECFEM3D's print_HIP_error_if_any (src/gpu/mesh_constants_hip.h at v4.0.0, v4.1.1, HEAD): "HIP error !!!!! <%s> !!!!! ".
+    SPECFEM_HIP,
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
 CHECK_HIP_EXAMPLE = 'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.'
@@ -779,6 +792,7 @@ HIP_WRAP_EXAMPLES = [
     "ROCm error: {s}",
     "  what():  hipDeviceSynchronize() error( {name}): {s} /opt/kokkos/core/src/HIP/Kokkos_HIP_Instance.cpp:120",
     "amrex::Abort::2::HIP error in file /src/amrex/Src/Base/AMReX_GpuDevice.cpp line 402 {s} !!!",
+    "HIP error !!!!! <{s}> !!!!! ",
 ]
 # Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
 # each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
