@@ -365,6 +365,15 @@ MORE_CUDA_WRAPPERS = [
     # prints "HIP error !!!!! <%s> !!!!! " with hipGetErrorString. src/cuda/check_fields_cuda.cu at v3.0.0, src/gpu/
     # mesh_constants_cuda.h and mesh_constants_hip.h at v4.0.0, v4.1.1 and HEAD (the same text; no GPU code in v2.0.x).
     SPECFEM_GPU,
+    # Deformable-convolution and deformable-attention CUDA ops (round kb63b): after the kernel launch, cudaGetLastError and
+    # printf("error in <op>_im2col_cuda: %s\n", cudaGetErrorString(err)) (then "launch arguments: gridDim=..." in DCNv4).
+    # OpenGVLab DCNv4 DCNv4_op/src/cuda/dcnv4_im2col_cuda.cuh, dcnv4_col2im_cuda.cuh ("error in dcnv4_im2col_cuda: %s") and
+    # flash_deform_*_cuda.cuh ("error in flash_deformable_im2col_cuda: %s"), the same text at 7d59305 (2024-01, first commit)
+    # and 4b848f7 (HEAD; the repository has no tags); its ops_dcnv3 ("error in dcnv3_im2col_cuda: %s", "error in
+    # dcnv3_col2im_cuda: %s"); Deformable-DETR's MultiScaleDeformableAttention ("error in ms_deformable_im2col_cuda: %s") and
+    # mmcv/mmdetection's deform_conv ("error in deformable_im2col: %s", "error in modulated_deformable_im2col_cuda: %s"),
+    # code-index copies. Only the op names with im2col or col2im count.
+    r"\berror in [a-z0-9_]{0,60}(?:im2col|col2im)[a-z0-9_]{0,30}: ",
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -441,6 +450,8 @@ CUDA_WRAP_EXAMPLES = [
     "xgboost.core.XGBoostError: [08:53:31] /workspace/src/common/common.cu:17: /workspace/src/data/ellpack_page.cu: 262: {s}",
     "\"PluginInterface\" error: Failure to synchronize stream (nil): Error in cuStreamSynchronize: {s}",
     "CUDA error !!!!! <{s}> !!!!! ",
+    "error in dcnv4_im2col_cuda: {s}",
+    "error in ms_deformable_im2col_cuda: {s}",
     "Faiss assertion 'err__ == cudaSuccess' failed in void faiss::gpu::runL2Norm(...) at /project/faiss/faiss/gpu/impl/L2Norm.cu:261; details: CUDA error {n} {s}",
     "Faiss assertion 'err == cudaSuccess' failed in void faiss::gpu::freeMemorySpace(faiss::gpu::MemorySpace, void*) at gpu/utils/MemorySpace.cpp:72; details: Failed to cudaFree pointer 0x7f0ca0000000 (error {n} {s})",
     "Error in void faiss::gpu::allocMemorySpaceV(faiss::gpu::MemorySpace, void**, size_t) at gpu/utils/MemorySpace.cpp:26: Error: 'err == cudaSuccess' failed: failed to cudaMalloc 1610612736 bytes (error {n} {s})",
