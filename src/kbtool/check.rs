@@ -254,6 +254,9 @@ pub fn check(files: Vec<KbFile>, origin: &str) -> CheckReport {
         for (field, message) in review_gaps(entry) {
             warnings.push(problem(&kb, e, field, message));
         }
+        for (field, message) in too_few_examples(entry) {
+            warnings.push(problem(&kb, e, field, message));
+        }
     }
     for p in kb.patterns.iter() {
         for f in crate::kb::lint::findings(&p.source) {
@@ -404,6 +407,30 @@ pub fn runnable_trap(text: &str) -> Option<&'static str> {
         );
     }
     None
+}
+
+/// An entry with fewer than two examples or no negative example: one example shows one
+/// wording, and without a near miss nothing shows where the pattern stops (the shipped KB's
+/// test requires both of every entry).
+fn too_few_examples(entry: &crate::kb::Entry) -> Vec<(String, String)> {
+    let mut gaps = Vec::new();
+    if entry.examples.len() < 2 {
+        gaps.push((
+            "examples".to_string(),
+            format!(
+                "{} example(s): give at least two (another wording, version or wrapper the \
+                 program prints)",
+                entry.examples.len()
+            ),
+        ));
+    }
+    if entry.negative_examples.is_empty() {
+        gaps.push((
+            "negative_examples".to_string(),
+            "no negative example: give a real near miss the patterns must not match".to_string(),
+        ));
+    }
+    gaps
 }
 
 /// Parts of an entry that no review row speaks for: (field, what is missing).

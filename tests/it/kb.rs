@@ -627,3 +627,25 @@ fn xid_version_rows_agree_with_nverror_h_per_tag() {
     assert!(checked > 1000, "{checked} (entry, tag) pairs checked");
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+#[test]
+fn an_entry_with_one_example_or_no_near_miss_is_warned_about() {
+    let warned = |text: String| -> Vec<String> {
+        let report = check::check(vec![("cuda/demo.toml".into(), text)], "t");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        report
+            .warnings
+            .iter()
+            .filter(|w| w.field == "examples" || w.field == "negative_examples")
+            .map(|w| w.field.clone())
+            .collect()
+    };
+    // GOOD has one example and a negative example.
+    assert_eq!(warned(GOOD.to_string()), vec!["examples".to_string()]);
+    let two = GOOD.replace(
+        r#"examples = ["CUDA error: demo 7"]"#,
+        r#"examples = ["CUDA error: demo 7", "RuntimeError: CUDA error: demo 12"]"#,
+    );
+    assert_ne!(two, GOOD, "the fixture's examples line moved");
+    assert_eq!(warned(two), Vec::<String>::new());
+}
