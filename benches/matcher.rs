@@ -24,7 +24,6 @@ use faultline::engine::{ChunkInfo, Engine};
 use faultline::kb::KnowledgeBase;
 use faultline::matcher::{HyperscanMatcher, Matcher};
 use regex::bytes::RegexSetBuilder;
-use regex_syntax::hir::literal::{ExtractKind, Extractor};
 
 fn corpus(kb: &KnowledgeBase) -> Vec<u8> {
     let mut out = Vec::new();
@@ -41,24 +40,11 @@ fn corpus(kb: &KnowledgeBase) -> Vec<u8> {
     out
 }
 
-/// Literals one of which every match of `pattern` contains, or `None` when there is no such
-/// set worth using (then the line must go to the regexes anyway).
+/// Literals one of which every match of `pattern` contains (its prefixes, as the oracle's
+/// prefilter takes them), or `None` when there is no such set worth using: then the line must go
+/// to the regexes anyway.
 fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
-    let hir = regex_syntax::ParserBuilder::new()
-        .unicode(false)
-        .utf8(false)
-        .build()
-        .parse(pattern)
-        .ok()?;
-    let mut extractor = Extractor::new();
-    extractor.kind(ExtractKind::Prefix);
-    // Prefix literals of an unanchored pattern are required substrings.
-    let seq = extractor.extract(&hir);
-    let lits = seq.literals()?;
-    if lits.is_empty() || lits.iter().any(|l| l.as_bytes().len() < 3) {
-        return None;
-    }
-    Some(lits.iter().map(|l| l.as_bytes().to_vec()).collect())
+    faultline::matcher::regex::literal_prefixes(pattern).filter(|l| l.iter().all(|x| x.len() >= 3))
 }
 
 fn matchers(c: &mut Criterion) {

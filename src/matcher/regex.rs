@@ -52,7 +52,7 @@ impl Prefixes {
         let mut always = Vec::new();
         for (pattern, source) in sources.iter().enumerate() {
             let pattern = pattern as u32;
-            let Some(prefixes) = prefixes(source) else {
+            let Some(prefixes) = literal_prefixes(source) else {
                 always.push(pattern);
                 continue;
             };
@@ -97,10 +97,10 @@ impl Prefixes {
     }
 }
 
-/// The literals every match of `source` starts with, by the regex crate's own extractor on the
-/// same syntax as [`RegexMatcher::compile`]; `None` when there is no finite set or one of them is
-/// empty (the pattern can start anywhere with anything).
-fn prefixes(source: &str) -> Option<Vec<Vec<u8>>> {
+/// The literals every match of `source` starts with (so a line it matches holds one of them), by
+/// the regex crate's own extractor on the same syntax as [`RegexMatcher::compile`]; `None` when
+/// there is no finite set or one of them is empty (the pattern can start anywhere with anything).
+pub fn literal_prefixes(source: &str) -> Option<Vec<Vec<u8>>> {
     let hir = regex_syntax::ParserBuilder::new()
         .unicode(false)
         .utf8(false)

@@ -66,11 +66,6 @@ def esc(s):
     return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", s)
 
 
-def alt(items):
-    items = list(dict.fromkeys(items))
-    return items[0] if len(items) == 1 else "(?:" + "|".join(items) + ")"
-
-
 def texts(row):
     return row["glibc_text"].split("|")
 
@@ -85,25 +80,25 @@ def all_texts(row):
 
 
 def patterns(rows):
-    py = alt(f"{r['number']}\\] {alt(esc(t) for t in texts(r))}" for r in rows)
+    py = tables.alt(f"{r['number']}\\] {tables.alt(esc(t) for t in texts(r))}" for r in rows)
     out = [r"\[Errno " + py + r"(?:: b?'(?P<file>[^'\n]{1,400})')?"]
     classes = ["OS", "IO", "Environment"] + [r["py_class"][:-5] for r in rows
                                             if r["py_class"].endswith("Error") and r["py_class"] != "OSError"]
-    out.append(r"\b" + alt(dict.fromkeys(classes)) + r"Error: \[Errno " + alt(r["number"] for r in rows) + r"\] ")
+    out.append(r"\b" + tables.alt(dict.fromkeys(classes)) + r"Error: \[Errno " + tables.alt(r["number"] for r in rows) + r"\] ")
     num = []
     for r in rows:
-        t = alt(esc(x) for x in texts(r))
+        t = tables.alt(esc(x) for x in texts(r))
         num.append(f"{t} \\(os error {r['number']}\\)")
         num.append(f"{ERRNO_WORD}{r['number']}\\b[^\\n]{{0,80}}?{t}")
         num.append(f"{t} \\(errno(?: ?[=:] ?| ){r['number']}\\)")
-    num.append(r"\bOs \{ code: " + alt(r["number"] for r in rows) + r", kind: \w{2,40}")
+    num.append(r"\bOs \{ code: " + tables.alt(r["number"] for r in rows) + r", kind: \w{2,40}")
     out.append("|".join(num))
     pre = [x for r in rows if r["unique"] == "prefix" for x in all_texts(r)]
     if pre:
-        out.append("(?i): " + alt(esc(x) for x in pre) + r"\b")
+        out.append("(?i): " + tables.alt(esc(x) for x in pre) + r"\b")
     yes = [x for r in rows if r["unique"] == "yes" for x in all_texts(r)]
     if yes:
-        out.append("(?i)" + alt(esc(x) for x in yes))
+        out.append("(?i)" + tables.alt(esc(x) for x in yes))
     for p in out:
         re.compile(p)
     return out

@@ -71,11 +71,6 @@ def read_rows(path=TSV):
     return rows
 
 
-def alt(reasons):
-    reasons = list(dict.fromkeys(reasons))
-    return reasons[0] if len(reasons) == 1 else "(?:" + "|".join(reasons) + ")"
-
-
 def using(rows, printer):
     return [r["reason"] for r in rows if printer in r["printer_list"]]
 
@@ -86,18 +81,18 @@ def patterns(rows):
     if rs:
         # kubectl describe 'Reason:\t%s'; status YAML 'reason: X', JSON '"reason":"X"'; client-go record
         # "Event(%#v): type: '%v' reason: '%v' %v"
-        out.append(r"""[Rr]eason"?:\s{0,20}["']?""" + alt(rs) + r"\b")
+        out.append(r"""[Rr]eason"?:\s{0,20}["']?""" + tables.alt(rs) + r"\b")
     rs = using(rows, "status")
     if rs:
         # kubectl printPod: name, '%d/%d' ready, reason (Init:<reason> for an init container), restarts, age
-        out.append(r"\s\d{1,3}/\d{1,3}\s{1,40}(?:Init:)?" + alt(rs) + r"\b")
+        out.append(r"\s\d{1,3}/\d{1,3}\s{1,40}(?:Init:)?" + tables.alt(rs) + r"\b")
     rs = using(rows, "event")
     if rs:
         # kubectl describe Events (Type, Reason, Age, From, Message) and kubectl get events (..., TYPE, REASON, OBJECT, ...)
-        out.append(r"\bWarning\s{1,20}" + alt(rs) + r"\s")
+        out.append(r"\bWarning\s{1,20}" + tables.alt(rs) + r"\s")
     rs = using(rows, "word")
     if rs:
-        out.append(r"\b" + alt(rs) + r"\b")
+        out.append(r"\b" + tables.alt(rs) + r"\b")
     if using(rows, "restart_loop"):
         # printPod between back-offs: 0 ready containers, STATUS Running, RESTARTS '%d (%s ago)' with at least 5 restarts
         out.append(r"\s0/\d{1,3}\s{1,40}Running\s{1,40}(?:[5-9]|[1-9]\d{1,5}) \(\d[0-9smhdy]{0,15} ago\)")

@@ -73,11 +73,6 @@ def read_rows(path=TSV):
     return rows
 
 
-def alt(items):
-    items = list(dict.fromkeys(items))
-    return items[0] if len(items) == 1 else "(?:" + "|".join(items) + ")"
-
-
 def of(rows, service, unique=("yes", "wrapped")):
     return [r for r in rows if r["service"] == service and r["unique"] in unique]
 
@@ -98,7 +93,7 @@ def patterns(rows):
     api = [r for r in gcs if r["sdk_name"] != "-"]
     if api:
         # google-api-core GoogleAPICallError.__str__ '{code} {message}', from_http_response '{method} {url}: {error}'
-        out.append(r"\b" + alt(f"{r['sdk_name']}: {r['http_status']}" for r in api)
+        out.append(r"\b" + tables.alt(f"{r['sdk_name']}: {r['http_status']}" for r in api)
                    + r" (?:GET|POST|PUT|PATCH|DELETE|HEAD) " + GCS_URL)
     reasons = [r["code"] for r in gcs if r["unique"] == "yes"]
     if reasons:

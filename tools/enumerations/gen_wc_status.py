@@ -238,11 +238,6 @@ def esc(s):
     return re.escape(s).replace("\\ ", " ")
 
 
-def alt(items):
-    items = list(dict.fromkeys(items))
-    return items[0] if len(items) == 1 else "(?:" + "|".join(items) + ")"
-
-
 def num_alt(numbers):
     """The numbers (0..99) as an alternation grouped by tens: [1-46-9], 1[013-9], 2[0-2]."""
     by_tens = {}
@@ -258,7 +253,7 @@ def num_alt(numbers):
         cls = "".join(runs)
         unit = cls if len(units) == 1 else "[" + cls + "]"
         parts.append((str(tens) if tens else "") + unit)
-    return alt(parts)
+    return tables.alt(parts)
 
 
 def strings(row, source, levels):
@@ -273,10 +268,10 @@ def strings(row, source, levels):
 
 def render(t, rows, strs):
     """The pattern of template `t` for `rows` with the string alternation of `strs` (None: no string)."""
-    names = alt([esc(r["name"][len("IBV_WC_"):]) for r in rows])
+    names = tables.alt([esc(r["name"][len("IBV_WC_"):]) for r in rows])
     pat = t["pattern"].replace("{NUM}", num_alt(int(r["number"]) for r in rows)).replace("{NAMES}", names)
     if strs is not None:
-        pat = pat.replace("{STR}", alt([esc(s) for s in strs]))
+        pat = pat.replace("{STR}", tables.alt([esc(s) for s in strs]))
     re.compile(pat)
     return pat
 

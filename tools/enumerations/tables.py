@@ -35,6 +35,12 @@ def read_tsv(path):
     return rows
 
 
+def alt(items):
+    """A regex alternation of `items` in order, duplicates dropped; a single item stays bare."""
+    items = list(dict.fromkeys(items))
+    return items[0] if len(items) == 1 else "(?:" + "|".join(items) + ")"
+
+
 def replace_block(text, array, items, path, render, begin, end):
     """`text` with the lines between `begin` and `end` inside its `array = [` ... `]` replaced by
     one `render(item),` line per item (the block goes last in the array when it had none)."""
