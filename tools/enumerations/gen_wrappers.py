@@ -570,10 +570,20 @@ def curesult_examples(n):
 # cudaMalloc when the request exceeds the free device memory (Src/Base/AMReX_Arena.cpp Arena::allocate_system, amrex.abort_on_
 # out_of_gpu_memory): amrex::Abort("Out of gpu memory. Free: " << free << " Asked: " << nbytes), the same text at 21.01, 22.01,
 # 23.01, 24.01 and HEAD, printed as "amrex::Abort::<rank>::Out of gpu memory. Free: N Asked: N !!!".
+# CUDA-MEMCHECK's and compute-sanitizer's API error check (round kb64a) prints every failing CUDA call, handled or not:
+# "========= Program hit <cudaError name> (error <n>) due to \"<cudaGetErrorString>\" on CUDA API call to <call>." (CUDA-MEMCHECK
+# user manual, "API Error Checking", CUDA 8.0 and 11.0; no public source). Only the IPC open of a peer's buffer counts for
+# cudaErrorPeerAccessUnsupported: programs probe cudaDeviceEnablePeerAccess and carry on, NCCL 2.3 .. 2.7 fail on the IPC open.
 CUDA_OWN_LINES = {
     "cudaErrorMemoryAllocation": (
         [r"\bOut of gpu memory\. Free: \d{1,20} Asked: \d{1,20}"],
         ["amrex::Abort::5::Out of gpu memory. Free: 1073741824 Asked: 4294967296 !!!"],
+    ),
+    "cudaErrorPeerAccessUnsupported": (
+        [r"\bProgram hit cudaErrorPeerAccessUnsupported \(error \d{1,4}\) due to \"peer access is not supported between these two "
+         r"devices\" on CUDA API call to cu(?:da)?IpcOpenMemHandle\b"],
+        ["========= Program hit cudaErrorPeerAccessUnsupported (error 217) due to \"peer access is not supported between these two "
+         "devices\" on CUDA API call to cudaIpcOpenMemHandle."],
     ),
 }
 
