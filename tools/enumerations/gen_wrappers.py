@@ -374,6 +374,11 @@ MORE_CUDA_WRAPPERS = [
     # mmcv/mmdetection's deform_conv ("error in deformable_im2col: %s", "error in modulated_deformable_im2col_cuda: %s"),
     # code-index copies. Only the op names with im2col or col2im count.
     r"\berror in [a-z0-9_]{0,60}(?:im2col|col2im)[a-z0-9_]{0,30}: ",
+    # nccl-tests (round kb64c): CUDACHECK in src/common.h, printf("%s: Test CUDA failure %s:%d '%s'\n", hostname, __FILE__,
+    # __LINE__, cudaGetErrorString(err)) at v2.0.0, v2.9.0, v2.10.0, v2.13.9, v2.17.6 and v2.19.6; v1.0.0 printed
+    # "Cuda failure %s:%d '%s'" (no host, no "Test"). The file:line sets both apart from NCCL's own "Cuda failure '%s'".
+    # Real log NVIDIA/nccl-tests#289.
+    r"\b(?:Test CUDA|Cuda) failure [^\s\x27]{1,200}:\d{1,6} \x27",
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -396,6 +401,8 @@ CUDA_WRAP_EXAMPLES = [
     "RuntimeError: cudaMemAdvise(data_, small_pool_size, cudaMemAdviseSetReadMostly, 0) failed: {s}",
     "onnxruntime::CudaCall CUDA failure {n}: {s} ; GPU=0 ; hostname=node-3 ; expr=cudaMalloc((void**)&p, size);",
     "Failed: Cuda error /workspace/app/src/allreduce.cu:118 '{s}'",
+    "localhost: Test CUDA failure hypercube.cu:57 '{s}'",
+    "Cuda failure common.cu:40 '{s}'",
     "Cuda failure '{s}'",
     "node-3:2753:2762 [0] transport/p2p.cu:548 NCCL WARN failed to open CUDA IPC handle : {n} {s}",
     "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: NCCL operation ncclGroupEnd() failed: unhandled cuda error (run with NCCL_DEBUG=INFO for details). Last NCCL warning(error) log entry (may be unrelated) 'Cuda failure {n} '{s}''.",
