@@ -216,6 +216,11 @@ CUDA_WRAPPERS = [
     # (ATen's AT_CUDA_DRIVER_CHECK and many extensions' copies).
     r"\b(?:CUDA|HIP) error: ",
     r"\bCUDA [Dd]river [Ee]rror: ",
+    # IREE's CUDA HAL (runtime/src/iree/hal/drivers/cuda/cuda_status_util.c iree_hal_cuda_result_to_status, behind
+    # IREE_CURESULT_TO_STATUS): iree_make_status(IREE_STATUS_INTERNAL, "CUDA driver error '%s' (%d): %s", cuGetErrorName
+    # ("UNKNOWN" when it fails), the CUresult, cuGetErrorString), printed after "<file>:<line>: INTERNAL; ". Code-index
+    # copies of the file (the iree repository is too large to fetch here; round kb65b, real log iree-org/iree#12359).
+    r"\bCUDA driver error '(?:CUDA_ERROR_[A-Z_]{2,60}|UNKNOWN)' \(\d{1,4}\): ",
     # vLLM's ctypes binding of libcudart (vllm/distributed/device_communicators/cuda_wrapper.py CudaRTLibrary.CUDART_CHECK,
     # around the custom all-reduce's cudaIpcGetMemHandle / cudaIpcOpenMemHandle / cudaMalloc ...): raise RuntimeError(
     # f"CUDART error: {error_str}") with cudaGetErrorString (wheels 0.6.3.post1, 0.8.5.post1, 0.11.0, 0.34.0) and SGLang's
@@ -413,6 +418,7 @@ CUDA_WRAP_EXAMPLES = [
     "RuntimeError: Triton Error [HIP]:  Code: {n}, Messsage: {s}",
     "RuntimeError: CUDA error: {s}",
     "RuntimeError: CUDA driver error: {s}",
+    "iree/runtime/src/iree/hal/drivers/cuda/stream_command_buffer.c:516: INTERNAL; CUDA driver error 'UNKNOWN' ({n}): {s}; cuLaunchKernel; while invoking native function hal.device.queue.execute; while calling import; ",
     "RuntimeError: CUDART error: {s}",
     "OSError: (External) CUDA error({n}), {s}.",
     "  what():  [enforce fail at context_gpu.cu:343] error == cudaSuccess. {n} vs 0. Error at: /var/lib/jenkins/workspace/caffe2/core/context_gpu.cu:343: {s} Error from operator: ",
