@@ -207,6 +207,16 @@ TEMPLATES = {
                      "Program terminated with signal {NAME}, {WORD}."],
         "supersedes": [],
     },
+    # GNU Fortran's runtime (libgfortran/runtime/compile_options.c show_signal, called by backtrace_handler, which
+    # set_options installs for SIGQUIT, SIGILL, SIGABRT, SIGFPE, SIGSEGV, SIGBUS, SIGSYS, SIGTRAP, SIGXCPU and SIGXFSZ when
+    # the program was built with -fbacktrace, the default since GCC 4.8): st_printf("\nProgram received signal %s: %s.\n",
+    # name, desc) with libgfortran's own descriptions (GFORTRAN_WORDS), then "Backtrace for this error:". A colon after
+    # the name where gdb prints a comma. Fortran codes (Amber's pmemd, CESM, CAMB, OpenBLAS's tests) print it.
+    "gfortran": {
+        "pattern": r"\bProgram received signal {NAME}: ",
+        "examples": ["Program received signal {NAME}: {GFWORD}."],
+        "supersedes": [],
+    },
     # CPython Modules/faulthandler.c faulthandler_fatal_error: 'Fatal Python error: ' + the
     # handler's name ('Segmentation fault', 'Floating point exception', 'Aborted', 'Bus error',
     # 'Illegal instruction'), then the Python stack of every thread.
@@ -299,6 +309,15 @@ TEMPLATES = {
     },
 }
 
+# libgfortran's show_signal descriptions (runtime/compile_options.c), for the gfortran template's examples.
+GFORTRAN_WORDS = {
+    "SIGILL": "Illegal instruction",
+    "SIGABRT": "Process abort signal",
+    "SIGFPE": "Floating-point exception - erroneous arithmetic operation",
+    "SIGSEGV": "Segmentation fault - invalid memory reference",
+    "SIGBUS": "Access to an undefined portion of a memory object",
+}
+
 # Near misses every signal entry must reject: the same launchers reporting a plain exit.
 NEGATIVES = [
     "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 2310471) of binary: /usr/bin/python3",
@@ -326,7 +345,8 @@ def fill(template, row, regex, zword=None):
     core = " (core dumped)" if row["core"] == "yes" else ""
     zwords = row["zsh_word"].split("|")
     values = {"N": n, "NAME": name, "WORD": word, "EXIT": exit_code, "CORE": core, "SHORT": name[3:],
-              "GOWORD": row["go_word"], "HEX": format(int(n), "x"), "ZWORD": zword or zwords[0]}
+              "GOWORD": row["go_word"], "HEX": format(int(n), "x"), "ZWORD": zword or zwords[0],
+              "GFWORD": GFORTRAN_WORDS.get(name, "")}
     if regex:
         # re.escape also escapes spaces ("Bus\\ error"), which older regex engines (ripgrep
         # 13's, the benchmark's baseline) reject; a space needs no escape.
@@ -334,7 +354,7 @@ def fill(template, row, regex, zword=None):
         values = {k: esc(v) for k, v in values.items()}
         if len(zwords) > 1:
             values["ZWORD"] = "(?:" + "|".join(esc(w) for w in zwords) + ")"
-    return re.sub(r"\{(N|NAME|WORD|EXIT|CORE|SHORT|GOWORD|HEX|ZWORD)\}", lambda m: values[m.group(1)], template)
+    return re.sub(r"\{(N|NAME|WORD|EXIT|CORE|SHORT|GOWORD|HEX|ZWORD|GFWORD)\}", lambda m: values[m.group(1)], template)
 
 
 def toml_literal(s):

@@ -514,8 +514,10 @@ PHYSX_WRAP = "(?:" + "|".join(PHYSX_WRAPPERS) + ")"
 # - LAMMPS's GPU package (lib/gpu/geryon/nvd_macros.h CU_SAFE_CALL_NS / CU_SAFE_CALL with UCL_SYNC_DEBUG): fprintf(stderr,
 #   "Cuda driver error %d in call at file '%s' in line %i.\n", err, ...) and "Cuda driver error %d in file '%s' in line %i.\n"
 #   (code-index copy; the lammps repository is too large to fetch here; HPCToolkit's copies print the same words).
+#   The path after "file" is long, and terminals and issue threads often break the line there, so the words end at "file\b":
+#   "Cuda driver error 804 in call at file" / "'<path>/geryon/nvd_device.h' in line 333." (lammps/lammps#4849; round kb66a).
 CURESULT_NUMBER_OPEN = r"(?:: (?:CUDA error|Invalid error code) \(|\bCuda driver error )"
-CURESULT_NUMBER_CLOSE = r"(?:\)| in (?:call at )?file )"
+CURESULT_NUMBER_CLOSE = r"(?:\)| in (?:call at )?file\b)"
 # - ollama's GPU discovery (gpu/gpu_info_nvcuda.c and gpu_info_cudart.c, discover/ from v0.4; removed by v0.12.5): snprintf(buf,
 #   buflen, "cuda driver library failed to get device context %d", ret) after cuCtxCreate, "cuda driver library init failure: %d"
 #   (cuInit), "cuda driver library device memory info lookup failure %d", "cuda driver library failed to release device context %d",
@@ -551,6 +553,7 @@ CURESULT_NUMBER_EXAMPLES = [
     "Exception: Error downloading array posq: Invalid error code ({n})",
     "Cuda driver error {n} in call at file '/opt/lammps/lib/gpu/geryon/nvd_memory.h' in line 517.",
     "Cuda driver error {n} in file 'geryon/nvd_timer.h' in line 76.",
+    "Cuda driver error {n} in call at file",
 ]
 PHYSX_EXAMPLES = [
     "PxgCudaDeviceMemoryAllocator fail to allocate memory 339738624 bytes!! Result = {n}",
