@@ -384,6 +384,12 @@ MORE_CUDA_WRAPPERS = [
     # "Cuda failure %s:%d '%s'" (no host, no "Test"). The file:line sets both apart from NCCL's own "Cuda failure '%s'".
     # Real log NVIDIA/nccl-tests#289.
     r"\b(?:Test CUDA|Cuda) failure [^\s\x27]{1,200}:\d{1,6} \x27",
+    # Thrust's copies between host and device (round kb66d): cuda_cub::throw_on_error(status, "trivial_device_copy D->H failed")
+    # and (status, "__copy::trivial_device_copy H->D: failed") in thrust/system/cuda/detail/internal/copy_cross_system.h throw
+    # thrust::system_error, whose what() is that text, ": " and cuda_category().message(): cudaGetErrorString alone up to
+    # 1.9.3 (cuda-9.0 .. 1.9.3), "cudaGetErrorName: cudaGetErrorString" from 1.9.4 (error.inl). Read in NVIDIA/thrust at
+    # cuda-9.0, 1.9.3, 1.9.4, 1.10.0, 1.17.2, 2.1.0. Real log gsneha26/SegAlign#57 (std::terminate's "what():").
+    r"\btrivial_device_copy (?:D->H failed|H->D: failed): (?:cudaError[A-Za-z]{2,60}: )?",
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
