@@ -866,9 +866,13 @@ XLA_ALLOC_EXAMPLE = "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/strea
 
 
 def hip_blocks(rows, cuda_rows):
-    cuda_strings = {r["string"] for r in cuda_rows if r["kb_entry"] != "-"}
+    # A text a CUDA row maps to the same entry is the CUDA block's (after CUDA_WRAPPERS); one it maps to another entry
+    # ("invalid device function": cuda/no-kernel-image, rocm/no-binary-for-gpu) is also written here, and the HIP entry
+    # supersedes the CUDA one, so that "HIP error: invalid device function" keeps the ROCm diagnosis.
+    cuda_entry_of = {r["string"]: r["kb_entry"] for r in cuda_rows if r["kb_entry"] != "-"}
     out = {}
     for entry, rs in by_entry(rows).items():
+        cuda_strings = {t for t, e in cuda_entry_of.items() if e == entry}
         pats, exs = [], []
         names = [r["name"] for r in rs if r["names"] == "yes"]
         if names:
