@@ -892,10 +892,15 @@ XLA_ALLOC_EXAMPLE = "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/strea
 
 
 def hip_blocks(rows, cuda_rows):
-    cuda_strings = {r["string"] for r in cuda_rows if r["kb_entry"] != "-"}
+    cuda_entry_of = {r["string"]: r["kb_entry"] for r in cuda_rows if r["kb_entry"] != "-"}
     out = {}
     for entry, rs in by_entry(rows).items():
         pats, exs = [], []
+        # A text the CUDA block already carries into this same entry is left to it; a text whose CUDA row maps to another
+        # entry stays here, so a HIP wrapper's line keeps the HIP entry (round kb67c): 98 `invalid device function` and 209 `no
+        # kernel image is available ...` map to cuda/no-kernel-image in cuda-errors.tsv and to rocm/no-binary-for-gpu here, which
+        # supersedes it (before, `HIP error: no kernel image ...` fell to the CUDA entry while the HIP name kept the ROCm one).
+        cuda_strings = {t for t, e in cuda_entry_of.items() if e == entry}
         names = [r["name"] for r in rs if r["names"] == "yes"]
         if names:
             # After the name: not a letter, digit or underscore (a longer enumerator), and not the quote that closes
