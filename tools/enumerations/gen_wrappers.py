@@ -389,7 +389,19 @@ MORE_CUDA_WRAPPERS = [
     # thrust::system_error, whose what() is that text, ": " and cuda_category().message(): cudaGetErrorString alone up to
     # 1.9.3 (cuda-9.0 .. 1.9.3), "cudaGetErrorName: cudaGetErrorString" from 1.9.4 (error.inl). Read in NVIDIA/thrust at
     # cuda-9.0, 1.9.3, 1.9.4, 1.10.0, 1.17.2, 2.1.0. Real log gsneha26/SegAlign#57 (std::terminate's "what():").
-    r"\btrivial_device_copy (?:D->H failed|H->D: failed): (?:cudaError[A-Za-z]{2,60}: )?",
+    # Thrust 1.8 .. cuda-8.0's bulk launcher (round kb67c): bulk::detail::throw_on_error(cudaFuncGetAttributes(...),
+    # "function_attributes(): after cudaFuncGetAttributes") in thrust/system/cuda/detail/bulk/detail/cuda_launcher/
+    # runtime_introspection.inl throws thrust::system_error(e, cuda_category(), message), what() "<message>: <cudaGetErrorString>"
+    # (bulk/detail/throw_on_error.hpp). Read in NVIDIA/thrust at 1.8.0, 1.8.3 and cuda-8.0 (absent at 1.7.0 and from cuda-9.0).
+    # Real log SimFlowCFD/RapidCFD-dev#29 (std::terminate's "what():").
+    r"\b(?:trivial_device_copy (?:D->H failed|H->D: failed)|function_attributes\(\): after cudaFuncGetAttributes): "
+    r"(?:cudaError[A-Za-z]{2,60}: )?",
+    # The CUDA samples' checkCudaErrors (round kb67c): check() in Common/helper_cuda.h, fprintf(stderr, "CUDA error at %s:%d
+    # code=%d(%s) \"%s\" \n", file, line, result, _cudaGetErrorEnum(result), func) (the enumerator name; copies print
+    # cudaGetErrorString there), and "CUDA error at %s:%d code=%d(%s) \n" in gpuGetMaxGflopsDeviceId. NVIDIA/cuda-samples at v9.2,
+    # v10.2, v11.8, v12.4 and v13.0 (the same text). Names of mapped rows already count; the wrapper gives the catch-all for the
+    # others. Real log AstroAccelerateOrg/astro-accelerate#86 (code=13(cudaErrorInvalidSymbol)).
+    r"\bCUDA error at [^\s]{1,300}:\d{1,6} code=\d{1,4}\(",
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -471,6 +483,8 @@ CUDA_WRAP_EXAMPLES = [
     "CUDA error !!!!! <{s}> !!!!! ",
     "error in dcnv4_im2col_cuda: {s}",
     "error in ms_deformable_im2col_cuda: {s}",
+    "  what():  function_attributes(): after cudaFuncGetAttributes: {s}",
+    "CUDA error at host_main_function.cu:234 code={n}({s}) \"cudaGetLastError()\" ",
     "Faiss assertion 'err__ == cudaSuccess' failed in void faiss::gpu::runL2Norm(...) at /project/faiss/faiss/gpu/impl/L2Norm.cu:261; details: CUDA error {n} {s}",
     "Faiss assertion 'err == cudaSuccess' failed in void faiss::gpu::freeMemorySpace(faiss::gpu::MemorySpace, void*) at gpu/utils/MemorySpace.cpp:72; details: Failed to cudaFree pointer 0x7f0ca0000000 (error {n} {s})",
     "Error in void faiss::gpu::allocMemorySpaceV(faiss::gpu::MemorySpace, void**, size_t) at gpu/utils/MemorySpace.cpp:26: Error: 'err == cudaSuccess' failed: failed to cudaMalloc 1610612736 bytes (error {n} {s})",
@@ -553,6 +567,17 @@ CURESULT_NEMO_CLOSE = r"\b"
 CURESULT_NEMO_EXAMPLES = [
     "RuntimeError: Cuda Error: {n}",
 ]
+# - AMReX's AMREX_CUDA_SAFE_CALL (Src/Base/AMReX_GpuError.H): std::string("CUDA error ") + std::to_string(amrex_i_err) + " in file "
+#   + __FILE__ + " line " + std::to_string(__LINE__) + ": " + cudaGetErrorString(amrex_i_err), printed by amrex::Abort as
+#   "amrex::Abort::<rank>::<message> !!!" (round kb67c). The number is cudaError_t's: only the rows whose runtime and driver numbers
+#   agree count, as everywhere here. Read at 20.01, 22.01, 24.10 and HEAD (the same text); the text after it is read by
+#   AMREX_GPU above, but terminals and issue threads break the long line inside it ("an illegal memory ac" / "cess was
+#   encountered !!!", Pele-Suite/PeleLMeX#577), so the number counts on its own.
+CURESULT_AMREX_OPEN = r"\bCUDA error "
+CURESULT_AMREX_CLOSE = r" in file "
+CURESULT_AMREX_EXAMPLES = [
+    "amrex::Abort::0::CUDA error {n} in file /src/PeleLMeX/Submodules/amrex/Src/Base/AMReX_GpuDevice.cpp line 689: an illegal memory ac",
+]
 CURESULT_NUMBER_EXAMPLES = [
     "Exception: Error synchronizing on event for CCMA: CUDA error ({n}) at /home/user/OpenMM-7.1.1-Source/platforms/cuda/src/CudaIntegrationUtilities.cpp:736",
     "Exception: Error deleting array bondParams: CUDA error ({n})",
@@ -576,6 +601,7 @@ CURESULT_NUMBER_FORMS = [
     (CURESULT_NUMBER_OPEN, CURESULT_NUMBER_CLOSE, CURESULT_NUMBER_EXAMPLES),
     (CURESULT_OLLAMA_OPEN, CURESULT_OLLAMA_CLOSE, CURESULT_OLLAMA_EXAMPLES),
     (CURESULT_NEMO_OPEN, CURESULT_NEMO_CLOSE, CURESULT_NEMO_EXAMPLES),
+    (CURESULT_AMREX_OPEN, CURESULT_AMREX_CLOSE, CURESULT_AMREX_EXAMPLES),
 ]
 
 
