@@ -271,6 +271,20 @@ TEMPLATES = {
                      "2024-03-01 10:00:00,000 - distributed.nanny - INFO - Worker process 2415 was killed by signal {N}"],
         "supersedes": [],
     },
+    # The HotSpot JVM's fatal error report (openjdk/jdk hotspot/src/share/vm/utilities/vmError.cpp, later
+    # src/hotspot/share/utilities/vmError.cpp, VMError::report, step 'printing exception/signal name'):
+    # '#  ' then os::exception_name() (the signal's name), ' (0x%x)' (its number) and ' at pc=' PTR_FORMAT,
+    # then ', pid=%d, tid=...' (and ' (sent by kill)' from JDK 11 on); the same in the JDK 7-era file (2010),
+    # the JDK 8-era and JDK 13-era files (2019), jdk-18+10 and the 2025 master, read in code-index copies
+    # (the repository is too large to fetch; no release tag read directly). Printed to stdout and to
+    # hs_err_pid<pid>.log under '# A fatal error has been detected by the Java Runtime Environment:'.
+    # Generated for the signals the JVM's crash handler reports (SIGSEGV, SIGBUS, SIGILL, SIGFPE).
+    "hotspot": {
+        "pattern": r"#  {NAME} \(0x{HEX}\) at pc=0x",
+        "examples": ["#  {NAME} (0x{HEX}) at pc=0x00007fe94b91050a, pid=1671911, tid=0x00007fe7d81b1700",
+                     "[2024-07-27T07:17:35.606Z] #  {NAME} (0x{HEX}) at pc=0x00007f3c2d5e1a2b, pid=4121, tid=4188"],
+        "supersedes": [],
+    },
     # zsh's report of a job that died of a signal (zsh-users/zsh Src/jobs.c printjob, the same at zsh-4.2.0,
     # zsh-5.0.0, zsh-5.9 and zsh-5.9.2): '[%ld]  %c ' (job number, '+' current, '-' previous, else a blank), the pid
     # with '%ld ' when LONG_LIST_JOBS is set (or the process group leader's), then sigmsg(WTERMSIG) padded
