@@ -86,6 +86,13 @@ WRAPPERS = [
     # Caffe's NCCL_CHECK (include/caffe/util/nccl.hpp): CHECK_EQ(result, ncclSuccess) << " " << string,
     # printed by glog as "Check failed: result == ncclSuccess (2 vs. 0)  <string>".
     r"\bCheck failed: result == ncclSuccess \(\d{1,2} vs\. 0\)(?: :)?",
+    # Caffe2's CAFFE_NCCL_CHECK (caffe2/contrib/nccl/cuda_nccl_gpu.h, the NCCLAllreduce / NCCLBroadcast / NCCLReduce /
+    # NCCLAllGather / NCCLReduceScatter operators): CAFFE_ENFORCE_EQ(status, ncclSuccess, " ", "Error at: ", __FILE__,
+    # __LINE__, ": ", ncclGetErrorString(status)), printed as "[enforce fail at cuda_nccl_gpu.cc:24] status == ncclSuccess.
+    # 2 vs 0.  Error at: <file><line>: <string>" (no colon between file and line; the enforce text "x vs y" + ". " + extra).
+    # Read in facebookarchive/caffe2 at v0.6.0, v0.7.0, v0.8.0, v0.8.1 (and caffe2/core/logging.h there) and in
+    # pytorch/pytorch's copy (code index, cuda_nccl_gpu.h at 18a9cac7; c10/util/Logging.h the same enforce text).
+    r"\bstatus == ncclSuccess\. \d{1,2} vs 0\. {1,2}Error at: [^\n]{1,300}\d{1,6}:",
     # RAFT (cuML, cuGraph, RAFT comms' std_comms; round kb55a): RAFT_NCCL_TRY (NCCL_TRY) throws raft::logic_error with
     # SET_ERROR_MSG(msg, "NCCL error encountered at: ", "call='%s', Reason=%d:%s", #call, status, ncclGetErrorString(status)),
     # SET_ERROR_MSG putting "file=%s line=%d: " between prefix and message; RAFT_NCCL_TRY_NO_THROW printf("NCCL call='%s'
@@ -118,6 +125,7 @@ NCCL_EXAMPLES = [
     "2023-01-01 10:00:00.000000: E tensorflow/core/nccl/nccl_manager.cc:651] Error invoking NCCL: {w}",
     "RuntimeError: /opt/transformer_engine/transformer_engine/common/comm_gemm_overlap/userbuffers/userbuffers-host.cpp:120 in function create_communicator_grouped2: NCCL Error: {w}",
     "F1202 10:00:00.000000 12 parallel.cpp:104] Check failed: result == ncclSuccess ({n} vs. 0)  {w}",
+    "[E net_dag.cc:188] Exception from operator chain starting at '' (type 'NCCLAllreduce'): caffe2::EnforceNotMet: [enforce fail at cuda_nccl_gpu.cc:24] status == ncclSuccess. {n} vs 0.  Error at: /opt/caffe2/caffe2/contrib/nccl/cuda_nccl_gpu.cc24: {w} Error from operator: ",
     ", NCCL error encountered at: file=/opt/conda/envs/rapids/include/raft/comms/detail/std_comms.hpp line=334: call='ncclBroadcast(buff, buff, count, get_nccl_datatype(datatype), root, nccl_comm_, stream)', Reason={n}:{w}",
     "NCCL call='ncclCommDestroy(nccl_comm_)' failed. Reason:{w}",
     "xgboost.core.XGBoostError: [17:16:55] /workspace/src/tree/updater_gpu_hist.cu:980: Exception in gpu_hist: NCCL failure :{w} /workspace/src/common/device_helpers.cuh(952)",
