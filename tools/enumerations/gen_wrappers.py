@@ -410,6 +410,13 @@ MORE_CUDA_WRAPPERS = [
     # v10.2, v11.8, v12.4 and v13.0 (the same text). Names of mapped rows already count; the wrapper gives the catch-all for the
     # others. Real log AstroAccelerateOrg/astro-accelerate#86 (code=13(cudaErrorInvalidSymbol)).
     r"\bCUDA error at [^\s]{1,300}:\d{1,6} code=\d{1,4}\(",
+    # Open3D's OPEN3D_CUDA_CHECK (round kb69a): __OPEN3D_CUDA_CHECK(err, file, line) calls utility::LogError("{}:{} CUDA runtime
+    # error: {}", file, line, cudaGetErrorString(err)) (cpp/open3d/core/CUDAUtils.h at v0.11.0 .. v0.13.0, CUDAUtils.cpp from
+    # v0.14.0), thrown as std::runtime_error "[Open3D Error] (<function>) <file>:<line>: <message>"; Open3D-ML's ops print
+    # "%s:%d CUDA runtime error: %s\n" (cpp/open3d/ml/Helper.h at v0.12.0, v0.13.0). Read at v0.10.0 (absent), v0.11.0, v0.12.0,
+    # v0.13.0, v0.14.1, v0.15.1, v0.17.0, v0.18.0, v0.19.0. The file:line sets it apart from the generic words. Real log
+    # isl-org/Open3D#4679 (cudaMallocAsync on a Maxwell GPU: "operation not supported", the catch-all).
+    r"\.[a-z]{1,4}:\d{1,6} CUDA runtime error: ",
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -498,6 +505,7 @@ CUDA_WRAP_EXAMPLES = [
     "Error in void faiss::gpu::allocMemorySpaceV(faiss::gpu::MemorySpace, void**, size_t) at gpu/utils/MemorySpace.cpp:26: Error: 'err == cudaSuccess' failed: failed to cudaMalloc 1610612736 bytes (error {n} {s})",
     "Error in virtual void* faiss::gpu::StandardGpuResourcesImpl::allocMemory(const faiss::gpu::AllocRequest&) at /project/faiss/faiss/gpu/StandardGpuResources.cpp:452: Error: 'err == cudaSuccess' failed: Failed to cudaMalloc 1610612736 bytes on device 0 (error {n} {s}",
     "Error: 'err == cudaSuccess' failed: StandardGpuResources: alloc fail type FlatData dev 0 space Device stream 0x5581 size 2764800000 bytes (cudaMalloc error {s} [{n}])",
+    "  what():  [Open3D Error] (void open3d::core::__OPEN3D_CUDA_CHECK(cudaError_t, const char*, int)) /open3d/cpp/open3d/core/CUDAUtils.cpp:301: /open3d/cpp/open3d/core/MemoryManagerCUDA.cpp:43 CUDA runtime error: {s}",
 ]
 
 # NVIDIA PhysX's GPU code (Isaac Gym, Isaac Sim / Isaac Lab, Omniverse) prints the raw CUresult number of a failed driver
@@ -586,6 +594,30 @@ CURESULT_AMREX_CLOSE = r" in file "
 CURESULT_AMREX_EXAMPLES = [
     "amrex::Abort::0::CUDA error {n} in file /src/PeleLMeX/Submodules/amrex/Src/Base/AMReX_GpuDevice.cpp line 689: an illegal memory ac",
 ]
+# - cudaError_t numbers printed by a program's own check (round kb69a); only the rows whose runtime and driver numbers agree count,
+#   as everywhere here:
+#   nvdiffrast's PyTorch ops (NVDR_CHECK_CUDA_ERROR in nvdiffrast/common/framework.h, csrc/common/framework.h at v0.4.0):
+#   TORCH_CHECK(!err, "Cuda error: ", cudaGetLastError(), "[", #CUDA_CALL, ";]"), the number streamed, then the call in brackets
+#   ("RuntimeError: Cuda error: 700[cudaLaunchKernel((void*)fineRasterKernel, ..."). Read at v0.2.5 (the first with it; v0.2.0 ..
+#   v0.2.4 used AT_CUDA_CHECK, "CUDA error: <text>"), v0.2.8, v0.3.0, v0.3.3, v0.3.5 and v0.4.0; its TensorFlow ops print
+#   cudaGetErrorName there ("Cuda error: cudaErrorX["), already matched by the names. Real log NVlabs/nvdiffrast#232.
+#   NVIDIA Warp's verify_cuda_device (warp/context.py, warp/_src/context.py from v1.10): raise RuntimeError(f"CUDA error detected:
+#   {err}") with err = cuda_context_check(), cudaPeekAtLastError() / cudaGetLastError() after cudaDeviceSynchronize (warp/native/
+#   warp.cu). Read at v0.2.0 (cuda_check_device, "...".format(err)), v0.5.0, v0.9.0, v0.13.0, v1.0.0, v1.5.0, v1.10.0 and v1.16.0.
+#   Real log XPandora/PhysGaussian#20.
+#   spconv 1.x's tensorview TV_CHECK_CUDA_ERR (include/tensorview/tensorview.h, copied into mmdetection3d's and OpenPCDet-era
+#   ops/spconv): __FILE__ " " __LINE__ "\n" then "cuda execution failed with error " << cudaGetLastError(), thrown as
+#   std::runtime_error, so the number ends the line after "RuntimeError: <file> <line>". Read in traveller59/spconv at 3f1316d
+#   (initial release, 2019-01), 47527b0 (v1.1 alpha), the v1.1 and v1.2.1 branches (gone from 2.x, whose cumm prints "cuda failed
+#   with error %d %s", CUDA_ANY above). Real log open-mmlab/mmdetection3d#80.
+CURESULT_CUDART_OPEN = r"\b(?:Cuda error: |CUDA error detected: |cuda execution failed with error )"
+CURESULT_CUDART_CLOSE = r"(?:\[|\b)"
+CURESULT_CUDART_EXAMPLES = [
+    "RuntimeError: Cuda error: {n}[cudaLaunchKernel((void*)fineRasterKernel,",
+    "RuntimeError: Cuda error: {n}[cudaMemsetAsync(p.outputPtr, 0, bytes, stream);]",
+    "RuntimeError: CUDA error detected: {n}",
+    "cuda execution failed with error {n}",
+]
 CURESULT_NUMBER_EXAMPLES = [
     "Exception: Error synchronizing on event for CCMA: CUDA error ({n}) at /home/user/OpenMM-7.1.1-Source/platforms/cuda/src/CudaIntegrationUtilities.cpp:736",
     "Exception: Error deleting array bondParams: CUDA error ({n})",
@@ -610,6 +642,7 @@ CURESULT_NUMBER_FORMS = [
     (CURESULT_OLLAMA_OPEN, CURESULT_OLLAMA_CLOSE, CURESULT_OLLAMA_EXAMPLES),
     (CURESULT_NEMO_OPEN, CURESULT_NEMO_CLOSE, CURESULT_NEMO_EXAMPLES),
     (CURESULT_AMREX_OPEN, CURESULT_AMREX_CLOSE, CURESULT_AMREX_EXAMPLES),
+    (CURESULT_CUDART_OPEN, CURESULT_CUDART_CLOSE, CURESULT_CUDART_EXAMPLES),
 ]
 
 
