@@ -305,6 +305,20 @@ TEMPLATES = {
         "examples": ["zsh: {ZWORD}{CORE}  python train.py"],
         "supersedes": [],
     },
+    # NVIDIA FLARE's client parent reporting its job's worker process (Popen.returncode / poll(), -N for a signal):
+    # nvflare/private/fed/client/client_executor.py, ProcessExecutor.wait_training_process_finish at 2.0.0 .. 2.0.19
+    # self.logger.info(f"process finished with execution code: {returncode}"), ProcessExecutor (JobExecutor from 2.4/2.5)
+    # _wait_child_process_finish at 2.1.0 .. 2.2.6 f"run ({job_id}): child worker process finished with execution code: {return_code}",
+    # and at 2.3.2 .. 2.8.1 f"run ({job_id}): child worker process finished with RC {return_code}" (2.3.0 and 2.3.1 print
+    # no code). The server's 'Job: %s child process exit with return code %s' (2.3.0 on) is the exit_status wording.
+    "nvflare": {
+        "patterns": [r"process finished with execution code: (?P<exit_code>-{N})\b",
+                     r"child worker process finished with RC (?P<exit_code>-{N})\b"],
+        "examples": ["2022-08-05 18:40:53,537 - ProcessExecutor - INFO - process finished with execution code: -{N}",
+                     "2022-09-01 10:00:00,000 - ProcessExecutor - INFO - run (1f2e3d4c-aaaa-bbbb-cccc-0123456789ab): child worker process finished with execution code: -{N}",
+                     "2024-05-28 05:44:08,725 - JobExecutor - INFO - run (f0a29fe6-e299-4a7a-a1f1-68de498ed08e): child worker process finished with RC -{N}"],
+        "supersedes": [],
+    },
     # The 128+N and -N conventions in the words around them: Horovod's runner ('Process %d exit with
     # status code %d.'), Docker/containerd ('exited with code'), CPython ('returned non-zero exit
     # status %d.'), IDEs ('exit code 137 (interrupted by signal 9: SIGKILL)').
@@ -345,6 +359,8 @@ NEGATIVES = [
     "distributed.nanny - INFO - Worker process 2415 was killed by signal 15",
     "[1]  + 4242 done       python train.py",
     "[1]    79314 exit 143   mpiexec -n 12 python3 train.py",
+    "2022-08-05 18:40:53,537 - ProcessExecutor - INFO - process finished with execution code: 0",
+    "2024-05-28 05:44:08,725 - JobExecutor - INFO - run (f0a29fe6-e299-4a7a-a1f1-68de498ed08e): child worker process finished with RC 1",
 ]
 
 
