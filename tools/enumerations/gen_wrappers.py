@@ -240,6 +240,11 @@ CUDA_WRAPPERS = [
     # Error} ("pycuda._driver." #NAME, DECLARE_EXC): "pycuda._driver.LogicError: cuInit failed: initialization error". Read at
     # v2013.1, v2015.1 (the first tag with cuGetErrorString), v2019.1, v2022.1, v2025.1 and v2026.1 (round kb61b).
     r"\bpycuda\._driver\.(?:MemoryError|LogicError|LaunchError|RuntimeError|Error): cu[A-Z][A-Za-z0-9_]{1,60} failed: ",
+    # The same exceptions under Python 2, whose traceback module (Lib/traceback.py format_exception_only, 2.7: stype =
+    # etype.__name__) prints the bare class name, as cryoSPARC's and other programs' exception hooks log it: "MemoryError:
+    # cuMemAlloc failed: out of memory" (round kb70a, real log cryoem-uoft/cryosparc-issues#124). A driver routine's name
+    # (cu, a capital, a lower-case letter: not cuDNN, cuBLAS, cuFFT) must follow.
+    r"\b(?:MemoryError|LogicError|LaunchError|RuntimeError|Error): cu[A-Z][a-z][A-Za-z0-9_]{0,60} failed: ",
     GGML_ROCM,
     GGML_INIT,
     TORCH_DEVICE_COUNT,
