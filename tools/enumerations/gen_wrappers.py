@@ -603,8 +603,8 @@ CURESULT_AMREX_EXAMPLES = [
 #   as everywhere here:
 #   nvdiffrast's PyTorch ops (NVDR_CHECK_CUDA_ERROR in nvdiffrast/common/framework.h, csrc/common/framework.h at v0.4.0):
 #   TORCH_CHECK(!err, "Cuda error: ", cudaGetLastError(), "[", #CUDA_CALL, ";]"), the number streamed, then the call in brackets
-#   ("RuntimeError: Cuda error: 700[cudaLaunchKernel((void*)fineRasterKernel, ..."). Read at v0.2.5 (the first with it; v0.2.0 ..
-#   v0.2.4 used AT_CUDA_CHECK, "CUDA error: <text>"), v0.2.8, v0.3.0, v0.3.3, v0.3.5 and v0.4.0; its TensorFlow ops print
+#   ("RuntimeError: Cuda error: 700[cudaLaunchKernel((void*)fineRasterKernel, ..."). Read at v0.2.3 and v0.2.5 (v0.2.3 the first with it; v0.2.0 ..
+#   v0.2.2 used AT_CUDA_CHECK, "CUDA error: <text>"; review rev64b), v0.2.8, v0.3.0, v0.3.3, v0.3.5 and v0.4.0; its TensorFlow ops print
 #   cudaGetErrorName there ("Cuda error: cudaErrorX["), already matched by the names. Real log NVlabs/nvdiffrast#232.
 #   NVIDIA Warp's verify_cuda_device (warp/context.py, warp/_src/context.py from v1.10): raise RuntimeError(f"CUDA error detected:
 #   {err}") with err = cuda_context_check(), cudaPeekAtLastError() / cudaGetLastError() after cudaDeviceSynchronize (warp/native/
@@ -612,7 +612,8 @@ CURESULT_AMREX_EXAMPLES = [
 #   Real log XPandora/PhysGaussian#20.
 #   spconv 1.x's tensorview TV_CHECK_CUDA_ERR (include/tensorview/tensorview.h, copied into mmdetection3d's and OpenPCDet-era
 #   ops/spconv): __FILE__ " " __LINE__ "\n" then "cuda execution failed with error " << cudaGetLastError(), thrown as
-#   std::runtime_error, so the number ends the line after "RuntimeError: <file> <line>". Read in traveller59/spconv at 3f1316d
+#   std::runtime_error, so the number follows "RuntimeError: <file> <line>" on the next line (TV_CHECK_CUDA_ERR_V2 of the v1.1 and
+#   v1.2.1 branches adds the error text after it; the closing word boundary reads both; review rev64b). Read in traveller59/spconv at 3f1316d
 #   (initial release, 2019-01), 47527b0 (v1.1 alpha), the v1.1 and v1.2.1 branches (gone from 2.x, whose cumm prints "cuda failed
 #   with error %d %s", CUDA_ANY above). Real log open-mmlab/mmdetection3d#80.
 CURESULT_CUDART_OPEN = r"\b(?:Cuda error: |CUDA error detected: |cuda execution failed with error )"
