@@ -310,7 +310,8 @@ TEMPLATES = {
     # self.logger.info(f"process finished with execution code: {returncode}"), ProcessExecutor (JobExecutor from 2.4/2.5)
     # _wait_child_process_finish at 2.1.0 .. 2.2.6 f"run ({job_id}): child worker process finished with execution code: {return_code}",
     # and at 2.3.2 .. 2.8.1 f"run ({job_id}): child worker process finished with RC {return_code}" (2.3.0 and 2.3.1 print
-    # no code). The server's 'Job: %s child process exit with return code %s' (2.3.0 on) is the exit_status wording.
+    # no code). A negative code, a signal, can follow "RC" only at 2.3.2 .. 2.5.x: from 2.6.0 ProcessHandle.poll() maps
+    # every code but 0, 1 and 9 to EXECUTION_ERROR, so a worker killed by a signal is logged "RC 1" (review rev64b). The server's 'Job: %s child process exit with return code %s' (2.3.0 on) is the exit_status wording.
     "nvflare": {
         "patterns": [r"process finished with execution code: (?P<exit_code>-{N})\b",
                      r"child worker process finished with RC (?P<exit_code>-{N})\b"],
