@@ -362,7 +362,7 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
             ),
             (
                 "tests/corpus/blind/batch67".to_string(),
-                "held-out".to_string()
+                "blind".to_string()
             ),
             ("tests/corpus/real".to_string(), "in-sample".to_string()),
         ]
@@ -376,7 +376,7 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
     // to batch34 in session 52, batch35 to batch37 in session 53, batch38 and batch39 in session 54,
     // batch40 in session 55, batch41 in session 56, batch42 in session 57, batch43 and batch44 in
     // session 58, batch45 to batch47 in session 59, batch48 to batch50 in session 60, batch51 to
-    // batch54 in session 61, batch55 to batch58 in session 62, batch59 to batch62 in session 63, batch63 to batch66 in session 64, each after its single held-out score); batch67 is held out, its floor
+    // batch54 in session 61, batch55 to batch58 in session 62, batch59 to batch62 in session 63, batch63 to batch67 in session 64, each after its single held-out score); the newest held-out set, its floor
     // the figure it was scored once at.
     let floors = [
         (159, 157, 1),
