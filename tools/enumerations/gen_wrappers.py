@@ -160,6 +160,14 @@ TORCH_DEVICE_COUNT = r"\bNumCudaDevices\(\)(?: that might have already set an er
 # "-> " is too common for the catch-all's any-text pattern, so only the mapped rows' texts count after it (kb55b).
 DEVICE_QUERY = r"-> "
 DEVICE_QUERY_EXAMPLE = "-> {s}"
+# The CUDA_CHECK macro that prints one field a line, "CUDA Error:\n    File:       %s\n    Line:       %d\n    Error code: %d\n
+#     Error text: %s\n" with cudaGetErrorString (the error.cuh idiom copied by many CUDA programs): CuMesh (JeffreyXiang/CuMesh
+# src/utils.h, printf and exit(1) at 40b7b44, the first commit of 2025-11-15; TORCH_CHECK(false, "[CuMesh] CUDA error:\n", ...,
+# "    Error text: ", cudaGetErrorString(error_code), "\n") from 56d001b of 2025-11-30 to cf1a2f0 (HEAD); the repository has no
+# tags; TRELLIS.2's mesh post-processing). The text stands alone on its line, so like DEVICE_QUERY only the mapped rows' texts
+# count after it, never the catch-all (round kb72a, real log microsoft/TRELLIS.2#188).
+ERROR_TEXT_LINE = r"\bError text: "
+ERROR_TEXT_LINE_EXAMPLE = "    Error text: {s}"
 
 # Kokkos's CUDA and HIP error texts (cuda_internal_error_throw / hip_internal_error_throw): "<call> error( <name>): <string>".
 KOKKOS_CUDA = r"\berror\( cudaError[A-Za-z]{2,60}\): "
@@ -807,7 +815,7 @@ def nccl_blocks(rows):
 def wrapped_examples(r):
     """A row's text after each CUDA wrapper and after the CUDA samples' arrow."""
     exs = [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
-    return exs + [DEVICE_QUERY_EXAMPLE.format(s=r["string"])]
+    return exs + [DEVICE_QUERY_EXAMPLE.format(s=r["string"]), ERROR_TEXT_LINE_EXAMPLE.format(s=r["string"])]
 
 
 def cuda_blocks(rows, hip_rows):
@@ -837,7 +845,7 @@ def cuda_blocks(rows, hip_rows):
         shared = minimal([r["string"] for r in rs if r["unique"] != "yes"])
         if shared:
             alt = "(?:" + "|".join(esc(w) for w in shared) + ")"
-            pats += [CUDA_WRAP + alt, MORE_CUDA_WRAP + alt, DEVICE_QUERY + alt]
+            pats += [CUDA_WRAP + alt, MORE_CUDA_WRAP + alt, "(?:" + DEVICE_QUERY + "|" + ERROR_TEXT_LINE + ")" + alt]
         # Not the unique=wrapped rows: their text is logged by healthy runs after "CUDA" and an error word of XLA's notice.
         loose = minimal([r["string"] for r in rs if r["unique"] == "no"])
         if loose:
