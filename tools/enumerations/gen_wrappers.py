@@ -23,7 +23,8 @@ Everything outside the markers (hand-written patterns, diagnosis, advice) is lef
 NCCL: a wording marked unique=yes is matched bare (NCCL's string names the failure wherever it is
 printed); every wording is also matched after the prefix that a framework wrapper prints before
 ncclGetErrorString's text (WRAPPERS below, each read in the wrapper's source), so a string such as
-'invalid usage' counts only where an NCCL wrapper printed it. CUDA: the cudaError_t and CUresult
+'invalid usage' counts only where an NCCL wrapper printed it; the result number that some wrappers print
+instead (NCCL_NUMBER_FORMS) counts where it names one entry for the NCCL majors the wrapper links. CUDA: the cudaError_t and CUresult
 enumerator names (as cupy, cuda-python, XLA and TF print them), and the cudaGetErrorString text
 where it is unique=yes; a row marked unique=wrapped gets only its text after a CUDA wrapper (no names). Triton 1.x's own
 texts (the triton1_text columns: "CUDA: Error- <text>", "HIP: Error- <text>") count bare, each in its row's triton1_entry
@@ -131,6 +132,72 @@ NCCL_EXAMPLES = [
     "xgboost.core.XGBoostError: [17:16:55] /workspace/src/tree/updater_gpu_hist.cu:980: Exception in gpu_hist: NCCL failure :{w} /workspace/src/common/device_helpers.cuh(952)",
     "xgboost.core.XGBoostError: [09:12:44] /workspace/src/common/device_helpers.cuh:135: NCCL failure: {w}. /workspace/src/collective/nccl_device_communicator.cu(126)",
 ]
+
+
+# NCCL result numbers printed without ncclGetErrorString's words (or with them, but where the words are not enough), the NCCL
+# twin of CURESULT_NUMBER_FORMS (round kb73c, moved here from hand-written copies in kb/pytorch/nccl-*.toml). Each form is
+# (open, close, NCCL majors the wrapper links, example templates, literal lines from real logs). A number counts in an entry
+# only where every row of nccl-results.tsv with that number, in the majors the form links, maps to that one entry: NCCL 1.x
+# numbered its results differently (src/nccl.h at v1.2.1-1+cuda7.5 and v1.3.4-1: 4 invalid device pointer, 5 invalid rank,
+# 6 unsupported device count, 7 device not found, 8 invalid device index, 9 .. 14), so 6 (NCCL >= 2.13 remote error), 7 and
+# 8 (NCCL 2.30 timeout) count only in a form that links NCCL 2 alone; 4 and 5 are API misuse in both. The templates are
+# formatted with every counted number ({n}) and, where they print it, every wording of the form's majors ({w}); each literal
+# line goes to the entry whose pattern reads it.
+# - glog's CHECK_EQ(<call>, ncclSuccess), number only: "Check failed: <call> == ncclSuccess (N vs. 0) ". PaddlePaddle 1.x
+#   platform/nccl_helper.h NCCLGroupGuard::~NCCLGroupGuard CHECK_EQ(dynload::ncclGroupEnd(), ncclSuccess) (a code-index copy;
+#   the Paddle tree is too large to fetch at tags; real log PaddlePaddle/Paddle#14620), and any program's CHECK_EQ on an NCCL
+#   result: Caffe's NCCL_CHECK (NCCL 1.x or 2.x; its string after the number is read by WRAPPERS) -- so both majors.
+NCCL_NUMBER_GLOG = (r"Check failed: [^\n=]{1,120} == ncclSuccess \(", r" vs\. 0\)", ("1", "2"), [
+    "F1202 10:00:00.000000 12 nccl_helper.h:62] Check failed: dynload::ncclGroupEnd() == ncclSuccess ({n} vs. 0) ",
+], [
+    "F1125 15:44:39.266677 200102 nccl_helper.h:62] Check failed: dynload::ncclGroupEnd() == ncclSuccess (1 vs. 0) ",
+    "F0314 08:20:11.402113 5521 nccl_helper.h:62] Check failed: dynload::ncclGroupEnd() == ncclSuccess (2 vs. 0) ",
+    "F0412 11:05:44.019284 7711 nccl_helper.h:62] Check failed: dynload::ncclGroupEnd() == ncclSuccess (3 vs. 0) ",
+    "F0906 14:22:31.610094 3311 nccl_helper.h:62] Check failed: dynload::ncclGroupEnd() == ncclSuccess (5 vs. 0) ",
+])
+# - FastMoE's NCCL_SAFE_CALL: fprintf(stderr, "NCCL Error at %s:%d value %d\n", __FILE__, __LINE__, __res__); exit(-1).
+#   laekov/fastmoe cuda/cuda_stream_manager.h at v0.1.1, v0.1.2; cuda/stream_manager.h at v0.2.0, v0.2.1, v0.3.0, v1.0.0,
+#   v1.0.1, v1.1.0 and HEAD (the same text at every tag, and copies in MoE forks). It calls ncclSend / ncclRecv (NCCL >= 2.7)
+#   from v0.1.1 on: NCCL 2 only. Real logs laekov/fastmoe#27 (value 4 from moe_comm_kernel.cu) and #149.
+NCCL_NUMBER_FASTMOE = (r"NCCL Error at [^\n]{1,300}:\d{1,6} value ", r"\b", ("2",), [
+    "NCCL Error at /home/h/code_gpt/fmoe-package/cuda/moe_comm_kernel.cu:29 value {n}",
+], [
+    "NCCL Error at /tmp/pip-req-build/cuda/fastermoe/smart_schedule.h:164 value 5",
+])
+# - OneFlow's OF_NCCL_CHECK / OF_NCCL_CHECK_OR_RETURN (oneflow/core/device/cuda_util.h): "Check failed: " #condition " : "
+#   << ncclGetErrorString(r) << " (" << r << ") ", from v0.7.0 "). To see more detail, please run OneFlow with system variable
+#   NCCL_DEBUG=INFO" (OF_NCCL_CHECK; the _OR_RETURN form keeps ") "). Read at v0.2.0, v0.7.0 and v1.0.0 (earlier review rows:
+#   v0.3.0, v0.5.0, v0.9.0); every caller's condition is an nccl* call, ncclGroupEnd / ncclSend among them: NCCL 2 only. The
+#   words are ncclGetErrorString's, but any of them, cut or not, is read by the number after them.
+NCCL_NUMBER_ONEFLOW = (r"Check failed: nccl[A-Z][A-Za-z]{1,40}\([^\n]{0,300} : [^\n]{3,160} \(", r"\)", ("2",), [
+    "F0622 10:41:07.552190 44812 collective_communication.cpp:88] Check failed: ncclGroupEnd() : {w} ({n}). To see more detail, please run OneFlow with system variable NCCL_DEBUG=INFO",
+    "F0908 17:03:22.918311 20417 eager_nccl_comm_manager.cpp:56] Check failed: ncclCommInitRank(&comm, device_vec.size(), nccl_unique_id, rank) : {w} ({n}) ",
+], [
+    "F0621 09:12:40.183521 31872 nccl_util.cpp:70] Check failed: ncclAllReduce(in, out, elem_cnt, GetNcclDataType(data_type), ncclSum, comm, stream) : unhandled cuda error (1). To see more detail, please run OneFlow with system variable NCCL_DEBUG=INFO",
+    "F0401 12:00:03.774120 9152 nccl_send_recv_boxing_kernel.cpp:175] Check failed: ncclSend(send_in_ptr, send_elem_cnt, GetNcclDataType(data_type), peer, comm, stream) : invalid argument (4). To see more detail, please run OneFlow with system variable NCCL_DEBUG=INFO",
+    "F0710 16:30:52.004187 118230 nccl_util.cpp:70] Check failed: ncclAllGather(in, out, elem_cnt, GetNcclDataType(data_type), comm, stream) : remote process exited or there was a network error (6). To see more detail, please run OneFlow with system variable NCCL_DEBUG=INFO",
+])
+NCCL_NUMBER_FORMS = [NCCL_NUMBER_GLOG, NCCL_NUMBER_FASTMOE, NCCL_NUMBER_ONEFLOW]
+
+
+def nccl_major(r):
+    """The NCCL major of a row of nccl-results.tsv: "1", "2", or None for a wording seen only in a real log."""
+    v = r["nccl_versions"]
+    if "(NCCL 1.x)" in v:
+        return "1"
+    if v.startswith("v2."):
+        return "2"
+    return None
+
+
+def nccl_numbers(rows, majors):
+    """{number: entry} for the numbers that name one entry in every row of the given NCCL majors."""
+    seen = {}
+    for r in rows:
+        if r["number"] == "0" or nccl_major(r) not in majors:
+            continue
+        seen.setdefault(int(r["number"]), set()).add(r["kb_entry"])
+    return {n: es.pop() for n, es in sorted(seen.items()) if len(es) == 1 and "-" not in es}
 
 
 # Triton's AMD driver stub (third_party/amd/backend/driver.c gpuAssert): snprintf "%s Code: %d, Messsage: %s" with
@@ -809,6 +876,32 @@ def nccl_blocks(rows):
             exs.append("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, " + h)
             exs.append("E1001 12:00:00.000000 4242 collective_ops.cc:88] NCCL allreduce failed with error: " + h)
         out[entry] = ("nccl-results.tsv", pats, exs)
+    # The number forms (NCCL_NUMBER_FORMS): one pattern per form and entry, with the numbers that name the entry.
+    placed = set()
+    for opn, close, majors, templates, literal in NCCL_NUMBER_FORMS:
+        numbers = nccl_numbers(rows, majors)
+        for entry in sorted(set(numbers.values())):
+            ns = [n for n, e in numbers.items() if e == entry]
+            pat = opn + (str(ns[0]) if len(ns) == 1 else "(?:" + "|".join(str(n) for n in ns) + ")") + close
+            exs = []
+            for n in ns:
+                words = [r["wording"] for r in rows if int(r["number"]) == n and nccl_major(r) in majors]
+                for t in templates:
+                    for w in (words if "{w}" in t else words[:1]):
+                        e = t.format(n=n, w=w)
+                        if e not in exs:
+                            exs.append(e)
+            lines = [line for line in literal if re.search(pat, line)]
+            placed.update(lines)
+            exs += lines
+            if entry not in out:
+                sys.exit(f"{entry}: a number form names an entry with no wording")
+            out[entry][1].append(pat)
+            out[entry][2].extend(exs)
+    for _, _, _, _, literal in NCCL_NUMBER_FORMS:
+        for line in literal:
+            if line not in placed:
+                sys.exit(f"a literal line of an NCCL number form names no entry: {line}")
     return out
 
 
