@@ -467,6 +467,13 @@ MORE_CUDA_WRAPPERS = [
     # mmcv/mmdetection's deform_conv ("error in deformable_im2col: %s", "error in modulated_deformable_im2col_cuda: %s"),
     # code-index copies. Only the op names with im2col or col2im count.
     r"\berror in [a-z0-9_]{0,60}(?:im2col|col2im)[a-z0-9_]{0,30}: ",
+    # FlowNet2's correlation layer (round kb73a), copied into IRR-PWC, ScopeFlow and many optical-flow models: after the
+    # kernel launch, cudaGetLastError and printf("error in correlation_forward_cuda_kernel: %s\n", cudaGetErrorString(err))
+    # and "error in correlation_backward_cuda_kernel: %s". NVIDIA/flownet2-pytorch networks/correlation_package/
+    # correlation_cuda_kernel.cu at HEAD (63ac436) and its first commit 573ad5e (src/correlation_cuda_kernel.cu, capital
+    # "Correlation_forward_cuda_kernel"; the repository has no tags); avirambh/ScopeFlow models/correlation_package at HEAD.
+    # Real log avirambh/ScopeFlow#5 ("invalid device function": the op built without code for the GPU).
+    r"\berror in [Cc]orrelation_(?:forward|backward)_cuda_kernel: ",
     # nccl-tests (round kb64c): CUDACHECK in src/common.h, printf("%s: Test CUDA failure %s:%d '%s'\n", hostname, __FILE__,
     # __LINE__, cudaGetErrorString(err)) at v2.0.0, v2.9.0, v2.10.0, v2.13.9, v2.17.6 and v2.19.6; v1.0.0 printed
     # "Cuda failure %s:%d '%s'" (no host, no "Test"). The file:line sets both apart from NCCL's own "Cuda failure '%s'".
@@ -577,6 +584,7 @@ CUDA_WRAP_EXAMPLES = [
     "\"PluginInterface\" error: Failure to synchronize stream (nil): Error in cuStreamSynchronize: {s}",
     "CUDA error !!!!! <{s}> !!!!! ",
     "error in dcnv4_im2col_cuda: {s}",
+    "Validate:   0% 0/23 [00:00<?, ?it/s]error in correlation_forward_cuda_kernel: {s}",
     "error in ms_deformable_im2col_cuda: {s}",
     "  what():  function_attributes(): after cudaFuncGetAttributes: {s}",
     "CUDA error at host_main_function.cu:234 code={n}({s}) \"cudaGetLastError()\" ",
@@ -714,6 +722,37 @@ PHYSX_EXAMPLES = [
     "/builds/physx/source/cudamanager/src/CudaContextManager.cpp (247) : internal error : Mem allocation failed with error code {n}!",
     "[Error] [omni.physx.plugin] PhysX error: GPU kernel 'updateBodiesLaunch' execution failed with error {n}!",
 ]
+
+# cudaError_t numbers of a CUDA 10.1+ runtime, where every mapped row's number counts, the runtime-only ones (35
+# cudaErrorInsufficientDriver, 36, 98) included (round kb73a):
+# - TensorRT's builder and runtime (libnvinfer, no public source; the wording from real logs): "CUDA initialization failure
+#   with error: %d. Please check your CUDA installation:  http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html",
+#   logged as a warning by TensorRT 8 ("[TRT] [W] CUDA initialization failure with error: 35. ..."), inside TensorRT 10's API
+#   usage error ("[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with error: 35. ..."),
+#   and by TensorRT 7 without the colon ("ERROR: CUDA initialization failure with error 222. ..."); trt.Builder() then
+#   returns nullptr ("TypeError: pybind11::init(): factory function returned nullptr"). The numbers seen (2, 35, 46, 222)
+#   are cudaError_t's: 35 has no CUresult twin. Real logs warmshao/FasterLivePortrait#50 (35), SthPhoenix/InsightFace-REST#24
+#   (222), and code-index notes quoting 2, 35 and 46.
+CUDART_TRT_OPEN = r"\bCUDA initialization failure with error:? "
+CUDART_TRT_CLOSE = r"\b"
+CUDART_TRT_EXAMPLES = [
+    "[08/08/2024-09:25:42] [TRT] [W] CUDA initialization failure with error: {n}. Please check your CUDA installation:  http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html",
+    "ERROR: CUDA initialization failure with error {n}. Please check your CUDA installation:  http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html",
+    "[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with error: {n}. Please check your CUDA installation:  http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html)",
+]
+CUDART_NUMBER_FORMS = [
+    (CUDART_TRT_OPEN, CUDART_TRT_CLOSE, CUDART_TRT_EXAMPLES),
+]
+
+
+def cudart_numbers(number):
+    """The patterns that read `number` (a regex for a cudaError_t number) in each of CUDART_NUMBER_FORMS."""
+    return [o + number + c for o, c, _ in CUDART_NUMBER_FORMS]
+
+
+def cudart_examples(n):
+    return [t.format(n=n) for _, _, exs in CUDART_NUMBER_FORMS for t in exs]
+
 
 # The raw CUresult number after the words that open it and before the words that close it, with the examples of each form: PhysX,
 # OpenMM and LAMMPS, ollama, NeMo. A mapped row's number yields its entry; any other number the catch-all (CUDA_FALLBACK_ENTRY).
@@ -946,6 +985,9 @@ def cuda_blocks(rows, hip_rows):
         curesult = [r["number"] for r in rs if r["curesult"] != "-" and r["unique"] != "wrapped"]
         if curesult:
             pats += curesult_numbers("(?:" + "|".join(curesult) + ")")
+        cudart = [r["number"] for r in rs if r["unique"] != "wrapped"]
+        if cudart:
+            pats += cudart_numbers("(?:" + "|".join(cudart) + ")")
         for r in rs:
             pats += CUDA_OWN_LINES.get(r["name"], ([], []))[0]
         exs = []
@@ -954,6 +996,7 @@ def cuda_blocks(rows, hip_rows):
             if r["unique"] == "wrapped":
                 exs += wrapped_examples(r)
                 continue
+            exs += cudart_examples(r["number"])
             if r["curesult"] != "-":
                 exs += curesult_examples(r["number"])
                 exs.append("[23:42:41] src/runtime/cuda/cuda_module.cc:93: CUDAError: cuModuleLoadData(&(module_[device_id]), data_.c_str()) failed with error: " + r["curesult"])
@@ -968,9 +1011,10 @@ def cuda_blocks(rows, hip_rows):
     for entry, (pats, exs) in triton1_parts(rows, hip_rows).items():
         table, p, e = out.get(entry, ("cuda-errors.tsv", [], []))
         out[entry] = (table, p + pats, e + exs)
-    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", MORE_CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", MORE_CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + cudart_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
     exs += curesult_examples(801)
+    exs += cudart_examples(801)
     exs += triton1_examples(["CUDA", "HIP"], [TRITON1_FALLBACK_TEXT])
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
