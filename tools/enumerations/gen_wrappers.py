@@ -491,6 +491,12 @@ MORE_CUDA_WRAPPERS = [
     # Real log SimFlowCFD/RapidCFD-dev#29 (std::terminate's "what():").
     r"\b(?:trivial_device_copy (?:D->H failed|H->D: failed)|function_attributes\(\): after cudaFuncGetAttributes): "
     r"(?:cudaError[A-Za-z]{2,60}: )?",
+    # Thrust cuda-9.0 .. 1.9.2 (round kb74a): each algorithm's temporary-storage request, cuda_cub::throw_on_error(status,
+    # "<algo>[:] failed to get memory buffer") in thrust/system/cuda/detail/*.h (radix_sort, merge_sort, reduce, scan, unique,
+    # copy_if, partition, set_operations, extrema, binary_search, "adjacent_differecne" sic ...), what() "<message>: " and
+    # cudaGetErrorString (error.inl at cuda-9.0). Read with git grep at every NVIDIA/thrust tag: present at cuda-9.0, cuda-9.1,
+    # cuda-9.2, 1.9.0-5, 1.9.1-2 and 1.9.2, absent at 1.8.3 and from 1.9.3. Real log Xtra-Computing/thundersvm#120.
+    r"\b[a-z_]{4,30}:? failed to get memory buffer: ",
     # The CUDA samples' checkCudaErrors (round kb67c): check() in Common/helper_cuda.h, fprintf(stderr, "CUDA error at %s:%d
     # code=%d(%s) \"%s\" \n", file, line, result, _cudaGetErrorEnum(result), func) (the enumerator name; copies print
     # cudaGetErrorString there), and "CUDA error at %s:%d code=%d(%s) \n" in gpuGetMaxGflopsDeviceId. NVIDIA/cuda-samples at v9.2,
@@ -587,6 +593,7 @@ CUDA_WRAP_EXAMPLES = [
     "Validate:   0% 0/23 [00:00<?, ?it/s]error in correlation_forward_cuda_kernel: {s}",
     "error in ms_deformable_im2col_cuda: {s}",
     "  what():  function_attributes(): after cudaFuncGetAttributes: {s}",
+    "  what():  radix_sort: failed to get memory buffer: {s}",
     "CUDA error at host_main_function.cu:234 code={n}({s}) \"cudaGetLastError()\" ",
     "Faiss assertion 'err__ == cudaSuccess' failed in void faiss::gpu::runL2Norm(...) at /project/faiss/faiss/gpu/impl/L2Norm.cu:261; details: CUDA error {n} {s}",
     "Faiss assertion 'err == cudaSuccess' failed in void faiss::gpu::freeMemorySpace(faiss::gpu::MemorySpace, void*) at gpu/utils/MemorySpace.cpp:72; details: Failed to cudaFree pointer 0x7f0ca0000000 (error {n} {s})",
@@ -1281,6 +1288,14 @@ CUBLAS_WRAP = "(?:" + "|".join(CUBLAS_WRAPPERS) + ")"
 CUBLAS_NUMBER = r"\bcuBLAS error {n} at [^\n]{{1,300}}:\d{{1,6}}\b"
 CUBLAS_API_NUMBER = r"\bcuBLAS API failed with status {n}\b"
 CUBLAS_BNB_LT_NUMBER = r"\bBLAS Lt API failed with status {n}\b"
+# mshadow (MXNet's tensor library) checks its cuBLAS calls with dmlc-core's CHECK_EQ(err, CUBLAS_STATUS_SUCCESS) << "<what>" (round
+# kb74a): stream_gpu-inl.h CreateBlasHandle "Create cublas handle failed" and DestroyBlasHandle, dot_engine-inl.h "Cublas: Sgemm fail"
+# and its siblings, printed by glog/dmlc as "Check failed: err == CUBLAS_STATUS_SUCCESS (<status> vs. 0) [: ]<what>". Read in
+# dmlc/mshadow at f51809d (2015-09-14, where the CHECK_EQ form came in; 208a198 and older used utils::Check, no number) and bc49327
+# (HEAD, 2019-08, the copy MXNet 1.x ships in 3rdparty/mshadow). Real log awslabs/sockeye#897 (mxnet-cu101 1.7.0).
+# Only mshadow's variable name `err` is read: legacy PaddlePaddle's hl_cuda_cublas.cc prints "Check failed: stat == CUBLAS_STATUS_SUCCESS
+# (N vs. 0) [cublas status]: <text>" (real log PaddlePaddle/Paddle#346), whose text its entries already read, and was not read here.
+CUBLAS_GLOG_NUMBER = r"\bCheck failed: err == CUBLAS_STATUS_SUCCESS \({n} vs\. 0\)"
 HIPBLAS_MAX_STATUS = 11
 CUBLAS_EXAMPLES = [
     "CUDA error: {s}",
@@ -1299,8 +1314,11 @@ def cublas_blocks(rows):
             pats.append("\\b" + text + "\\b" if r["unique"] == "yes" else CUBLAS_WRAP + text)
             pats.append(CUBLAS_NUMBER.format(n=r["number"]))
             pats.append(CUBLAS_API_NUMBER.format(n=r["number"]))
+            pats.append(CUBLAS_GLOG_NUMBER.format(n=r["number"]))
             exs += [t.format(s=r["string"], n=r["number"]) for t in CUBLAS_EXAMPLES]
             exs.append("cuBLAS API failed with status {n}".format(n=r["number"]))
+            exs.append("  what():  [18:47:35] /home/centos/mxnet/3rdparty/mshadow/mshadow/./stream_gpu-inl.h:134: Check failed: "
+                       "err == CUBLAS_STATUS_SUCCESS ({n} vs. 0) : Create cublas handle failed".format(n=r["number"]))
             if int(r["number"]) > HIPBLAS_MAX_STATUS:
                 pats.append(CUBLAS_BNB_LT_NUMBER.format(n=r["number"]))
                 exs.append("BLAS Lt API failed with status {n}".format(n=r["number"]))
