@@ -78,10 +78,12 @@ TEMPLATES = {
         "supersedes": [],
     },
     # CPython Lib/subprocess.py CalledProcessError.__str__: "Command '%s' died with %r." (a
-    # signal.Signals member repr: <Signals.SIGKILL: 9>).
+    # signal.Signals member repr: <Signals.SIGKILL: 9>, enum's '<%s.%s: %r>' in CPython 3.6 and 3.11).
+    # The space after the colon is optional: a pasted copy without it is a real log (facebookresearch/XLM#95).
     "subprocess": {
-        "pattern": r"died with <Signals\.{NAME}: {N}>",
-        "examples": ["subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.{NAME}: {N}>."],
+        "pattern": r"died with <Signals\.{NAME}: ?{N}>",
+        "examples": ["subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.{NAME}: {N}>.",
+                     "subprocess.CalledProcessError: Command '['/opt/conda/bin/python', '-u', 'train.py', '--local_rank=0']' died with <Signals.{NAME}:{N}>."],
         "supersedes": ["python/uncaught-exception"],
     },
     # open-mpi/ompi opal/util/stacktrace.c show_stackframe: HOSTFORMAT 'Signal: %s (%d)' with
@@ -283,6 +285,16 @@ TEMPLATES = {
     # logged by the nanny as a WARNING (INFO from 2022), then 'Restarting worker'. Read at 1.20.0, 1.26.0, 2.0.0, 2.30.0,
     # 2021.01.0, 2022.05.0, 2023.1.0, 2024.1.0 and 2026.7.1. Not SIGTERM or SIGKILL: the nanny itself terminates and kills the
     # worker it restarts or closes (process.terminate(), then kill()), so those numbers are no failure by themselves.
+    # triton-inference-server/server src/servers/signal.cc (src/triton_signal.cc from 2.2x) ErrorSignalHandler:
+    # std::cerr << "Signal (" << signum << ") received." << std::endl, then boost::stacktrace::stacktrace()
+    # (' 0# ... in tritonserver'), then signal(signum, SIG_DFL) and raise(signum). Installed for SIGSEGV and
+    # SIGABRT from v2.14.0 (read at v2.14.0, v2.20.0, v2.30.0, v2.50.0, v2.71.0). Not SIGINT or SIGTERM:
+    # SignalHandler prints the same words to stdout for them and shuts the server down gracefully.
+    "triton_signal": {
+        "pattern": r"Signal \((?P<signal>{N})\) received\.",
+        "examples": ["Signal ({N}) received."],
+        "supersedes": [],
+    },
     "dask_nanny": {
         "pattern": r"Worker process (?P<pid>\d+) was killed by signal (?P<signal>{N})\b",
         "examples": ["distributed.nanny - WARNING - Worker process 56 was killed by signal {N}",
@@ -380,6 +392,7 @@ NEGATIVES = [
     "[1]    79314 exit 143   mpiexec -n 12 python3 train.py",
     "2022-08-05 18:40:53,537 - ProcessExecutor - INFO - process finished with execution code: 0",
     "2024-05-28 05:44:08,725 - JobExecutor - INFO - run (f0a29fe6-e299-4a7a-a1f1-68de498ed08e): child worker process finished with RC 1",
+    "Signal (15) received.",
 ]
 
 
