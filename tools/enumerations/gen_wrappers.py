@@ -235,6 +235,16 @@ DEVICE_QUERY_EXAMPLE = "-> {s}"
 # count after it, never the catch-all (round kb72a, real log microsoft/TRELLIS.2#188).
 ERROR_TEXT_LINE = r"\bError text: "
 ERROR_TEXT_LINE_EXAMPLE = "    Error text: {s}"
+# The HandleError idiom of "CUDA by Example" (common/book.h, copied into many CUDA programs' own headers): printf("%s in %s at line
+# %d\n", cudaGetErrorString(err), file, line) behind HANDLE_ERROR(err), then exit. The text comes first, so it is a suffix form:
+# a mapped row's text, " in ", a CUDA source file (.cu or .cuh: the file that called HANDLE_ERROR) and " at line N". Only the
+# mapped rows' texts count before it, never the catch-all (any words before " in <file> at line N" would be too loose), and
+# the file must be a CUDA source so that a host program's own "out of memory in foo.c at line 12" stays out. Read in
+# UWB-Biocomputing/BrainGrid Utils/Book.h at v0.9-alpha and v1.0 (HANDLE_ERROR around cudaMalloc and cudaMemcpy in
+# Connections/ConnGrowth_d.cu; v1.1 and v1.5 moved to checkCudaErrors, the CUDA samples' wrapper in MORE_CUDA_WRAPPERS);
+# real log UWB-Biocomputing/BrainGrid#227 ("out of memory in ./Connections/ConnGrowth_d.cu at line 34"; round kb75a).
+BOOK_SUFFIX = r" in \S{0,300}\.cuh? at line \d{1,6}\b"
+BOOK_SUFFIX_EXAMPLE = "{s} in ./Connections/ConnGrowth_d.cu at line 34"
 
 # Kokkos's CUDA and HIP error texts (cuda_internal_error_throw / hip_internal_error_throw): "<call> error( <name>): <string>".
 KOKKOS_CUDA = r"\berror\( cudaError[A-Za-z]{2,60}\): "
@@ -714,6 +724,17 @@ CURESULT_CUDART_EXAMPLES = [
     "RuntimeError: CUDA error detected: {n}",
     "cuda execution failed with error {n}",
 ]
+# - The NVIDIA HPC SDK's (formerly PGI's) OpenACC and CUDA Fortran runtime, when a driver call it makes fails: "call to %s returned
+#   error %d: %s" with the cu* call, its CUresult number and the runtime's own words for it ("call to cuStreamSynchronize
+#   returned error 700: Illegal address during kernel execution", "call to cuMemAlloc returned error 2: Out of memory"). The
+#   runtime is closed source, so the wording is from real logs (BlueBrain/CoreNeuron#512, NVHPC 21.2; round kb75a); the words
+#   after the number are the runtime's own, not cuGetErrorString's, so only the number counts.
+CURESULT_NVHPC_OPEN = r"\bcall to cu[A-Z][A-Za-z0-9_]{1,60} returned error "
+CURESULT_NVHPC_CLOSE = r"\b"
+CURESULT_NVHPC_EXAMPLES = [
+    "call to cuStreamSynchronize returned error {n}: ",
+    "Failing in Thread:1 call to cuMemcpyDtoHAsync returned error {n}",
+]
 CURESULT_NUMBER_EXAMPLES = [
     "Exception: Error synchronizing on event for CCMA: CUDA error ({n}) at /home/user/OpenMM-7.1.1-Source/platforms/cuda/src/CudaIntegrationUtilities.cpp:736",
     "Exception: Error deleting array bondParams: CUDA error ({n})",
@@ -770,6 +791,7 @@ CURESULT_NUMBER_FORMS = [
     (CURESULT_NEMO_OPEN, CURESULT_NEMO_CLOSE, CURESULT_NEMO_EXAMPLES),
     (CURESULT_AMREX_OPEN, CURESULT_AMREX_CLOSE, CURESULT_AMREX_EXAMPLES),
     (CURESULT_CUDART_OPEN, CURESULT_CUDART_CLOSE, CURESULT_CUDART_EXAMPLES),
+    (CURESULT_NVHPC_OPEN, CURESULT_NVHPC_CLOSE, CURESULT_NVHPC_EXAMPLES),
 ]
 
 
@@ -954,7 +976,8 @@ def nccl_blocks(rows):
 def wrapped_examples(r):
     """A row's text after each CUDA wrapper and after the CUDA samples' arrow."""
     exs = [t.format(s=r["string"], n=r["number"], name=r["name"]) for t in CUDA_WRAP_EXAMPLES]
-    return exs + [DEVICE_QUERY_EXAMPLE.format(s=r["string"]), ERROR_TEXT_LINE_EXAMPLE.format(s=r["string"])]
+    return exs + [DEVICE_QUERY_EXAMPLE.format(s=r["string"]), ERROR_TEXT_LINE_EXAMPLE.format(s=r["string"]),
+                  BOOK_SUFFIX_EXAMPLE.format(s=r["string"])]
 
 
 def cuda_blocks(rows, hip_rows):
@@ -984,7 +1007,8 @@ def cuda_blocks(rows, hip_rows):
         shared = minimal([r["string"] for r in rs if r["unique"] != "yes"])
         if shared:
             alt = "(?:" + "|".join(esc(w) for w in shared) + ")"
-            pats += [CUDA_WRAP + alt, MORE_CUDA_WRAP + alt, "(?:" + DEVICE_QUERY + "|" + ERROR_TEXT_LINE + ")" + alt]
+            pats += [CUDA_WRAP + alt, MORE_CUDA_WRAP + alt, "(?:" + DEVICE_QUERY + "|" + ERROR_TEXT_LINE + ")" + alt,
+                     alt + BOOK_SUFFIX]
         # Not the unique=wrapped rows: their text is logged by healthy runs after "CUDA" and an error word of XLA's notice.
         loose = minimal([r["string"] for r in rs if r["unique"] == "no"])
         if loose:
