@@ -520,6 +520,13 @@ MORE_CUDA_WRAPPERS = [
     # v0.13.0, v0.14.1, v0.15.1, v0.17.0, v0.18.0, v0.19.0. The file:line sets it apart from the generic words. Real log
     # isl-org/Open3D#4679 (cudaMallocAsync on a Maxwell GPU: "operation not supported", the catch-all).
     r"\.[a-z]{1,4}:\d{1,6} CUDA runtime error: ",
+    # NVIDIA Warp's native checks (round kb76a): check_cuda_result / check_cu_result in warp/native/cuda_util.cpp print
+    # "Warp CUDA error %u: %s (%s:%d)" with cudaGetErrorString or cuGetErrorString (fprintf to stderr, v0.4.3 .. v0.15.1), then
+    # "Warp CUDA error %u: %s (in function %s, %s:%d)" through wp::set_error_string (v1.0.0 .. v1.16.0). The number is
+    # cudaError_t's or CUresult's, whichever call failed, so only the text is read. Read at v0.2.0 (absent), v0.4.3, v0.5.0,
+    # v0.9.0, v1.0.0, v1.5.0, v1.9.0, v1.10.0 and v1.16.0. Real log orbital-materials/orb-models#156 ("initialization error"
+    # in get_current_context, the catch-all).
+    r"\bWarp CUDA error \d{1,4}: ",
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -598,6 +605,8 @@ CUDA_WRAP_EXAMPLES = [
     "  what():  [10:12:10] /workspace/include/xgboost/./../../src/common/common.h:41: /workspace/src/tree/updater_gpu_hist.cu: 279: {s}",
     "xgboost.core.XGBoostError: [08:53:31] /workspace/src/common/common.cu:17: /workspace/src/data/ellpack_page.cu: 262: {s}",
     "\"PluginInterface\" error: Failure to synchronize stream (nil): Error in cuStreamSynchronize: {s}",
+    "Warp CUDA error {n}: {s} (in function wp_cuda_context_set_current, /builds/omniverse/warp/warp/native/warp.cu:2134)",
+    "Warp CUDA error {n}: {s} (/builds/omniverse/warp/warp/native/warp.cu:1213)",
     "CUDA error !!!!! <{s}> !!!!! ",
     "error in dcnv4_im2col_cuda: {s}",
     "Validate:   0% 0/23 [00:00<?, ?it/s]error in correlation_forward_cuda_kernel: {s}",
