@@ -527,6 +527,18 @@ MORE_CUDA_WRAPPERS = [
     # v0.9.0, v1.0.0, v1.5.0, v1.9.0, v1.10.0 and v1.16.0. Real log orbital-materials/orb-models#156 ("initialization error"
     # in get_current_context, the catch-all).
     r"\bWarp CUDA error \d{1,4}: ",
+    # COSMA's Tiled-MM (eth-cscs/Tiled-MM src/Tiled-MM/util.hpp, COSMA's libs/Tiled-MM, CP2K's GPU builds; round kb77a):
+    # check_runtime_status std::cerr << "error: GPU API call : " << runtime_api::get_error_string(status) (cudaGetErrorString,
+    # hipGetErrorString on ROCm, whose texts mirror CUDA's), then throw std::runtime_error("GPU ERROR"); check_last_device_kernel
+    # std::cout << "error: GPU kernel launch : " << errstr << " : " << get_error_string(status). The same text from the commit
+    # that added ROCm support (94a3d9a, 2019-11) through v2.0, v2.1, v2.2, v2.3, v2.3.1 and HEAD. Real logs eth-cscs/COSMA#115
+    # (invalid argument, COSMA 2.6.0) and cp2k/cp2k#1530 (invalid resource handle, COSMA 2.2.0): unmapped rows, the catch-all.
+    r"\berror: GPU (?:API call|kernel launch : [^\n]{1,200}) : ",
+    # GPU4PySCF's kernels (gpu4pyscf/lib/**/*.cu; round kb77a): after the launch, cudaGetLastError and fprintf(stderr, "CUDA Error of
+    # %s: %s\n", <kernel or step name>, cudaGetErrorString(err)) (0.1 .. v1.8.1 and HEAD), and from v1.4.0 also "CUDA Error in %s:
+    # %s\n" (__func__ or a literal name) and "CUDA Error in %s (li,lj,lc = %d,%d,%d): %s\n". The name holds no colon. Read at 0.1,
+    # v0.4.3, v0.6.9, v1.0, v1.4.0, v1.8.1 and HEAD. Real log pyscf/gpu4pyscf#75 ("CUDA Error of GINTint2e_jk_kernel: out of memory").
+    r"\bCUDA Error (?:of|in) [^\n:]{1,120}: ",
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -607,6 +619,10 @@ CUDA_WRAP_EXAMPLES = [
     "\"PluginInterface\" error: Failure to synchronize stream (nil): Error in cuStreamSynchronize: {s}",
     "Warp CUDA error {n}: {s} (in function wp_cuda_context_set_current, /builds/omniverse/warp/warp/native/warp.cu:2134)",
     "Warp CUDA error {n}: {s} (/builds/omniverse/warp/warp/native/warp.cu:1213)",
+    "error: GPU API call : {s}",
+    "error: GPU kernel launch : tiled_mm : {s}",
+    "CUDA Error of GINTint2e_jk_kernel: {s}",
+    "CUDA Error in GDFTeval_gto (li,lj,lc = 2,1,0): {s}",
     "CUDA error !!!!! <{s}> !!!!! ",
     "error in dcnv4_im2col_cuda: {s}",
     "Validate:   0% 0/23 [00:00<?, ?it/s]error in correlation_forward_cuda_kernel: {s}",
@@ -744,6 +760,16 @@ CURESULT_NVHPC_EXAMPLES = [
     "call to cuStreamSynchronize returned error {n}: ",
     "Failing in Thread:1 call to cuMemcpyDtoHAsync returned error {n}",
 ]
+# - DeepStream's NvBufSurfTransform library (libnvbufsurftransform.so, closed source; round kb77a): every driver call it makes at
+#   load prints "nvbufsurftransform:cuInit failed : %d" with the CUresult number (804 CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: a
+#   container's forward-compatibility libcuda on a GPU that does not support it). No source to read; the wording is from the real
+#   log marcoslucianops/DeepStream-Yolo#337 (DeepStream 6.x container), so only the "nvbufsurftransform:" prefix, a cu* call and
+#   " failed : " count.
+CURESULT_NVBUFSURF_OPEN = r"\bnvbufsurftransform: ?cu[A-Z][A-Za-z0-9_]{1,60} failed : "
+CURESULT_NVBUFSURF_CLOSE = r"\b"
+CURESULT_NVBUFSURF_EXAMPLES = [
+    "nvbufsurftransform:cuInit failed : {n} ",
+]
 CURESULT_NUMBER_EXAMPLES = [
     "Exception: Error synchronizing on event for CCMA: CUDA error ({n}) at /home/user/OpenMM-7.1.1-Source/platforms/cuda/src/CudaIntegrationUtilities.cpp:736",
     "Exception: Error deleting array bondParams: CUDA error ({n})",
@@ -801,7 +827,29 @@ CURESULT_NUMBER_FORMS = [
     (CURESULT_AMREX_OPEN, CURESULT_AMREX_CLOSE, CURESULT_AMREX_EXAMPLES),
     (CURESULT_CUDART_OPEN, CURESULT_CUDART_CLOSE, CURESULT_CUDART_EXAMPLES),
     (CURESULT_NVHPC_OPEN, CURESULT_NVHPC_CLOSE, CURESULT_NVHPC_EXAMPLES),
+    (CURESULT_NVBUFSURF_OPEN, CURESULT_NVBUFSURF_CLOSE, CURESULT_NVBUFSURF_EXAMPLES),
 ]
+
+
+# The CUresult number in lower-case hex after "0x" (printf "0x%x"), round kb77a: FFmpeg's NVENC encoder (libavcodec/nvenc.c,
+# nvenc_check_device) logs av_log(AV_LOG_FATAL, "Failed creating CUDA context for NVENC: 0x%x\n", (int)cu_res) when cuCtxCreate
+# fails, then "No NVENC capable devices found". FFmpeg's repository is too large to fetch here, so the wording is from the real
+# log ant-media/Ant-Media-Server#939 ("Failed creating CUDA context for NVENC: 0x2", CUDA_ERROR_OUT_OF_MEMORY); later FFmpeg
+# releases check the call with CHECK_CU and print the driver's name and text instead, which the names already read.
+CURESULT_HEX_FORMS = [
+    (r"\bFailed creating CUDA context for NVENC: 0x", r"\b",
+     ["[h264_nvenc @ 0x7f616007d540] Failed creating CUDA context for NVENC: 0x{x}"]),
+]
+
+
+def curesult_hex(numbers):
+    """The patterns that read the hex form of `numbers` (decimal strings) in each of CURESULT_HEX_FORMS."""
+    alt = "(?:" + "|".join(format(int(n), "x") for n in numbers) + ")"
+    return [o + alt + c for o, c, _ in CURESULT_HEX_FORMS]
+
+
+def curesult_hex_examples(n):
+    return [t.format(x=format(int(n), "x")) for _, _, exs in CURESULT_HEX_FORMS for t in exs]
 
 
 def curesult_numbers(number):
@@ -1025,6 +1073,7 @@ def cuda_blocks(rows, hip_rows):
         curesult = [r["number"] for r in rs if r["curesult"] != "-" and r["unique"] != "wrapped"]
         if curesult:
             pats += curesult_numbers("(?:" + "|".join(curesult) + ")")
+            pats += curesult_hex(curesult)
         cudart = [r["number"] for r in rs if r["unique"] != "wrapped"]
         if cudart:
             pats += cudart_numbers("(?:" + "|".join(cudart) + ")")
@@ -1039,6 +1088,7 @@ def cuda_blocks(rows, hip_rows):
             exs += cudart_examples(r["number"])
             if r["curesult"] != "-":
                 exs += curesult_examples(r["number"])
+                exs += curesult_hex_examples(r["number"])
                 exs.append("[23:42:41] src/runtime/cuda/cuda_module.cc:93: CUDAError: cuModuleLoadData(&(module_[device_id]), data_.c_str()) failed with error: " + r["curesult"])
             if r["unique"] != "yes":
                 exs += wrapped_examples(r)
@@ -1051,9 +1101,10 @@ def cuda_blocks(rows, hip_rows):
     for entry, (pats, exs) in triton1_parts(rows, hip_rows).items():
         table, p, e = out.get(entry, ("cuda-errors.tsv", [], []))
         out[entry] = (table, p + pats, e + exs)
-    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", MORE_CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + cudart_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
+    pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", MORE_CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + [o + "[0-9a-f]{1,3}" + c for o, c, _ in CURESULT_HEX_FORMS] + cudart_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
     exs += curesult_examples(801)
+    exs += curesult_hex_examples(801)
     exs += cudart_examples(801)
     exs += triton1_examples(["CUDA", "HIP"], [TRITON1_FALLBACK_TEXT])
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
