@@ -473,12 +473,7 @@ def replace_block(text, array, items, render, path):
 
 def hand_written(text, array):
     """Items of `array` outside the generated block (to drop exact duplicates of generated ones)."""
-    m = re.search(r"(?ms)^" + re.escape(array) + r" = \[\s*\n(.*?)^\]", text)
-    body = m.group(1) if m else ""
-    b = body.find(BEGIN)
-    if b >= 0:
-        body = body[:body.rfind("\n", 0, b) + 1] + body[body.index("\n", body.find(END)) + 1:]
-    return body
+    return tables.hand_written(text, array, BEGIN, END)
 
 
 def update_supersedes(text, needed, path):

@@ -313,12 +313,7 @@ def samples(t, rows, skip):
 
 def hand_written(text, array):
     """The lines of `array` outside the generated block."""
-    m = re.search(r"(?ms)^" + re.escape(array) + r" = \[\s*\n(.*?)^\]", text)
-    body = m.group(1) if m else ""
-    b = body.find(BEGIN)
-    if b >= 0:
-        body = body[:body.rfind("\n", 0, b) + 1] + body[body.index("\n", body.find(END)) + 1:]
-    return body
+    return tables.hand_written(text, array, BEGIN, END)
 
 
 def hand_patterns(text):
@@ -392,17 +387,7 @@ def build(rows, kb):
 
 
 def main(argv):
-    check, kb = tables.check_and_kb(argv, KB)
-    rows = read_rows()
-    plan = build(rows, kb)
-
-    def blocks(entry, _rows):
-        if entry not in plan:
-            return None
-        return tables.entry_blocks(*plan[entry])
-
-    return tables.sync_entries(rows, kb, check, "name", blocks, "gen_wc_status.py", BEGIN, END)
-
+    return tables.sync_from_plan(argv, KB, read_rows, build, "name", "gen_wc_status.py", BEGIN, END)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

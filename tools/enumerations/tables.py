@@ -140,3 +140,27 @@ def check_unique(rows, name, allowed):
     for r in rows:
         if r["unique"] not in allowed:
             sys.exit(f"{r[name]}: unique must be {', '.join(allowed[:-1])} or {allowed[-1]}, not {r['unique']!r}")
+
+def sync_from_plan(argv, default_kb, read_rows, build, name, script, begin, end):
+    """The whole run of a generator whose `build(rows, kb)` returns {entry: (patterns, examples,
+    negatives)}: write (or, with --check, compare) each planned entry's generated blocks."""
+    check, kb = check_and_kb(argv, default_kb)
+    rows = read_rows()
+    plan = build(rows, kb)
+
+    def blocks(entry, _rows):
+        if entry not in plan:
+            return None
+        return entry_blocks(*plan[entry])
+
+    return sync_entries(rows, kb, check, name, blocks, script, begin, end)
+
+
+def hand_written(text, array, begin, end):
+    """The lines of the TOML array `array` outside its generated block (from `begin` to `end`)."""
+    m = re.search(r"(?ms)^" + re.escape(array) + r" = \[\s*\n(.*?)^\]", text)
+    body = m.group(1) if m else ""
+    b = body.find(begin)
+    if b >= 0:
+        body = body[:body.rfind("\n", 0, b) + 1] + body[body.index("\n", body.find(end)) + 1:]
+    return body
