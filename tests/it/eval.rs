@@ -384,6 +384,10 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
                 "tests/corpus/blind/batch72".to_string(),
                 "blind".to_string()
             ),
+            (
+                "tests/corpus/blind/batch73".to_string(),
+                "blind".to_string()
+            ),
             ("tests/corpus/real".to_string(), "in-sample".to_string()),
         ]
     );
@@ -472,6 +476,7 @@ fn each_corpus_set_is_reported_under_its_kind_and_does_not_drop() {
         (54, 54, 0),
         (56, 56, 0),
         (51, 51, 0),
+        (50, 50, 1),
     ];
     for (report, (detected, top1, alarms)) in reports.iter().zip(floors) {
         let o = &report["overall"];
