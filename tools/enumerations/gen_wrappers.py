@@ -539,6 +539,13 @@ MORE_CUDA_WRAPPERS = [
     # %s\n" (__func__ or a literal name) and "CUDA Error in %s (li,lj,lc = %d,%d,%d): %s\n". The name holds no colon. Read at 0.1,
     # v0.4.3, v0.6.9, v1.0, v1.4.0, v1.8.1 and HEAD. Real log pyscf/gpu4pyscf#75 ("CUDA Error of GINTint2e_jk_kernel: out of memory").
     r"\bCUDA Error (?:of|in) [^\n:]{1,120}: ",
+    # nvblox (nvidia-isaac/nvblox, Isaac ROS nvblox; round kb78c): checkCudaErrors(val) calls check_cuda(result, #val, __FILE__,
+    # __LINE__), std::cerr << "CUDA error = " << static_cast<unsigned int>(result) << " at " << file << ":" << line << " '" << func
+    # << "'. Error string: " << cudaGetErrorString(result) << ".\n", then cudaDeviceReset() and exit(99). The same text in
+    # nvblox/src/core/cuda/error_check.cu at v0.0.1, v0.0.2, v0.0.3, v0.0.3.1 and nvblox/src/core/error_check.cu at v0.0.4, v0.0.5
+    # and the release-3.0-prerelease branch (Isaac ROS 3.0); voxhash's copy prints the same. Real log nvidia-isaac/nvblox#55
+    # (999, unknown error, on cudaStreamCreateWithFlags).
+    r"\bCUDA error = \d{1,4} at \S{1,300}:\d{1,6} \x27[^\n]{0,400}\x27\. Error string: ",
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -622,6 +629,7 @@ CUDA_WRAP_EXAMPLES = [
     "error: GPU API call : {s}",
     "error: GPU kernel launch : tiled_mm : {s}",
     "CUDA Error of GINTint2e_jk_kernel: {s}",
+    "CUDA error = {n} at /workspaces/isaac_ros-dev/src/nvblox/nvblox/src/core/cuda_stream.cpp:31 'cudaStreamCreateWithFlags(&stream_, flags)'. Error string: {s}.",
     "CUDA Error in GDFTeval_gto (li,lj,lc = 2,1,0): {s}",
     "CUDA error !!!!! <{s}> !!!!! ",
     "error in dcnv4_im2col_cuda: {s}",
