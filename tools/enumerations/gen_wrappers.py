@@ -546,6 +546,24 @@ MORE_CUDA_WRAPPERS = [
     # and the release-3.0-prerelease branch (Isaac ROS 3.0); voxhash's copy prints the same. Real log nvidia-isaac/nvblox#55
     # (999, unknown error, on cudaStreamCreateWithFlags).
     r"\bCUDA error = \d{1,4} at \S{1,300}:\d{1,6} \x27[^\n]{0,400}\x27\. Error string: ",
+    # Umpire (LLNL/Umpire; hypre, PETSc, RAJA and Kokkos builds; round kb79a): its CUDA allocators and operations raise
+    # UMPIRE_ERROR with "<call>( <args> ) failed with error: " and cudaGetErrorString: "cudaMalloc( bytes = %zu ) failed with error:
+    # %s" (alloc/CudaMallocAllocator.hpp, out_of_memory_error for cudaErrorMemoryAllocation from v2022.10.0, runtime_error
+    # otherwise), cudaMallocManaged, cudaFree, cudaFreeHost, cudaMemAdvise, cudaMemPrefetchAsync, cudaGetDeviceProperties,
+    # cudaMemset and "CudaMemmcpy(" (sic, op/CudaCopyOperation.cpp). Streamed text up to v2022.03.0, fmt::format after, the same
+    # words; read with git grep at v0.1.3, v0.3.5, v1.0.0, v2.0.0, v3.0.0, v4.0.0, v5.0.0, v6.0.0, v2022.03.0, v2022.10.0,
+    # v2023.06.0, v2024.02.0 and v2024.07.0. Printed as "! Umpire runtime_error [<file>:<line>]: <message>" (what() of the
+    # exception). Real log hypre-space/hypre#1435 (cudaMalloc of 4 GiB, out of memory).
+    r"\b[Cc]uda[A-Z][A-Za-z]{1,40}\( [^\n]{1,300}\) failed with error: ",
+    # CU_CHECK of cuOpt (cpp/src/utilities/macros.cuh) and NVIDIA Aerial cuPHY: a driver-API call's CUresult,
+    # cuGetErrorString(result, &pErrStr) and fprintf(stderr, "CUDA Error: %s:%i:%s\n", __FILE__, __LINE__, pErrStr), without
+    # aborting. cuOpt's barrier solver checks the green-context calls with it (cuDeviceGetDevResource,
+    # cuDevSmResourceSplitByCount, cuDevResourceGenerateDesc, cuGreenCtxCreate, cuGreenCtxStreamCreate in
+    # cpp/src/barrier/sparse_cholesky.cuh, CUDA 13 builds), whose errors include CUDA_ERROR_INVALID_RESOURCE_TYPE (914) and
+    # CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION (915). Read in code-index copies of macros.cuh (two versions, 40042aa7 the newer)
+    # and sparse_cholesky.cuh (0058b8bd); absent at v25.05.01 and v25.08.00a (git grep; the mirror has no later tag). Real log
+    # NVIDIA/cuopt#1729 (cuOpt 26.8 CU13 wheel, 915 and 914, unmapped: the catch-all).
+    r"\bCUDA Error: \S{1,300}\.(?:cuh?|cc|cpp|cxx|hpp|h):\d{1,6}:",
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -629,6 +647,8 @@ CUDA_WRAP_EXAMPLES = [
     "error: GPU API call : {s}",
     "error: GPU kernel launch : tiled_mm : {s}",
     "CUDA Error of GINTint2e_jk_kernel: {s}",
+    "  what():  ! Umpire runtime_error [/opt/umpire/src/umpire/alloc/CudaMallocAllocator.hpp:38]: cudaMalloc( bytes = 4294967312 ) failed with error: {s}",
+    "CUDA Error: /__w/cuopt/cuopt/cpp/src/barrier/sparse_cholesky.cuh:185:{s}",
     "CUDA error = {n} at /workspaces/isaac_ros-dev/src/nvblox/nvblox/src/core/cuda_stream.cpp:31 'cudaStreamCreateWithFlags(&stream_, flags)'. Error string: {s}.",
     "CUDA Error in GDFTeval_gto (li,lj,lc = 2,1,0): {s}",
     "CUDA error !!!!! <{s}> !!!!! ",
