@@ -11,6 +11,7 @@ Inputs (this directory):
   hsa-status.tsv    hsa_status_t (AMD's HSA runtime, ROCr) -> hsa_status_string -> KB entry
   nvml-errors.tsv   nvmlReturn_t -> nvmlErrorString / pynvml wordings and pynvml's exception class -> KB entry
   cublas-status.tsv cublasStatus_t -> cublasGetStatusString -> KB entry
+  cuda-math-status.tsv cufftResult / cusparseStatus_t (+ cusparseGetErrorString) / cusolverStatus_t / cudssStatus_t -> KB entry
 
 For every row whose kb_entry is not "-", the entry kb/<kb_entry>.toml gets, inside its
 `patterns = [...]` and `examples = [...]` arrays, a block between the lines
@@ -1438,6 +1439,96 @@ def cublas_blocks(rows):
     return out
 
 
+# cuda-math-status.tsv: the status values of cuFFT, cuSPARSE, cuSOLVER and cuDSS (round kb79b). The names of the unique=yes rows
+# count bare (one alternation per library); every non-success row counts after the wrappers below, which print the status of a
+# call the program makes itself (read in each program's source; README.md, "CUDA math libraries").
+MATH_PREFIX = {"cufft": "CUFFT_", "cusparse": "CUSPARSE_STATUS_", "cusolver": "CUSOLVER_STATUS_", "cudss": "CUDSS_STATUS_"}
+# The bare name as a binding prints it: CuPy's CUSOLVERError / CuSparseError / CuFFTError (cupy_backends/cuda/libs/*.pyx,
+# cupy/cuda/cufft.pyx: the name alone), CUDSS.jl's showerror ("CUDSSError: <description> (code N, <name>)", code-index copy).
+MATH_BARE_EXAMPLES = {
+    "cufft": "cupy.cuda.cufft.CuFFTError: {name}",
+    "cusparse": "cupy_backends.cuda.libs.cusparse.CuSparseError: {name}",
+    "cusolver": "cupy_backends.cuda.libs.cusolver.CUSOLVERError: {name}",
+    "cudss": "ERROR: CUDSSError: the library failed (code 5, {name})",
+}
+# The enumerator name after the wrapper. PyTorch's CUFFT_CHECK (aten/src/ATen/native/cuda/CuFFTUtils.h: "cuFFT error: " <<
+# _cudaGetErrorEnum(error), the name; a value with no case gives "unknown error N"); Ginkgo's CusparseError / CufftError
+# (include/ginkgo/core/base/exception.hpp: file + ":" + line + ": " + func + ": " + get_error(code), cuda/base/exception.cpp
+# get_error returns the name, "Unknown error" for a value it does not list; v1.0.0 .. v1.11.0).
+MATH_NAME_WRAPPERS = {
+    "cufft": [r"\bcuFFT error: ", r"\.(?:hpp|cuh|cu|cpp):\d{1,6}: [A-Za-z_][A-Za-z0-9_]{0,80}: "],
+    "cusparse": [r"\.(?:hpp|cuh|cu|cpp):\d{1,6}: [A-Za-z_][A-Za-z0-9_]{0,80}: "],
+}
+MATH_NAME_EXAMPLES = {
+    "cufft": ["  what():  cuFFT error: {name} (CUFFT_CHECK at /pytorch/aten/src/ATen/native/cuda/CuFFTUtils.h:70)",
+              "RuntimeError: cuFFT error: {name}",
+              "  what():  /ginkgo/cuda/matrix/fft_kernels.cu:142: fft: {name}"],
+    "cusparse": ["  what():  ginkgo/cuda/base/cusparse_bindings.hpp:228: spgemm_compute: {name}"],
+}
+# cusparseGetErrorString's text after the wrapper. PyTorch's TORCH_CUDASPARSE_CHECK (aten/src/ATen/cuda/Exceptions.h: "CUDA error: ",
+# cusparseGetErrorString(__err), " when calling `" #EXPR "`"; only the words before "when calling `cusparse" tell it from the CUDA
+# runtime's "CUDA error: ", whose texts "out of memory", "invalid value", "initialization error" it shares); the CHECK_CUSPARSE macro of
+# NVIDIA's CUDALibrarySamples cuSPARSE examples, copied into many programs (printf("CUSPARSE API failed at line %d with error: %s (%d)\n",
+# __LINE__, cusparseGetErrorString(status), status), code-index copies), whose number must be the row's.
+# PyTorch's form is marked True: a text that cuda-errors.tsv maps to an entry ("out of memory") is left to that entry there, since
+# "CUDA error: out of memory" reads as the CUDA runtime's and names the same exhaustion.
+MATH_TEXT_WRAPPERS = {
+    "cusparse": [(r"\bCUDA error: {text} when calling `cusparse", True),
+                 (r"\bCUSPARSE API failed at line \d{{1,6}} with error: {text} \({n}\)", False)],
+}
+MATH_TEXT_EXAMPLES = {
+    "cusparse": ["RuntimeError: CUDA error: {text} when calling `cusparseSpGEMM_compute( handle, opA, opB, &alpha, descA, descB, &beta, descC, computeType, CUSPARSE_SPGEMM_DEFAULT, spgemmDesc, &bufferSize2, buffer2.get())`",
+                 "CUSPARSE API failed at line 151 with error: {text} ({n})"],
+}
+# The status number. The CUDSS_CALL_AND_CHECK macro of NVIDIA's cuDSS examples (printf("Example FAILED: CUDSS call ended unsuccessfully
+# with status = %d, details: " #msg "\n", status)), copied with "FAILED: " into cuOpt's barrier (cpp/src/dual_simplex/
+# sparse_cholesky.hpp CUDSS_CALL_AND_CHECK / CUDSS_CALL_AND_CHECK_EXIT, code-index copy) and with "CALL FAILED: " elsewhere; MFEM's
+# mfem_cudss_error ("CUDSS call ended unsuccessfully [code: " << status << ']', code-index copy).
+MATH_NUMBER_WRAPPERS = {
+    "cudss": [r"\bCUDSS call ended unsuccessfully with status = {n}\b",
+              r"\bCUDSS call ended unsuccessfully \[code: {n}\]"],
+}
+MATH_NUMBER_EXAMPLES = {
+    "cudss": ['FAILED: CUDSS call ended unsuccessfully with status = {n}, details: "cudssSetThreadingLayer"',
+              'Example FAILED: CUDSS call ended unsuccessfully with status = {n}, details: "cudssExecute for factor"',
+              " --> CUDSS call ended unsuccessfully [code: {n}]"],
+}
+
+
+def math_blocks(rows, cuda_rows):
+    out = {}
+    for entry, rs in by_entry(rows).items():
+        pats, exs = [], []
+        libs = list(dict.fromkeys(r["library"] for r in rs))
+        for lib in libs:
+            lrs = [r for r in rs if r["library"] == lib and r["unique"] != "success"]
+            pre = MATH_PREFIX[lib]
+            yes = [r for r in lrs if r["unique"] == "yes"]
+            if yes:
+                pats.append(r"\b(?P<status>" + pre + tables.alt([r["name"][len(pre):] for r in yes]) + r")\b")
+                exs += [MATH_BARE_EXAMPLES[lib].format(name=r["name"]) for r in yes]
+            names = pre + tables.alt([r["name"][len(pre):] for r in lrs if r["unique"] == "wrapped"])
+            for w in MATH_NAME_WRAPPERS.get(lib, []):
+                pats.append(w + r"(?P<status>" + names + r")\b")
+            for t in MATH_NAME_EXAMPLES.get(lib, []):
+                exs += [t.format(name=r["name"]) for r in lrs]
+            cuda_mapped = {c["string"] for c in cuda_rows if c["kb_entry"] != "-"}
+            for (w, skip), t in zip(MATH_TEXT_WRAPPERS.get(lib, []), MATH_TEXT_EXAMPLES.get(lib, [])):
+                trs = [r for r in lrs if not (skip and r["string"] in cuda_mapped)]
+                if "{n}" in w:
+                    pats += [w.format(text=esc(r["string"]), n=r["number"]) for r in trs]
+                else:
+                    pats.append(w.format(text=tables.alt([esc(r["string"]) for r in trs])))
+                exs += [t.format(text=r["string"], n=r["number"]) for r in trs]
+            nums = tables.alt([r["number"] for r in lrs])
+            for w in MATH_NUMBER_WRAPPERS.get(lib, []):
+                pats.append(w.format(n=nums))
+            for t in MATH_NUMBER_EXAMPLES.get(lib, []):
+                exs += [t.format(n=r["number"]) for r in lrs]
+        out[entry] = ("cuda-math-status.tsv", pats, exs)
+    return out
+
+
 def replace_block(text, array, table, items, path):
     """Put `items` between the markers inside the `array = [` ... `]` of text."""
     return tables.replace_block(text, array, items, path, toml_str, BEGIN.format(table=table), END)
@@ -1461,6 +1552,8 @@ def main():
     for k, v in nvml_blocks(read_tsv("nvml-errors.tsv")).items():
         blocks.setdefault(k, []).append(v)
     for k, v in cublas_blocks(read_tsv("cublas-status.tsv")).items():
+        blocks.setdefault(k, []).append(v)
+    for k, v in math_blocks(read_tsv("cuda-math-status.tsv"), cuda_rows).items():
         blocks.setdefault(k, []).append(v)
     stale = []
     for entry, tbls in sorted(blocks.items()):
