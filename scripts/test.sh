@@ -26,4 +26,5 @@ python3 tools/enumerations/gen_object_store.py --check
 python3 tools/enumerations/gen_k8s_reasons.py --check
 python3 tools/enumerations/gen_wc_status.py --check
 python3 tools/enumerations/gen_commands.py --check
+python3 tools/enumerations/gen_optix.py --check
 python3 tools/enumerations/dcgm_failure_reasons.py --check --faultline target/debug/faultline
