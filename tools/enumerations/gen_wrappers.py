@@ -565,6 +565,13 @@ MORE_CUDA_WRAPPERS = [
     # and sparse_cholesky.cuh (0058b8bd); absent at v25.05.01 and v25.08.00a (git grep; the mirror has no later tag). Real log
     # NVIDIA/cuopt#1729 (cuOpt 26.8 CU13 wheel, 915 and 914, unmapped: the catch-all).
     r"\bCUDA Error: \S{1,300}\.(?:cuh?|cc|cpp|cxx|hpp|h):\d{1,6}:",
+    # jaxlib's own GPU kernels and library calls (PRNG, cuSOLVER/cuBLAS/cuSPARSE helpers) before the AsStatus form above:
+    # ThrowIfError(cudaError_t) in jaxlib/gpu_kernel_helpers.cc (jaxlib-v0.1.37 .. v0.1.59) and jaxlib/cuda_gpu_kernel_helpers.cc
+    # (v0.1.60 .. v0.1.69): throw std::runtime_error(absl::StrCat("CUDA operation failed: ", cudaGetErrorString(error))), raised
+    # into Python as RuntimeError; jaxlib-v0.1.32 .. v0.1.36 threw the bare "CUDA operation failed" (no text). Read with git show
+    # in jax-ml/jax at jaxlib-v0.1.32, v0.1.37, v0.1.42, v0.1.51, v0.1.57, v0.1.60, v0.1.69, v0.1.70 (round kb80b; real log
+    # pyro-ppl/numpyro#735).
+    r"\bCUDA operation failed: ",
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -665,6 +672,7 @@ CUDA_WRAP_EXAMPLES = [
     "Error in virtual void* faiss::gpu::StandardGpuResourcesImpl::allocMemory(const faiss::gpu::AllocRequest&) at /project/faiss/faiss/gpu/StandardGpuResources.cpp:452: Error: 'err == cudaSuccess' failed: Failed to cudaMalloc 1610612736 bytes on device 0 (error {n} {s}",
     "Error: 'err == cudaSuccess' failed: StandardGpuResources: alloc fail type FlatData dev 0 space Device stream 0x5581 size 2764800000 bytes (cudaMalloc error {s} [{n}])",
     "  what():  [Open3D Error] (void open3d::core::__OPEN3D_CUDA_CHECK(cudaError_t, const char*, int)) /open3d/cpp/open3d/core/CUDAUtils.cpp:301: /open3d/cpp/open3d/core/MemoryManagerCUDA.cpp:43 CUDA runtime error: {s}",
+    "jax.traceback_util.FilteredStackTrace: RuntimeError: CUDA operation failed: {s}",
 ]
 
 # NVIDIA PhysX's GPU code (Isaac Gym, Isaac Sim / Isaac Lab, Omniverse) prints the raw CUresult number of a failed driver
@@ -1162,6 +1170,9 @@ HIP_WRAPPERS = [
     AMREX_HIP,
     # SPECFEM3D's print_HIP_error_if_any (src/gpu/mesh_constants_hip.h at v4.0.0, v4.1.1, HEAD): "HIP error !!!!! <%s> !!!!! ".
     SPECFEM_HIP,
+    # jaxlib's ROCm twin of ThrowIfError (jaxlib/rocm_gpu_kernel_helpers.cc, jaxlib-v0.1.60 .. v0.3.0; gone at v0.3.2):
+    # absl::StrCat("ROCm operation failed: ", hipGetErrorString(error)) (round kb80b, git show at those tags).
+    r"\bROCm operation failed: ",
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
 CHECK_HIP_EXAMPLE = 'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.'
@@ -1174,6 +1185,7 @@ HIP_WRAP_EXAMPLES = [
     "  what():  hipDeviceSynchronize() error( {name}): {s} /opt/kokkos/core/src/HIP/Kokkos_HIP_Instance.cpp:120",
     "amrex::Abort::2::HIP error in file /src/amrex/Src/Base/AMReX_GpuDevice.cpp line 402 {s} !!!",
     "HIP error !!!!! <{s}> !!!!! ",
+    "RuntimeError: ROCm operation failed: {s}",
 ]
 # Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
 # each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
@@ -1484,11 +1496,18 @@ MATH_TEXT_EXAMPLES = {
 # with status = %d, details: " #msg "\n", status)), copied with "FAILED: " into cuOpt's barrier (cpp/src/dual_simplex/
 # sparse_cholesky.hpp CUDSS_CALL_AND_CHECK / CUDSS_CALL_AND_CHECK_EXIT, code-index copy) and with "CALL FAILED: " elsewhere; MFEM's
 # mfem_cudss_error ("CUDSS call ended unsuccessfully [code: " << status << ']', code-index copy).
+# TensorFlow's TF_RETURN_IF_CUSOLVER_ERROR (tensorflow/core/kernels/cuda_solvers.cc, later linalg/cuda_solvers.cc; the GPU Cholesky,
+# QR, SVD, LU and eigen ops): errors::Internal("cuSolverDN call failed with status =", status), later prefixed by __FILE__ ":"
+# __LINE__ ": "; the number is cusolverStatus_t (code-index copies of both forms; the tensorflow tree is too large to fetch here;
+# real logs GPflow/GPflowOpt#38 with 7, and 6 and 7 quoted in code-index copies of user programs; round kb80b).
 MATH_NUMBER_WRAPPERS = {
     "cudss": [r"\bCUDSS call ended unsuccessfully with status = {n}\b",
               r"\bCUDSS call ended unsuccessfully \[code: {n}\]"],
+    "cusolver": [r"\bcuSolverDN call failed with status ={n}\b"],
 }
 MATH_NUMBER_EXAMPLES = {
+    "cusolver": ["tensorflow.python.framework.errors_impl.InternalError: cuSolverDN call failed with status ={n}",
+                 "InternalError (see above for traceback): tensorflow/core/kernels/cuda_solvers.cc:541: cuSolverDN call failed with status ={n}"],
     "cudss": ['FAILED: CUDSS call ended unsuccessfully with status = {n}, details: "cudssSetThreadingLayer"',
               'Example FAILED: CUDSS call ended unsuccessfully with status = {n}, details: "cudssExecute for factor"',
               " --> CUDSS call ended unsuccessfully [code: {n}]"],
