@@ -7,6 +7,7 @@
 Inputs (this directory):
   nccl-results.tsv  ncclResult_t -> ncclGetErrorString wordings per NCCL release -> KB entry
   cuda-errors.tsv   cudaError_t / CUresult -> cudaGetErrorString -> KB entry
+  cuew-errors.tsv   CUresult -> cuewErrorString (Blender Cycles' words), joined to cuda-errors.tsv's mapped rows by name
   hip-errors.tsv    hipError_t -> hipGetErrorName / hipGetErrorString -> KB entry (the CUDA twin's entry)
   hsa-status.tsv    hsa_status_t (AMD's HSA runtime, ROCr) -> hsa_status_string -> KB entry
   nvml-errors.tsv   nvmlReturn_t -> nvmlErrorString / pynvml wordings and pynvml's exception class -> KB entry
@@ -246,6 +247,28 @@ ERROR_TEXT_LINE_EXAMPLE = "    Error text: {s}"
 # real log UWB-Biocomputing/BrainGrid#227 ("out of memory in ./Connections/ConnGrowth_d.cu at line 34"; round kb75a).
 BOOK_SUFFIX = r" in \S{0,300}\.cuh? at line \d{1,6}\b"
 BOOK_SUFFIX_EXAMPLE = "{s} in ./Connections/ConnGrowth_d.cu at line 34"
+
+# Blender Cycles' CUDA device (round kb80c) prints cuewErrorString's own words (cuew-errors.tsv), not cudaGetErrorString's, through
+# Device::set_error: before the failed call's words in its cuda_assert / cuda_device_assert ("%s in %s (%s:%d)", the statement
+# then __FILE__:__LINE__; "(device_cuda_impl.cpp:%d)" in 2.8x/2.9x) and in CUDADeviceQueue::assert_success ("%s in CUDA queue %s
+# (%s)", the operation enqueue, synchronize, zero_to_device, copy_to_device or copy_from_device, then the active kernels), so
+# those are suffix forms; and after its set-up failures, "Failed to initialize CUDA runtime (%s)", "Failed to get CUDA device
+# handle from ordinal (%s)", "Failed to create CUDA context (%s)" (to 3.6; "Failed to configure|retain CUDA context (%s)" from
+# 4.x), "Failed to enable peer access on CUDA context (%s)" and "Failed to load CUDA kernel from '%s' (%s)". Read in
+# blender/cycles src/device/cuda/device_cuda_impl.cpp at v2.83.12 and v2.93.0, src/device/cuda/device_impl.cpp, queue.cpp and
+# util.h at v3.0.0, v3.6.0, v4.2.0, v5.1.0 and HEAD. Not the start-up probes ("CUDA cuInit: %s", "CUDA cuDeviceGetCount: %s"),
+# which a CPU-only machine prints before Cycles falls back to the CPU. Real logs princeton-vl/infinigen#299 ("Invalid value in
+# CUDA queue enqueue (integrator_reset ...)"), ynshung/blender-colab#5 ("Failed to create CUDA context (Unknown error)").
+CYCLES_WRAP = (r"\bFailed to (?:initialize CUDA runtime|create CUDA context|configure CUDA context|retain CUDA context|"
+               r"get CUDA device handle from ordinal|enable peer access on CUDA context|load CUDA kernel from \x27[^\x27\n]{1,300}\x27) \(")
+CYCLES_SUFFIX = (r" in (?:CUDA queue [a-z_]{3,20} \(|cu[A-Z][A-Za-z0-9_]{2,40}\([^\n]{0,300}\) \([^\n]{0,300}\.(?:cpp|h):\d{1,6}\))")
+CYCLES_EXAMPLES = [
+    "Failed to create CUDA context ({s})",
+    "Failed to retain CUDA context ({s})",
+    "Error: {s} in CUDA queue enqueue (integrator_reset adaptive_sampling_convergence_check)",
+    "{s} in cuCtxSynchronize() (/home/builder/blender/intern/cycles/device/cuda/device_impl.cpp:585)",
+    "{s} in cuMemAlloc(&device_pointer, size) (device_cuda_impl.cpp:1021)",
+]
 
 # Kokkos's CUDA and HIP error texts (cuda_internal_error_throw / hip_internal_error_throw): "<call> error( <name>): <string>".
 KOKKOS_CUDA = r"\berror\( cudaError[A-Za-z]{2,60}\): "
@@ -1074,7 +1097,17 @@ def wrapped_examples(r):
                   BOOK_SUFFIX_EXAMPLE.format(s=r["string"])]
 
 
+def cuew_texts():
+    """{CUresult name: [cuewErrorString texts]} of cuew-errors.tsv."""
+    out = {}
+    for r in read_tsv("cuew-errors.tsv"):
+        out.setdefault(r["curesult"], []).append(r["text"])
+    return out
+
+
 def cuda_blocks(rows, hip_rows):
+    global CUEW_TEXTS
+    CUEW_TEXTS = cuew_texts()
     out = {}
     for entry, rs in by_entry(rows).items():
         # unique=wrapped: neither the names nor the bare text count, only the text after a CUDA wrapper (a row whose
@@ -1114,6 +1147,10 @@ def cuda_blocks(rows, hip_rows):
         cudart = [r["number"] for r in rs if r["unique"] != "wrapped"]
         if cudart:
             pats += cudart_numbers("(?:" + "|".join(cudart) + ")")
+        cuew = minimal([t for r in rs if r["unique"] != "wrapped" for t in CUEW_TEXTS.get(r["curesult"], [])])
+        if cuew:
+            alt = "(?:" + "|".join(esc(w) for w in cuew) + ")"
+            pats += [CYCLES_WRAP + alt + "\\)", "\\b" + alt + CYCLES_SUFFIX]
         for r in rs:
             pats += CUDA_OWN_LINES.get(r["name"], ([], []))[0]
         exs = []
@@ -1123,6 +1160,7 @@ def cuda_blocks(rows, hip_rows):
                 exs += wrapped_examples(r)
                 continue
             exs += cudart_examples(r["number"])
+            exs += [t.format(s=c) for c in CUEW_TEXTS.get(r["curesult"], []) for t in CYCLES_EXAMPLES]
             if r["curesult"] != "-":
                 exs += curesult_examples(r["number"])
                 exs += curesult_hex_examples(r["number"])
@@ -1139,10 +1177,12 @@ def cuda_blocks(rows, hip_rows):
         table, p, e = out.get(entry, ("cuda-errors.tsv", [], []))
         out[entry] = (table, p + pats, e + exs)
     pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", MORE_CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + [o + "[0-9a-f]{1,3}" + c for o, c, _ in CURESULT_HEX_FORMS] + cudart_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
+    pats += [CYCLES_WRAP + "(?P<message>[A-Za-z][A-Za-z0-9_ -]{2,60})\\)", "\\b(?P<message>[A-Z][A-Za-z0-9_ -]{2,60})" + CYCLES_SUFFIX]
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
     exs += curesult_examples(801)
     exs += curesult_hex_examples(801)
     exs += cudart_examples(801)
+    exs += [t.format(s="Invalid value") for t in CYCLES_EXAMPLES]
     exs += triton1_examples(["CUDA", "HIP"], [TRITON1_FALLBACK_TEXT])
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
