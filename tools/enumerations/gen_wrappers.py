@@ -288,8 +288,11 @@ SPECFEM_HIP = r"\bHIP error !{5} <"
 CUDA_WRAPPERS = [
     # jaxlib gpu_kernel_helpers.cc (cuda_gpu_kernel_helpers.cc <= 0.3) ErrorString:
     # "%s:%d: operation %s failed: %s" with expr = the CUDA call (cudaX(...) / gpuX(...) / cuX(...));
-    # XLA/TF ToStatus(cudaError_t): "%s:%d: CUDA operation %s failed: %s" (same tail).
-    r"\boperation (?:cuda|gpu|cu)[A-Za-z]{1,40}\([^\n]{0,200}\) failed: ",
+    # XLA/TF ToStatus(cudaError_t): "%s:%d: CUDA operation %s failed: %s" (same tail). jaxlib's ROCm build prints the
+    # same form with hipX(...) (a gpuX macro argument expanded through vendor.h's #define gpuX hipX before JAX_AS_STATUS's
+    # #expr, e.g. JAX_FFI_RETURN_IF_GPU_ERROR(gpuGetLastError()) in solver_kernels_ffi.cc) and hipGetErrorString's text,
+    # which for the texts HIP shares with CUDA is cudaGetErrorString's (round kb81a; jaxlib-v0.4.1, jax-v0.4.30, jax-v0.7.2).
+    r"\boperation (?:cuda|gpu|cu|hip)[A-Za-z]{1,40}\([^\n]{0,200}\) failed: ",
     # MLX's CUDA backend (mlx/backend/cuda/utils.cpp check_cuda_error, CHECK_CUDA_ERROR(cmd) passing #cmd): throw
     # std::runtime_error(fmt::format("{} failed: {}", name, cudaGetErrorString(err))) and the CUresult overload with
     # cuGetErrorString; the name is the whole call expression ("cudaMemAdvise(data_, small_pool_size, ...) failed: ...").
@@ -523,7 +526,13 @@ MORE_CUDA_WRAPPERS = [
     # runtime_introspection.inl throws thrust::system_error(e, cuda_category(), message), what() "<message>: <cudaGetErrorString>"
     # (bulk/detail/throw_on_error.hpp). Read in NVIDIA/thrust at 1.8.0, 1.8.3 and cuda-8.0 (absent at 1.7.0 and from cuda-9.0).
     # Real log SimFlowCFD/RapidCFD-dev#29 (std::terminate's "what():").
-    r"\b(?:trivial_device_copy (?:D->H failed|H->D: failed)|function_attributes\(\): after cudaFuncGetAttributes): "
+    # Thrust's deallocations (round kb81a): cuda_cub::throw_on_error(status, "device free failed") in
+    # thrust/system/cuda/detail/malloc_and_free.h (NVIDIA/thrust cuda-9.0 .. 2.1.0, NVIDIA/cccl v2.2.0 .. v3.4.2) and
+    # (status, "CUDA free failed") in thrust/system/cuda/memory_resource.h's cuda_memory_resource::do_deallocate (thrust 1.9.4 ..
+    # 2.1.0, cccl v2.2.0 .. v3.1.4; v3.2 on skips the check), the same system_error what() as above. Read with git grep at
+    # NVIDIA/thrust 1.8.3 (absent), cuda-9.0, 1.9.3, 1.9.4, 1.10.0, 1.17.2, 2.1.0 and NVIDIA/cccl v2.2.0, v2.8.3, v3.1.4, v3.4.2
+    # (error.inl and system_error.inl at 2.1.0, v2.8.3). Real log pawelswoboda/RAMA#37 (Thrust 2.8.3, cudaErrorInvalidAddressSpace).
+    r"\b(?:trivial_device_copy (?:D->H failed|H->D: failed)|function_attributes\(\): after cudaFuncGetAttributes|(?:CUDA|device) free failed): "
     r"(?:cudaError[A-Za-z]{2,60}: )?",
     # Thrust cuda-9.0 .. 1.9.2 (round kb74a): each algorithm's temporary-storage request, cuda_cub::throw_on_error(status,
     # "<algo>[:] failed to get memory buffer") in thrust/system/cuda/detail/*.h (radix_sort, merge_sort, reduce, scan, unique,
@@ -687,6 +696,8 @@ CUDA_WRAP_EXAMPLES = [
     "Validate:   0% 0/23 [00:00<?, ?it/s]error in correlation_forward_cuda_kernel: {s}",
     "error in ms_deformable_im2col_cuda: {s}",
     "  what():  function_attributes(): after cudaFuncGetAttributes: {s}",
+    "  what():  CUDA free failed: {name}: {s}",
+    "  what():  device free failed: {s}",
     "  what():  radix_sort: failed to get memory buffer: {s}",
     "CUDA error at host_main_function.cu:234 code={n}({s}) \"cudaGetLastError()\" ",
     "Faiss assertion 'err__ == cudaSuccess' failed in void faiss::gpu::runL2Norm(...) at /project/faiss/faiss/gpu/impl/L2Norm.cu:261; details: CUDA error {n} {s}",
@@ -1213,6 +1224,9 @@ HIP_WRAPPERS = [
     # jaxlib's ROCm twin of ThrowIfError (jaxlib/rocm_gpu_kernel_helpers.cc, jaxlib-v0.1.60 .. v0.3.0; gone at v0.3.2):
     # absl::StrCat("ROCm operation failed: ", hipGetErrorString(error)) (round kb80b, git show at those tags).
     r"\bROCm operation failed: ",
+    # jaxlib's AsStatus on ROCm (jaxlib/gpu/gpu_kernel_helpers.cc, "%s:%d: operation %s failed: %s" with hipGetErrorString;
+    # read at jaxlib-v0.4.1, jax-v0.4.30, jax-v0.7.2): "operation hipGetLastError() failed: <text>" (round kb81a).
+    r"\boperation hip[A-Za-z]{1,40}\([^\n]{0,200}\) failed: ",
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
 CHECK_HIP_EXAMPLE = 'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.'
@@ -1226,6 +1240,7 @@ HIP_WRAP_EXAMPLES = [
     "amrex::Abort::2::HIP error in file /src/amrex/Src/Base/AMReX_GpuDevice.cpp line 402 {s} !!!",
     "HIP error !!!!! <{s}> !!!!! ",
     "RuntimeError: ROCm operation failed: {s}",
+    "INTERNAL: solver_kernels_ffi.cc:452: operation hipGetLastError() failed: {s}",
 ]
 # Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
 # each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
@@ -1540,12 +1555,24 @@ MATH_TEXT_EXAMPLES = {
 # QR, SVD, LU and eigen ops): errors::Internal("cuSolverDN call failed with status =", status), later prefixed by __FILE__ ":"
 # __LINE__ ": "; the number is cusolverStatus_t (code-index copies of both forms; the tensorflow tree is too large to fetch here;
 # real logs GPflow/GPflowOpt#38 with 7, and 6 and 7 quoted in code-index copies of user programs; round kb80b).
+# XLA's (earlier TensorFlow's) stream_executor cuFFT plugin (round kb81a): every cuFFT call of CUDAFftPlan::Initialize,
+# UpdateScratchAllocator and DoFftInternal logs LOG(ERROR) << "<what> cuFFT [1d |2d |3d |batched ]plan:" << ret with the cufftResult
+# number, "failed to ...:" with no blank in TensorFlow's tensorflow/stream_executor/cuda/cuda_fft.cc (the copy jaxlib 0.1.x embedded
+# as external/org_tensorflow; code-index copies at two commits), "Failed to ...: " in XLA's xla/stream_executor/cuda/cuda_fft.cc
+# (code-index copy) and in the strings of the xla_cuda_plugin.so of the PyPI wheels jax-cuda12-pjrt 0.4.30 and 0.7.2; also
+# "[Ff]ailed to run cuFFT routine[ cufftSetStream]: " << ret. Real log jax-ml/jax#5147 ("failed to create cuFFT batched plan:11").
+# The status texts these return ("Failed to create cuFFT batched plan.") are hand-written in the entry.
 MATH_NUMBER_WRAPPERS = {
+    "cufft": [r"\b[Ff]ailed to (?:create|make|set auto allocation for|set work area for) cuFFT (?:(?:1d|2d|3d|batched) )?plan: ?{n}\b",
+              r"\b[Ff]ailed to run cuFFT routine(?: cufftSetStream)?: {n}\b"],
     "cudss": [r"\bCUDSS call ended unsuccessfully with status = {n}\b",
               r"\bCUDSS call ended unsuccessfully \[code: {n}\]"],
     "cusolver": [r"\bcuSolverDN call failed with status ={n}\b"],
 }
 MATH_NUMBER_EXAMPLES = {
+    "cufft": ["2020-12-09 16:54:19.478050: E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_fft.cc:207] failed to create cuFFT batched plan:{n}",
+              "E0101 00:00:00.000000 1234 cuda_fft.cc:223] Failed to make cuFFT batched plan: {n}",
+              "E0101 00:00:00.000000 1234 cuda_fft.cc:380] Failed to run cuFFT routine: {n}"],
     "cusolver": ["tensorflow.python.framework.errors_impl.InternalError: cuSolverDN call failed with status ={n}",
                  "InternalError (see above for traceback): tensorflow/core/kernels/cuda_solvers.cc:541: cuSolverDN call failed with status ={n}"],
     "cudss": ['FAILED: CUDSS call ended unsuccessfully with status = {n}, details: "cudssSetThreadingLayer"',
