@@ -1511,12 +1511,24 @@ def cublas_blocks(rows):
 # call the program makes itself (read in each program's source; README.md, "CUDA math libraries").
 MATH_PREFIX = {"cufft": "CUFFT_", "cusparse": "CUSPARSE_STATUS_", "cusolver": "CUSOLVER_STATUS_", "cudss": "CUDSS_STATUS_"}
 # The bare name as a binding prints it: CuPy's CUSOLVERError / CuSparseError / CuFFTError (cupy_backends/cuda/libs/*.pyx,
-# cupy/cuda/cufft.pyx: the name alone), CUDSS.jl's showerror ("CUDSSError: <description> (code N, <name>)", code-index copy).
+# cupy/cuda/cufft.pyx: the name alone), CUDSS.jl's showerror (exanauts/CUDSS.jl src/error.jl: print(io, "CUDSSError: ", description(err),
+# " (code $(reinterpret(Int32, err.code)), $(name(err)))"), read at v0.1.0 and v0.6.7: the status number and the description of
+# that status (MATH_BARE_DESCRIPTIONS, from description() at v0.6.7; the same texts at v0.1.0), which Julia prints after "ERROR: ".
+MATH_BARE_DESCRIPTIONS = {
+    "cudss": {
+        "CUDSS_STATUS_NOT_INITIALIZED": "the library was not initialized",
+        "CUDSS_STATUS_ALLOC_FAILED": "the resource allocation failed",
+        "CUDSS_STATUS_INVALID_VALUE": "an invalid value was used as an argument",
+        "CUDSS_STATUS_NOT_SUPPORTED": "a parameter is not supported",
+        "CUDSS_STATUS_EXECUTION_FAILED": "the GPU program failed to execute",
+        "CUDSS_STATUS_INTERNAL_ERROR": "an internal operation failed",
+    },
+}
 MATH_BARE_EXAMPLES = {
     "cufft": "cupy.cuda.cufft.CuFFTError: {name}",
     "cusparse": "cupy_backends.cuda.libs.cusparse.CuSparseError: {name}",
     "cusolver": "cupy_backends.cuda.libs.cusolver.CUSOLVERError: {name}",
-    "cudss": "ERROR: CUDSSError: the library failed (code 5, {name})",
+    "cudss": "ERROR: CUDSSError: {desc} (code {n}, {name})",
 }
 # The enumerator name after the wrapper. PyTorch's CUFFT_CHECK (aten/src/ATen/native/cuda/CuFFTUtils.h: "cuFFT error: " <<
 # _cudaGetErrorEnum(error), the name; a value with no case gives "unknown error N"); Ginkgo's CusparseError / CufftError
@@ -1592,7 +1604,9 @@ def math_blocks(rows, cuda_rows):
             yes = [r for r in lrs if r["unique"] == "yes"]
             if yes:
                 pats.append(r"\b(?P<status>" + pre + tables.alt([r["name"][len(pre):] for r in yes]) + r")\b")
-                exs += [MATH_BARE_EXAMPLES[lib].format(name=r["name"]) for r in yes]
+                exs += [MATH_BARE_EXAMPLES[lib].format(name=r["name"], n=r["number"],
+                                                      desc=MATH_BARE_DESCRIPTIONS.get(lib, {}).get(r["name"], ""))
+                        for r in yes]
             names = pre + tables.alt([r["name"][len(pre):] for r in lrs if r["unique"] == "wrapped"])
             for w in MATH_NAME_WRAPPERS.get(lib, []):
                 pats.append(w + r"(?P<status>" + names + r")\b")
