@@ -448,11 +448,12 @@ pub fn kafka_record(data: &[u8]) {
 fn embedded_engine() -> &'static (Engine<HyperscanMatcher>, Enricher) {
     static ENGINE: OnceLock<(Engine<HyperscanMatcher>, Enricher)> = OnceLock::new();
     ENGINE.get_or_init(|| {
+        // The shipped plan (required literals, through the database cache), as `scan` runs
+        // it: Hyperscan needs minutes to compile every pattern of the KB whole.
         let kb = KnowledgeBase::embedded().expect("the embedded KB loads");
-        let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
-        let hs = HyperscanMatcher::compile(&sources).expect("compiles in Hyperscan");
-        let kb = Arc::new(kb);
-        (Engine::with_matcher(Arc::clone(&kb), hs), Enricher::new(kb))
+        let engine = Engine::with_progress(kb).expect("compiles in Hyperscan");
+        let enricher = Enricher::new(Arc::clone(&engine.kb));
+        (engine, enricher)
     })
 }
 
