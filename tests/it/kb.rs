@@ -528,7 +528,7 @@ fn bench_patterns_per_entry_ranks_every_entry_from_the_cli() {
         rows[0].starts_with("1 ") && rows[3].starts_with("4 "),
         "{text}"
     );
-    assert!(text.contains("whole KB in one database"), "{text}");
+    assert!(text.contains("whole KB as scan compiles it"), "{text}");
 }
 
 /// A dotted driver version as numbers (`535.104.12`).
