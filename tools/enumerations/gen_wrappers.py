@@ -604,6 +604,16 @@ MORE_CUDA_WRAPPERS = [
     # in jax-ml/jax at jaxlib-v0.1.32, v0.1.37, v0.1.42, v0.1.51, v0.1.57, v0.1.60, v0.1.69, v0.1.70 (round kb80b; real log
     # pyro-ppl/numpyro#735).
     r"\bCUDA operation failed: ",
+    # NVIDIA DALI 0.x dali/util/cuda_utils.h cudaResultCheck behind CUDA_CALL (its video reader's NVDEC path, nvJPEG, the
+    # operators' CUDA calls): DALI_FAIL(dali::string("CUDA runtime api error \"") + cudaGetErrorString(status) + "\"") and, for a
+    # CUresult, "CUDA driver api error \"" + cuGetErrorString + "\"", printed after DALI_FAIL's "[<file>:<line>] " (what() of the
+    # std::runtime_error: "  what():  [.../dali/util/cuda_utils.h:80] CUDA driver api error \"resource not mapped\""). Read in a
+    # code-index copy of the file (5f01233c; NVIDIA/DALI is over the fetch limit, no release tag read); later DALI throws
+    # dali::CUDAError with the enumerator name (CUDA_DALI_NAME below). Real log NVIDIA/DALI#1235 (round kb83b).
+    r"\bCUDA (?:driver|runtime) api error \"",
+    # Not FFmpeg's ff_cuda_check ("<call> failed -> CUDA_ERROR_X: <text>", libavutil/cuda_check.h): the nvdec hwaccel logs it for
+    # cuvidCreateDecoder and then falls back to software decoding, a healthy run (batch72's owncast excerpt, CUDA_ERROR_INVALID_VALUE);
+    # a mapped row's name after it still counts through the name patterns (round kb83b).
 ]
 MORE_CUDA_WRAP = "(?:" + "|".join(MORE_CUDA_WRAPPERS) + ")"
 # Any other wrapper: "CUDA" (any case) and, within one line, an error word right before the string, as programs nobody listed
@@ -707,6 +717,8 @@ CUDA_WRAP_EXAMPLES = [
     "Error: 'err == cudaSuccess' failed: StandardGpuResources: alloc fail type FlatData dev 0 space Device stream 0x5581 size 2764800000 bytes (cudaMalloc error {s} [{n}])",
     "  what():  [Open3D Error] (void open3d::core::__OPEN3D_CUDA_CHECK(cudaError_t, const char*, int)) /open3d/cpp/open3d/core/CUDAUtils.cpp:301: /open3d/cpp/open3d/core/MemoryManagerCUDA.cpp:43 CUDA runtime error: {s}",
     "jax.traceback_util.FilteredStackTrace: RuntimeError: CUDA operation failed: {s}",
+    "  what():  [/opt/anaconda/conda-bld/dali_1559892361674/work/dali/util/cuda_utils.h:80] CUDA driver api error \"{s}\"",
+    "[/opt/dali/dali/util/cuda_utils.h:61] CUDA runtime api error \"{s}\"",
 ]
 
 # NVIDIA PhysX's GPU code (Isaac Gym, Isaac Sim / Isaac Lab, Omniverse) prints the raw CUresult number of a failed driver
@@ -958,6 +970,15 @@ CUDA_OWN_LINES = {
 # wrapper seen in the wild with a string the table leaves unmapped yields CUDA_ERROR, not nothing.
 CUDA_FALLBACK_ENTRY = "cuda/runtime-error"
 CUDA_FALLBACK_STRING = "operation not supported"
+# NVIDIA DALI's dali::CUDAError (include/dali/core/cuda_error.h get_message, DALI 0.2x on, code-index copy 1d9de548; the repository
+# is over the fetch limit): "CUDA driver API error " << cuGetErrorName << " (" << status << ")" and, on the next line, the
+# cuGetErrorString text (":\n" << desc); "CUDA runtime API error " << cudaGetErrorName for a cudaError_t; "<unknown error>" where the
+# name lookup fails. A mapped row's name already yields its entry; any other name yields the catch-all (round kb83b).
+CUDA_DALI_NAME = r"\bCUDA (?:driver|runtime) API error (?:CUDA_ERROR_[A-Z0-9_]{2,60}|cudaError[A-Za-z0-9]{2,60}|<unknown error>) \(\d{1,4}\)"
+CUDA_DALI_NAME_EXAMPLES = [
+    "  what():  CUDA driver API error CUDA_ERROR_NOT_MAPPED (211):",
+    "RuntimeError: Critical error in pipeline: CUDA runtime API error cudaErrorNotSupported (801):",
+]
 
 # Triton 1.0 - 2.0.dev's legacy driver layer (include/triton/driver/error.h) prints its own fixed text per CUresult instead of
 # cuGetErrorString's: TRITON_CREATE_CUDA_EXCEPTION(name, msg) makes an exception class whose what() is "CUDA: Error- " msg, raised as
@@ -1189,12 +1210,14 @@ def cuda_blocks(rows, hip_rows):
         out[entry] = (table, p + pats, e + exs)
     pats = [CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})", MORE_CUDA_WRAP + "(?P<message>[A-Za-z][^\\n\x27]{2,80})"] + curesult_numbers("\\d{1,4}") + [o + "[0-9a-f]{1,3}" + c for o, c, _ in CURESULT_HEX_FORMS] + cudart_numbers("\\d{1,4}") + [TRITON1_BOTH + "[a-z]"]
     pats += [CYCLES_WRAP + "(?P<message>[A-Za-z][A-Za-z0-9_ -]{2,60})\\)", "\\b(?P<message>[A-Z][A-Za-z0-9_ -]{2,60})" + CYCLES_SUFFIX]
+    pats.append(CUDA_DALI_NAME)
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
     exs += curesult_examples(801)
     exs += curesult_hex_examples(801)
     exs += cudart_examples(801)
     exs += [t.format(s="Invalid value") for t in CYCLES_EXAMPLES]
     exs += triton1_examples(["CUDA", "HIP"], [TRITON1_FALLBACK_TEXT])
+    exs += CUDA_DALI_NAME_EXAMPLES
     out[CUDA_FALLBACK_ENTRY] = ("cuda-errors.tsv", pats, exs)
     return out
 
