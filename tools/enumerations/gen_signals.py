@@ -363,6 +363,20 @@ TEMPLATES = {
                      "x4213c4s7b0n0.hsn.cm.aurora.alcf.anl.gov: rank 27421 died from signal {N}"],
         "supersedes": [],
     },
+    # PaddlePaddle's launcher (python -m paddle.distributed.launch, 2.3.0 on): when a local worker exits non-zero the
+    # controller logs "Container failed !!!\n{container}" (controllers/controller.py watch), and the container's __str__
+    # (job/container.py) is 'Container rank {} status {} cmd {} code {} log {}' (with ' \nenv {}' appended at 2.3 .. 2.6,
+    # and from 3.0 when FLAGS_print_launcher_env is set): the status is Status.FAILED's "failed" (job/status.py), the cmd
+    # the entrypoint list, the code subprocess.Popen.poll() of the worker, -N for a signal (utils/process_context.py).
+    # Read in the paddlepaddle-gpu wheels 2.3.2, 2.4.2, 2.5.2 and the paddlepaddle wheels 2.6.2, 3.0.0, 3.3.1 (2.2.2 and
+    # earlier have no such launcher). paddle.distributed.spawn's "Process %d terminated with signal %s." is mp_spawn's
+    # (case-insensitive), and the elastic manager's "ERROR rank {} error with exit code {}" is exit_status's.
+    "paddle_launch": {
+        "pattern": r"\bContainer rank (?P<rank>\d{1,9}) status failed cmd [^\n]{0,2000} code (?P<exit_code>-{N}) log ",
+        "examples": ["Container rank 0 status failed cmd ['/home/user/.conda/envs/paddle26/bin/python', '-u', 'tools/train.py', '-c', 'configs/rec/PP-OCRv4/ch_PP-OCRv4_rec.yml'] code -{N} log ./log/workerlog.0",
+                     "Container rank 3 status failed cmd ['/usr/bin/python3.10', '-u', 'train.py', '--config', 'cfg.yaml'] code -{N} log output/paddle_distributed_logs/workerlog.3 "],
+        "supersedes": [],
+    },
     # The 128+N and -N conventions in the words around them: Horovod's runner ('Process %d exit with
     # status code %d.'), Docker/containerd ('exited with code'), CPython ('returned non-zero exit
     # status %d.'), IDEs ('exit code 137 (interrupted by signal 9: SIGKILL)').
@@ -406,6 +420,7 @@ NEGATIVES = [
     "2022-08-05 18:40:53,537 - ProcessExecutor - INFO - process finished with execution code: 0",
     "2024-05-28 05:44:08,725 - JobExecutor - INFO - run (f0a29fe6-e299-4a7a-a1f1-68de498ed08e): child worker process finished with RC 1",
     "Signal (15) received.",
+    "Container rank 0 status failed cmd ['/usr/bin/python3.10', '-u', 'train.py'] code 1 log log/workerlog.0",
 ]
 
 
