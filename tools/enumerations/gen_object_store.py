@@ -16,6 +16,10 @@ were read: README.md):
   s3xml       S3's XML error body '<Error><Code><Code></Code>' as s3fs-fuse ('Body Text: ...') and SDK debug logs print it
   mountpoint  Mountpoint for S3's error event log, one JSON object per line with '"s3_error_code":"<Code>"'
   apicore     google-api-core's '<Class>: <status> <METHOD> https://storage.googleapis.com/...' (gcs rows' sdk_name)
+  future      CPython's concurrent.futures Future repr '<Future at 0x... state=finished raised <Class>>', which names the
+              exception's class alone (as 'exception calling callback for %r' logs a failed upload's future): only
+              the class of HTTP 429 (TooManyRequests), whose name says what happened without the service; the
+              403/404/401 classes (Forbidden, NotFound, Unauthorized) are names many libraries use
   reason      the GCS JSON API error body's '"reason": "<reason>"' (or a Python dict's 'reason': '...')
   gcsfs       gcsfs's HttpError '<message>, <status>' and its 403 'OSError: Forbidden: <path>'
   tfgcs       TensorFlow's GCS file system (curl_http_request.cc): 'Error executing an HTTP request: HTTP response
@@ -57,6 +61,9 @@ NEGATIVES = [
     '    "reason": "notFound",',
     # azure-core's HTTP logging policy prints the response header of every healthy existence probe
     "INFO:azure.core.pipeline.policies.http_logging_policy:    'x-ms-error-code': 'BlobNotFound'",
+    # a future that failed with a class name many libraries use (not generated), and one that succeeded
+    "ERROR:concurrent.futures:exception calling callback for <Future at 0x7f8d0c1137f0 state=finished raised NotFound>",
+    "<Future at 0x7f8d0c1137f0 state=finished returned NoneType>",
     # a 200 from TensorFlow's GCS client
     "I tensorflow/core/platform/cloud/gcs_file_system.cc:1234] GCS request completed: HTTP response code 200",
 ]
@@ -95,6 +102,11 @@ def patterns(rows):
         # google-api-core GoogleAPICallError.__str__ '{code} {message}', from_http_response '{method} {url}: {error}'
         out.append(r"\b" + tables.alt(f"{r['sdk_name']}: {r['http_status']}" for r in api)
                    + r" (?:GET|POST|PUT|PATCH|DELETE|HEAD) " + GCS_URL)
+    fut = [r["sdk_name"] for r in api if r["http_status"] == "429"]
+    if fut:
+        # CPython Lib/concurrent/futures/_base.py Future.__repr__: '<%s at %#x state=%s raised %s>' % (class name, id,
+        # 'finished', the exception's __class__.__name__) (3.6 .. 3.13)
+        out.append(r"\bat 0x[0-9a-f]{1,16} state=finished raised (?P<exception>" + "|".join(dict.fromkeys(fut)) + r")>")
     reasons = [r["code"] for r in gcs if r["unique"] == "yes"]
     if reasons:
         out.append(r"""["']reason["']: ?["'](?P<code>""" + "|".join(reasons) + r""")["']""")
@@ -128,6 +140,8 @@ def examples(rows):
         elif r["service"] == "gcs":
             if r["sdk_name"] != "-":
                 out.append(f"google.api_core.exceptions.{r['sdk_name']}: {st} GET https://storage.googleapis.com/download/storage/v1/b/train-data/o/shard-0001.tar?alt=media: ")
+            if r["sdk_name"] != "-" and st == "429":
+                out.append(f"exception calling callback for <Future at 0x7f8d0c1137f0 state=finished raised {r['sdk_name']}>")
             if r["unique"] == "yes":
                 out.append(f'    "reason": "{c}",')
             if r["sdk_name"] == "-":
