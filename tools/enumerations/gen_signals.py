@@ -377,6 +377,28 @@ TEMPLATES = {
                      "Container rank 3 status failed cmd ['/usr/bin/python3.10', '-u', 'train.py', '--config', 'cfg.yaml'] code -{N} log output/paddle_distributed_logs/workerlog.3 "],
         "supersedes": [],
     },
+    # The shell's report of a foreground job that died of a signal (bash jobs.c, strsignal()'s text, ' (core dumped)' after
+    # it when a core was written) printed where the cursor stands: a progress bar redrawn with a carriage return and no
+    # newline leaves the cursor at the end of its last redraw, so the word lands glued to the bar (the round kb84b miss
+    # '0it [00:00, ?it/s]Segmentation fault'). tqdm/tqdm tqdm/std.py (tqdm/_tqdm.py before 4.46) format_meter: r_bar
+    # '| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]' with a total, '{n_fmt}{unit} [{elapsed},
+    # {rate_fmt}{postfix}]' without; format_interval '[H:]MM:SS', remaining '?' before the first rate (read at v4.0.0,
+    # v4.19.5, v4.46.0, v4.66.1 and v4.69.1). Keras 2 / tf.keras utils/generic_utils.py Progbar.update: '%{n}d/%d [' +
+    # '='*k + '>' + '.'*m + ']' or '%7d/Unknown', then ' - ETA: ...' or ' - <time> <time>/step' and ' - <metric>: %.4f',
+    # padded with blanks, redrawn after '\r' (read at keras-team/keras 2.0.0, v2.9.0 and v2.15.0; Keras 3's bar of
+    # box-drawing characters and colour codes is not matched). The same two bar forms as shell/killed-after-progress-bar,
+    # which owns SIGKILL's 'Killed' there.
+    "progress_bar": {
+        "patterns": [
+            r"\[(?:\d{1,3}:)?\d{2}:\d{2}(?:<|, )[^\]\n]{0,200}\] {0,40}{WORD}\b",
+            r"(?:\d{1,9}/\d{1,9} \[[=>.]{2,100}\]|\d{1,9}/Unknown) - [^\n]{0,400}(?:\d|nan|inf|step) {0,40}{WORD}\b",
+        ],
+        "examples": ["0it [00:00, ?it/s]{WORD}",
+                     "Loading checkpoint shards:  50%|█████     | 2/4 [00:31<00:31, 15.52s/it]{WORD}{CORE}",
+                     "Epoch 1:  12%|█▏        | 120/1000 [1:02:10<7:35:50, 31.08s/it, loss=2.31, v_num=0]{WORD}",
+                     "1500/1875 [=======================>......] - ETA: 10s - loss: 0.2911{WORD}"],
+        "supersedes": [],
+    },
     # The 128+N and -N conventions in the words around them: Horovod's runner ('Process %d exit with
     # status code %d.'), Docker/containerd ('exited with code'), CPython ('returned non-zero exit
     # status %d.'), IDEs ('exit code 137 (interrupted by signal 9: SIGKILL)').
@@ -421,6 +443,8 @@ NEGATIVES = [
     "2024-05-28 05:44:08,725 - JobExecutor - INFO - run (f0a29fe6-e299-4a7a-a1f1-68de498ed08e): child worker process finished with RC 1",
     "Signal (15) received.",
     "Container rank 0 status failed cmd ['/usr/bin/python3.10', '-u', 'train.py'] code 1 log log/workerlog.0",
+    "Loading checkpoint shards: 100%|██████████| 8/8 [00:12<00:00,  1.52s/it]",
+    "1875/1875 [==============================] - 12s 6ms/step - loss: 0.2911 - accuracy: 0.9150",
 ]
 
 
