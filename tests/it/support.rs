@@ -34,7 +34,7 @@ pub(crate) fn kb() -> Arc<KnowledgeBase> {
 /// required literals in one Hyperscan database (through the database cache), each hit
 /// confirmed on its line. Hyperscan takes minutes to compile every pattern of the KB whole,
 /// which the shipped path never does; `corpus::hyperscan_agrees_with_the_oracle_on_loghub`
-/// checks that both give the oracle's events.
+/// checks that this engine gives the oracle's events.
 pub(crate) fn hyperscan() -> Engine<HyperscanMatcher> {
     Engine::with_progress(KnowledgeBase::clone(&kb())).expect("compiles")
 }
