@@ -285,6 +285,12 @@ SPECFEM_HIP = r"\bHIP error !{5} <"
 
 # The text a wrapper prints right before cudaGetErrorString(error), for the error strings that are
 # not unique on their own ("out of memory", "unknown error", ...). Sources in README.md.
+# The ROCm math libraries' CHECK_HIP_ERROR: fprintf(stderr, "Hip error: '%s'(%d) at %s:%d\\n", hipGetErrorString(error), error,
+# __FILE__, __LINE__), then exit(EXIT_FAILURE). hipBLASLt's own library/src/amd_detail/hipblaslt.cpp (git show at rocm-6.1.0,
+# rocm-6.1.2, rocm-6.2.0, rocm-6.2.2 and the mirror's HEAD of 2024-10; absent at rocm-6.0.0), and the same macro, spelt "hip error: "
+# or "HIP error: ", in rocBLAS's and hipBLASLt's clients and samples and MIGraphX's rocblas.hpp (code-index copies). Real log
+# jax-ml/jax#24458 (hipBLASLt under JAX on MI250X: 906, a stream-capture breach). Round kb88a.
+ROCM_LIB_HIP = r"\b(?:[Hh]ip|HIP) error: \x27"
 CUDA_WRAPPERS = [
     # jaxlib gpu_kernel_helpers.cc (cuda_gpu_kernel_helpers.cc <= 0.3) ErrorString:
     # "%s:%d: operation %s failed: %s" with expr = the CUDA call (cudaX(...) / gpuX(...) / cuX(...));
@@ -611,6 +617,8 @@ MORE_CUDA_WRAPPERS = [
     # code-index copy of the file (5f01233c; NVIDIA/DALI is over the fetch limit, no release tag read); later DALI throws
     # dali::CUDAError with the enumerator name (CUDA_DALI_NAME below). Real log NVIDIA/DALI#1235 (round kb83b).
     r"\bCUDA (?:driver|runtime) api error \"",
+    # The ROCm math libraries' CHECK_HIP_ERROR (ROCM_LIB_HIP below), for the texts HIP shares with CUDA (round kb88a).
+    ROCM_LIB_HIP,
     # Not FFmpeg's ff_cuda_check ("<call> failed -> CUDA_ERROR_X: <text>", libavutil/cuda_check.h): the nvdec hwaccel logs it for
     # cuvidCreateDecoder and then falls back to software decoding, a healthy run (batch72's owncast excerpt, CUDA_ERROR_INVALID_VALUE);
     # a mapped row's name after it still counts through the name patterns (round kb83b).
@@ -719,6 +727,7 @@ CUDA_WRAP_EXAMPLES = [
     "jax.traceback_util.FilteredStackTrace: RuntimeError: CUDA operation failed: {s}",
     "  what():  [/opt/anaconda/conda-bld/dali_1559892361674/work/dali/util/cuda_utils.h:80] CUDA driver api error \"{s}\"",
     "[/opt/dali/dali/util/cuda_utils.h:61] CUDA runtime api error \"{s}\"",
+    "Hip error: '{s}'({n}) at /long_pathname_so_that_rpms_can_package_the_debug_info/src/extlibs/hipBLASLt/library/src/amd_detail/hipblaslt.cpp:135",
 ]
 
 # NVIDIA PhysX's GPU code (Isaac Gym, Isaac Sim / Isaac Lab, Omniverse) prints the raw CUresult number of a failed driver
@@ -1250,6 +1259,8 @@ HIP_WRAPPERS = [
     # jaxlib's AsStatus on ROCm (jaxlib/gpu/gpu_kernel_helpers.cc, "%s:%d: operation %s failed: %s" with hipGetErrorString;
     # read at jaxlib-v0.4.1, jax-v0.4.30, jax-v0.7.2): "operation hipGetLastError() failed: <text>" (round kb81a).
     r"\boperation hip[A-Za-z]{1,40}\([^\n]{0,200}\) failed: ",
+    # The ROCm math libraries' CHECK_HIP_ERROR (hipBLASLt hipblaslt.cpp, rocBLAS clients): "Hip error: '<text>'(<n>) at <file>:<line>".
+    ROCM_LIB_HIP,
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
 CHECK_HIP_EXAMPLE = 'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.'
@@ -1264,6 +1275,7 @@ HIP_WRAP_EXAMPLES = [
     "HIP error !!!!! <{s}> !!!!! ",
     "RuntimeError: ROCm operation failed: {s}",
     "INTERNAL: solver_kernels_ffi.cc:452: operation hipGetLastError() failed: {s}",
+    "hip error: '{s}'({n}) at /src/rocBLAS/clients/samples/example_sgemm.cpp:88",
 ]
 # Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
 # each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
@@ -1289,6 +1301,13 @@ HIP_CHECK_EQ_EXAMPLES = [
 # logs print it (a JAX run on MI300: "Execution of replica 0 failed: INTERNAL: Failed to retrieve branch_index value on stream
 # 0x4715eec0: Could not synchronize on ROCM stream: ROCM_ERROR_ILLEGAL_ADDRESS."; keras-team/keras#13889, TF 2.12 on ROCm 5.6:
 # "... rocm_driver.cc:606] failed to allocate ... from device: HIP_ERROR_OutOfMemory").
+# XLA's ROCm ToString(hipError_t) prints a status its switch does not name as absl::StrCat("hipError_t(", static_cast<int>(result),
+# ")") (xla/stream_executor/rocm/rocm_driver.cc, later rocm_status.cc; TensorFlow's rocm_driver.cc and jaxlib's rocm_plugin_extension.cc,
+# code-index copies): "INTERNAL: Failed call to hipGetFuncBySymbol: hipError_t(98)" (ROCm/jax#489, #247), "Failed to launch ROCm kernel:
+# RepeatBufferKernel with block dimensions: 256x1x1: hipError_t(303)" (ROCm/jax#247). Which names the switch has changed between
+# versions (the TF_ROCM_VERSION >= 60200 additions), so every names=yes row's number counts in this form (round kb88a).
+XLA_NUMBER = r"\bhipError_t\("
+XLA_NUMBER_EXAMPLE = "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Failed call to hipGetFuncBySymbol: hipError_t({n})"
 XLA_NAME_EXAMPLE = "E0101 00:00:00.000000 1176048 pjrt_stream_executor_client.cc:2091] Execution of replica 0 failed: INTERNAL: Failed to retrieve branch_index value on stream 0x4715eec0: Could not synchronize on ROCM stream: {x}."
 XLA_ALLOC_EXAMPLE = "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606] failed to allocate 890.06M (933298432 bytes) from device: {x}"
 
@@ -1318,6 +1337,8 @@ def hip_blocks(rows, cuda_rows):
         xla = [r["xla_name"] for r in rs if r["names"] == "yes" and r["xla_name"] != "-"]
         if xla:
             pats.append("\\b(?:" + "|".join(xla) + ")\\b")
+        if names:
+            pats.append(XLA_NUMBER + "(?:" + "|".join(r["number"] for r in rs if r["names"] == "yes") + ")\\)")
         pats.append(HIP_CHECK_EQ + "(?:" + "|".join(r["number"] for r in rs) + ") vs\\. 0\\)")
         own = minimal([r["string"] for r in rs if r["string"] not in cuda_strings])
         if own:
@@ -1329,6 +1350,8 @@ def hip_blocks(rows, cuda_rows):
             if r["names"] == "yes":
                 exs += [t.format(name=r["name"], s=r["string"], n=r["number"]) for t in HIP_NAME_EXAMPLES]
             exs.append("  what():  HIP error: " + r["name"])
+            if r["names"] == "yes":
+                exs.append(XLA_NUMBER_EXAMPLE.format(n=r["number"]))
             exs += [t.format(s=r["string"], n=int(r["number"])) for t in HIP_CHECK_EQ_EXAMPLES]
             if r["names"] == "yes" and r["xla_name"] != "-":
                 exs.append(XLA_NAME_EXAMPLE.format(x=r["xla_name"]))
