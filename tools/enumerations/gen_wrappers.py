@@ -895,8 +895,19 @@ CUDART_TRT_EXAMPLES = [
     "ERROR: CUDA initialization failure with error {n}. Please check your CUDA installation:  http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html",
     "[TRT] [E] createInferBuilder: Error Code 6: API Usage Error (CUDA initialization failure with error: {n}. Please check your CUDA installation:  http://docs.nvidia.com/cuda/cuda-installation-guide-linux/index.html)",
 ]
+# - The NGC containers' entrypoint (/opt/nvidia/entrypoint.d, shipped in the images, not published as source; the wording
+#   from a real log, NVIDIA/TensorRT-LLM#398 on an EC2 p4d): when libcuda is present but the container's CUDA check fails it
+#   prints "ERROR: The NVIDIA Driver is present, but CUDA failed to initialize.  GPU functionality will not be available."
+#   and on the next line the check's status, "   [[ <error text, capitalised> (error %d) ]]" (seen: "System not yet
+#   initialized (error 802)"). Round kb89b. The number only: the text is capitalised and so unlike cudaGetErrorString's.
+CUDART_NGC_OPEN = r"\[\[ [A-Za-z][^\]\n]{0,120} \(error "
+CUDART_NGC_CLOSE = r"\) \]\]"
+CUDART_NGC_EXAMPLES = [
+    "   [[ {cap} (error {n}) ]]",
+]
 CUDART_NUMBER_FORMS = [
     (CUDART_TRT_OPEN, CUDART_TRT_CLOSE, CUDART_TRT_EXAMPLES),
+    (CUDART_NGC_OPEN, CUDART_NGC_CLOSE, CUDART_NGC_EXAMPLES),
 ]
 
 
@@ -905,8 +916,9 @@ def cudart_numbers(number):
     return [o + number + c for o, c, _ in CUDART_NUMBER_FORMS]
 
 
-def cudart_examples(n):
-    return [t.format(n=n) for _, _, exs in CUDART_NUMBER_FORMS for t in exs]
+def cudart_examples(n, s):
+    """The examples of each form for number `n`, whose error text is `s` (the NGC form prints it capitalised)."""
+    return [t.format(n=n, cap=s[:1].upper() + s[1:]) for _, _, exs in CUDART_NUMBER_FORMS for t in exs]
 
 
 # The raw CUresult number after the words that open it and before the words that close it, with the examples of each form: PhysX,
@@ -1200,7 +1212,7 @@ def cuda_blocks(rows, hip_rows):
             if r["unique"] == "wrapped":
                 exs += wrapped_examples(r)
                 continue
-            exs += cudart_examples(r["number"])
+            exs += cudart_examples(r["number"], r["string"])
             exs += [t.format(s=c) for c in CUEW_TEXTS.get(r["curesult"], []) for t in CYCLES_EXAMPLES]
             if r["curesult"] != "-":
                 exs += curesult_examples(r["number"])
@@ -1223,7 +1235,7 @@ def cuda_blocks(rows, hip_rows):
     exs = [t.format(s=CUDA_FALLBACK_STRING, n=801, name="cudaErrorNotSupported") for t in CUDA_WRAP_EXAMPLES]
     exs += curesult_examples(801)
     exs += curesult_hex_examples(801)
-    exs += cudart_examples(801)
+    exs += cudart_examples(801, CUDA_FALLBACK_STRING)
     exs += [t.format(s="Invalid value") for t in CYCLES_EXAMPLES]
     exs += triton1_examples(["CUDA", "HIP"], [TRITON1_FALLBACK_TEXT])
     exs += CUDA_DALI_NAME_EXAMPLES
