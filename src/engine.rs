@@ -204,30 +204,61 @@ impl Engine<HyperscanMatcher> {
 
 /// What the shipped database scans for: `kb`'s patterns (the first of `sources`) by their
 /// required literals of `min_len` bytes or more ([`crate::matcher::literals`], from the syntax
-/// trees the KB parsed when it loaded), the rest of `sources` (the unknown-line prefilter) and any
+/// trees of the KB's patterns), the rest of `sources` (the unknown-line prefilter) and any
 /// KB pattern without such literals for themselves. Hits are confirmed on their line either way,
 /// so the events are those of a database of the patterns.
+///
+/// The plan is kept in the cache directory ([`crate::cache`]) under a hash of this build,
+/// `min_len` and every source, and read from there next time: planning parses every pattern,
+/// which was a fifth of a start-up, and a KB checked before is otherwise parsed only pattern by
+/// pattern as hits need it.
 pub fn plan<S: AsRef<str>>(kb: &KnowledgeBase, sources: &[S], min_len: usize) -> literals::Plan {
-    let hirs: Vec<&regex_syntax::hir::Hir> = kb.patterns.iter().map(|p| p.hir()).collect();
-    literals::Plan::parsed(sources, &hirs, min_len)
+    plan_cached(kb, sources, min_len, crate::cache::dir().as_deref())
 }
 
-/// Where compiled Hyperscan databases are kept: `$FAULTLINE_CACHE_DIR` (empty or `off`
-/// disables the cache), else `$XDG_CACHE_HOME/faultline`, else `~/.cache/faultline`.
-pub fn database_cache_dir() -> Option<std::path::PathBuf> {
-    use std::path::PathBuf;
-    if let Some(dir) = std::env::var_os("FAULTLINE_CACHE_DIR") {
-        if dir.is_empty() || dir == "off" {
-            return None;
+/// [`plan`] with the cache in `dir` (none: planned every time).
+pub fn plan_cached<S: AsRef<str>>(
+    kb: &KnowledgeBase,
+    sources: &[S],
+    min_len: usize,
+    dir: Option<&std::path::Path>,
+) -> literals::Plan {
+    let path = dir.map(|dir| {
+        let mut key = crate::record::Fnv::new();
+        key.write(crate::cache::BUILD_ID.as_bytes());
+        key.write(&min_len.to_le_bytes());
+        for s in sources {
+            key.write(&[0]);
+            key.write(s.as_ref().as_bytes());
         }
-        return Some(PathBuf::from(dir));
+        dir.join(format!("plan-{:016x}.json", key.finish()))
+    });
+    if let Some(plan) = path.as_deref().and_then(|p| read_plan(p, sources.len())) {
+        return plan;
     }
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(dir).join("faultline"));
+    let hirs: Vec<&regex_syntax::hir::Hir> = kb.patterns.iter().map(|p| p.hir()).collect();
+    let plan = literals::Plan::parsed(sources, &hirs, min_len);
+    if let (Some(path), Ok(bytes)) = (path, serde_json::to_vec(&plan)) {
+        // Best effort: a plan that cannot be kept is made again next time.
+        let _ = crate::cache::write_checked(&path, &bytes);
+        if let Some(dir) = path.parent() {
+            crate::cache::prune(dir, "plan-", crate::cache::KEEP);
+        }
     }
-    std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(|home| PathBuf::from(home).join(".cache").join("faultline"))
+    plan
+}
+
+/// A kept plan of `patterns` patterns, or `None` when it is missing, corrupt or another's.
+fn read_plan(path: &std::path::Path, patterns: usize) -> Option<literals::Plan> {
+    let bytes = crate::cache::read_checked(path)?;
+    serde_json::from_slice::<literals::Plan>(&bytes)
+        .ok()
+        .filter(|plan| plan.patterns() == patterns && plan.is_consistent())
+}
+
+/// Where compiled Hyperscan databases are kept ([`crate::cache::dir`]).
+pub fn database_cache_dir() -> Option<std::path::PathBuf> {
+    crate::cache::dir()
 }
 
 impl<M: Matcher> Engine<M> {
@@ -848,6 +879,40 @@ mod tests {
         assert_eq!(json, want_json);
         assert_eq!(escape, want_escape);
         assert_eq!((json.len(), escape.len()), (2, 3));
+    }
+
+    #[test]
+    fn a_kept_plan_is_the_plan_and_a_corrupt_one_is_made_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kb = KnowledgeBase::embedded().expect("embedded");
+        let mut sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
+        sources.push("gate (?i:error)");
+        let fresh = plan_cached(&kb, &sources, literals::MIN_LEN, None);
+        let (by_literal, _) = fresh.literal_counts();
+        assert!(by_literal > kb.patterns.len() / 2, "{by_literal}");
+        let first = plan_cached(&kb, &sources, literals::MIN_LEN, Some(dir.path()));
+        let kept: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        // Read back, the same plan; with another minimum length, another file.
+        std::fs::copy(&kept[0], dir.path().join("copy")).expect("copy");
+        let second = plan_cached(&kb, &sources, literals::MIN_LEN, Some(dir.path()));
+        assert_eq!((&first, &second), (&fresh, &fresh));
+        plan_cached(&kb, &sources, literals::MIN_LEN + 1, Some(dir.path()));
+        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 3);
+        // A kept plan that does not fit its patterns is not used.
+        let other = plan_cached(&kb, &sources[..10], literals::MIN_LEN, None);
+        let bytes = serde_json::to_vec(&other).expect("json");
+        crate::cache::write_checked(&kept[0], &bytes).expect("write");
+        let third = plan_cached(&kb, &sources, literals::MIN_LEN, Some(dir.path()));
+        assert_eq!(third, fresh);
+        assert_eq!(
+            read_plan(&kept[0], sources.len()),
+            Some(fresh),
+            "and it is replaced"
+        );
     }
 
     #[test]

@@ -24,7 +24,8 @@
 //!   [`time`] (the one timestamp parser), [`offsets`] (the contiguous per-partition watermark),
 //!   [`runtime`] (shutdown, the bounded queue, health), [`secret`] (what a credential in
 //!   faultline's settings is, and the one redaction of URLs and secret values),
-//!   [`section`] (what every configuration table shares).
+//!   [`section`] (what every configuration table shares), [`cache`] (what is kept between
+//!   runs, keyed by the build's identity).
 //! - [`envelope`]: raw lines and shipper JSON envelopes -> [`record::LogRecord`].
 //! - [`kb`]: the knowledge base: format ([`kb::spec`] -> [`kb::entry`]), the rules on its
 //!   text that need no engine (pattern cost, safe commands), listing.
@@ -64,6 +65,7 @@
 //!   [`cli`]: the command line; [`fuzzing`]: the fuzz targets' entry points.
 
 pub mod bench;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod demo;

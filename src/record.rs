@@ -168,12 +168,39 @@ pub fn cap_key_owned(value: String) -> String {
 /// FNV-1a, 64 bits: stable across releases and platforms (a key suffix must not change when
 /// the binary does).
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut h = Fnv::new();
+    h.write(bytes);
+    h.finish()
+}
+
+/// FNV-1a, 64 bits, fed piece by piece: a stable hash for cache keys and checksums (std's
+/// hasher is not stable).
+pub struct Fnv(u64);
+
+impl Fnv {
+    /// The hash of nothing.
+    pub fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
     }
-    h
+
+    /// Feeds `bytes`.
+    pub fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    /// The hash so far.
+    pub fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// C1 controls and the format characters that reorder or hide text (bidirectional overrides

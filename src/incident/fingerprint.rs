@@ -41,13 +41,13 @@ pub const SIGNATURE_VERSION: &str = "fp1";
 /// separator; printed as `fp2:` and sixteen lower-case hex digits.
 pub fn fp2(job_id: &str, anchor_ms: Option<i64>, anchor_line: &str) -> String {
     let time = anchor_ms.map(|t| t.to_string()).unwrap_or_default();
-    let mut hash = Fnv1a::new();
+    let mut hash = crate::record::Fnv::new();
     hash.write(b"fp2");
     for part in [job_id, &time, anchor_line] {
         hash.write(&[0x1f]);
         hash.write(part.as_bytes());
     }
-    format!("fp2:{:016x}", hash.0)
+    format!("fp2:{:016x}", hash.finish())
 }
 
 /// What a fingerprint is computed from.
@@ -70,13 +70,13 @@ pub fn fp1(input: &FingerprintInput<'_>) -> String {
         .map(|h| h.trim().to_ascii_lowercase())
         .unwrap_or_default();
     let gpu = input.gpu.map(normalize_pci).unwrap_or_default();
-    let mut hash = Fnv1a::new();
+    let mut hash = crate::record::Fnv::new();
     hash.write(SIGNATURE_VERSION.as_bytes());
     for part in [input.job_id, input.error_code, &host, &gpu] {
         hash.write(&[0x1f]);
         hash.write(part.as_bytes());
     }
-    format!("{SIGNATURE_VERSION}:{:016x}", hash.0)
+    format!("{SIGNATURE_VERSION}:{:016x}", hash.finish())
 }
 
 /// A PCI address as the `fp1` key spells it: `0000:3b:00`.
@@ -99,21 +99,6 @@ pub fn normalize_pci(raw: &str) -> String {
         }
     }
     s
-}
-
-struct Fnv1a(u64);
-
-impl Fnv1a {
-    fn new() -> Self {
-        Fnv1a(0xcbf2_9ce4_8422_2325)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
 }
 
 #[cfg(test)]

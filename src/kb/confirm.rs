@@ -358,9 +358,10 @@ mod tests {
             let entry = &kb.entries[pattern.entry];
             for line in entry.examples.iter().chain(&entry.negative_examples) {
                 let record = crate::envelope::decode_raw(line.as_bytes());
+                let parsed = pattern.parsed();
                 compared += agree(
-                    &pattern.confirmers,
-                    &pattern.hir,
+                    &parsed.confirmers,
+                    &parsed.hir,
                     &pattern.source,
                     &record.message,
                 );

@@ -60,58 +60,110 @@ pub struct Pattern {
     pub index: usize,
     /// The pattern as written in the entry; what Hyperscan compiles.
     pub source: String,
-    /// The pattern parsed and checked ([`validate_pattern`]'s rules), from which its confirming
-    /// regex is built.
-    hir: Hir,
-    /// The same pattern for the `regex` crate, built on its first use: confirms hits and
-    /// extracts captures. Most patterns never see a hit in a run, and building all of them
-    /// was most of a start-up (2,017 patterns: about 0.15 s of 0.22 s). A short message is
-    /// confirmed by a cheaper regex of the same meaning ([`confirm`]).
-    confirmers: confirm::Confirmers,
+    /// The pattern parsed and checked ([`validate_pattern`]'s rules), and the confirming regexes
+    /// built from it for the `regex` crate on their first use: they confirm hits and extract
+    /// captures. Most patterns never see a hit in a run, and building all of them was most of a
+    /// start-up (2,017 patterns: about 0.15 s of 0.22 s). A short message is confirmed by a
+    /// cheaper regex of the same meaning ([`confirm`]). Set at load, or on first use for a KB
+    /// this build checked before ([`KnowledgeBase::from_files`]).
+    parsed: std::sync::OnceLock<Parsed>,
 }
 
 impl Pattern {
     /// A checked pattern, its confirming regex not built yet.
     pub fn new(entry: usize, index: usize, source: &str) -> Result<Pattern, String> {
         let hir = checked_hir(source)?;
+        let parsed = std::sync::OnceLock::new();
+        let _ = parsed.set(Parsed::of(hir));
         Ok(Pattern {
             entry,
             index,
             source: source.to_string(),
-            confirmers: confirm::Confirmers::new(&hir),
-            hir,
+            parsed,
+        })
+    }
+
+    /// A pattern of a KB whose patterns this build checked before (the memo of
+    /// [`KnowledgeBase::from_files`]): parsed on first use, not now. Parsing and checking every
+    /// pattern was most of a start-up, and most patterns never see a hit in a run.
+    fn checked_before(entry: usize, index: usize, source: &str) -> Pattern {
+        Pattern {
+            entry,
+            index,
+            source: source.to_string(),
+            parsed: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn parsed(&self) -> &Parsed {
+        self.parsed.get_or_init(|| {
+            // A pattern is made by `checked_before` only when this build has checked this very
+            // text before, so it parses; a failure here is a corrupt cache directory.
+            let hir = checked_hir(&self.source).unwrap_or_else(|why| {
+                panic!(
+                    "KB pattern `{}` was remembered as checked but is not: {why}; remove the \
+                     cache directory ($FAULTLINE_CACHE_DIR) and start again",
+                    self.source
+                )
+            });
+            Parsed::of(hir)
         })
     }
 
     /// The pattern's syntax tree, as the confirming regex reads it.
     pub fn hir(&self) -> &Hir {
-        &self.hir
+        &self.parsed().hir
     }
 
     /// The confirming regex, built now if this is its first use; the reason when the regex
     /// crate rejects the pattern (a size limit: `faultline kb check` builds every one, so a KB
     /// that passed it never gets here, and a run says so once per pattern).
     pub fn regex(&self) -> Result<&Regex, &str> {
-        self.confirmers.exact(&self.hir, &self.source)
+        let p = self.parsed();
+        p.confirmers.exact(&p.hir, &self.source)
     }
 
     /// The regex that confirms the pattern on a message of `len` bytes, with the same matches
     /// and captures there as [`Pattern::regex`] (cheaper to build and run on a short message),
     /// and its variant's number: a `Captures` made by one variant's regex is for it only.
     pub fn regex_for(&self, len: usize) -> (usize, Result<&Regex, &str>) {
-        self.confirmers.for_len(&self.hir, &self.source, len)
+        let p = self.parsed();
+        p.confirmers.for_len(&p.hir, &self.source, len)
     }
 
     /// Whether `message` holds every literal a match of the pattern requires: when `false`, it
     /// cannot match (checked before [`Pattern::regex_for`], which builds a regex).
     pub fn may_match(&self, message: &[u8]) -> bool {
-        self.confirmers.may_match(&self.hir, message)
+        let p = self.parsed();
+        p.confirmers.may_match(&p.hir, message)
     }
 
     /// Whether a confirming regex has been built (each is built on first use).
     #[cfg(test)]
     pub(crate) fn regex_built(&self) -> bool {
-        self.confirmers.any_built()
+        self.parsed.get().is_some_and(|p| p.confirmers.any_built())
+    }
+
+    /// Whether the pattern has been parsed (at load, or on first use when checked before).
+    #[cfg(test)]
+    pub(crate) fn is_parsed(&self) -> bool {
+        self.parsed.get().is_some()
+    }
+}
+
+/// A pattern's syntax tree and the regexes built from it on demand.
+#[derive(Debug, Clone)]
+struct Parsed {
+    hir: Hir,
+    confirmers: confirm::Confirmers,
+}
+
+impl Parsed {
+    fn of(hir: Hir) -> Parsed {
+        Parsed {
+            confirmers: confirm::Confirmers::new(&hir),
+            hir,
+        }
     }
 }
 
@@ -160,8 +212,14 @@ impl KnowledgeBase {
     }
 
     /// Builds a KB from in-memory files (path relative to the KB root, text).
+    ///
+    /// Every entry is parsed and validated; every pattern is parsed and checked too, unless this
+    /// build loaded exactly these files before and all their patterns passed: a memo in the
+    /// cache directory ([`crate::cache`], named after a hash of the build and of every path and
+    /// text) says so, and the patterns are then parsed on first use. Without a cache directory
+    /// every pattern is checked at every load.
     pub fn from_files(files: Vec<KbFile>, origin: &str) -> Result<Self, KbError> {
-        let (kb, problems) = Self::build(files, origin);
+        let (kb, problems) = Self::build_with(files, origin, crate::cache::dir().as_deref());
         if problems.is_empty() {
             Ok(kb)
         } else {
@@ -170,16 +228,60 @@ impl KnowledgeBase {
     }
 
     /// Builds a KB of the entries and patterns that are valid, and lists the problems of the
-    /// rest: `kb check` goes on to test what it can.
-    pub fn build(mut files: Vec<KbFile>, origin: &str) -> (Self, Vec<Problem>) {
+    /// rest: `kb check` goes on to test what it can. Checks every pattern (no memo).
+    pub fn build(files: Vec<KbFile>, origin: &str) -> (Self, Vec<Problem>) {
+        Self::build_with(files, origin, None)
+    }
+
+    /// [`KnowledgeBase::build`], trusting and writing the patterns' memo in `memo_dir`.
+    fn build_with(
+        mut files: Vec<KbFile>,
+        origin: &str,
+        memo_dir: Option<&Path>,
+    ) -> (Self, Vec<Problem>) {
         files.sort();
-        let version = version_of(&files);
+        let content = content_hash(&files);
+        let version = format!("{content:016x}")[..12].to_string();
+        let memo = memo_dir.map(|dir| {
+            let mut key = crate::record::Fnv::new();
+            key.write(crate::cache::BUILD_ID.as_bytes());
+            key.write(&content.to_le_bytes());
+            dir.join(format!("kb-checked-{:016x}.json", key.finish()))
+        });
+        // The memo holds every file's entry as parsed, in file order: reading it back is a
+        // few times cheaper than parsing the TOML again, and its presence says that every
+        // entry and pattern passed.
+        let remembered = memo
+            .as_deref()
+            .and_then(crate::cache::read_checked)
+            .and_then(|bytes| serde_json::from_slice::<Vec<EntrySpec>>(&bytes).ok())
+            .filter(|specs| specs.len() == files.len());
+        let checked_before = remembered.is_some();
         let mut problems = Vec::new();
         let mut entries = Vec::new();
-        for (path, text) in &files {
-            match parse_entry(path, text) {
-                Ok(entry) => entries.push(entry),
-                Err(mut p) => problems.append(&mut p),
+        let mut specs = Vec::new();
+        match remembered {
+            Some(remembered) => {
+                for ((path, _), spec) in files.iter().zip(remembered) {
+                    match Entry::from_spec(spec, path) {
+                        Ok(entry) => entries.push(entry),
+                        Err(mut p) => problems.append(&mut p),
+                    }
+                }
+            }
+            None => {
+                for (path, text) in &files {
+                    let parsed = parse_spec(path, text).and_then(|spec| {
+                        if memo.is_some() {
+                            specs.push(spec.clone());
+                        }
+                        Entry::from_spec(spec, path)
+                    });
+                    match parsed {
+                        Ok(entry) => entries.push(entry),
+                        Err(mut p) => problems.append(&mut p),
+                    }
+                }
             }
         }
         let mut seen = std::collections::HashMap::new();
@@ -208,6 +310,10 @@ impl KnowledgeBase {
         let mut patterns = Vec::new();
         for (e, entry) in entries.iter().enumerate() {
             for (i, source) in entry.patterns.iter().enumerate() {
+                if checked_before && problems.is_empty() {
+                    patterns.push(Pattern::checked_before(e, i, source));
+                    continue;
+                }
                 match Pattern::new(e, i, source) {
                     Ok(pattern) => patterns.push(pattern),
                     Err(message) => problems.push(Problem {
@@ -216,6 +322,15 @@ impl KnowledgeBase {
                         field: format!("patterns[{i}]"),
                         message,
                     }),
+                }
+            }
+        }
+        if let Some(memo) = memo.filter(|_| !checked_before && problems.is_empty()) {
+            // Best effort: a memo that cannot be written only costs the next load its checks.
+            if let Ok(bytes) = serde_json::to_vec(&specs) {
+                let _ = crate::cache::write_checked(&memo, &bytes);
+                if let Some(dir) = memo.parent() {
+                    crate::cache::prune(dir, "kb-checked-", crate::cache::KEEP);
                 }
             }
         }
@@ -353,15 +468,19 @@ pub fn read_dir(dir: &Path) -> Result<Vec<KbFile>, KbError> {
 
 /// Parses and validates one file's text.
 pub fn parse_entry(path: &Path, text: &str) -> Result<Entry, Vec<Problem>> {
-    let spec: EntrySpec = toml::from_str(text).map_err(|e| {
+    Entry::from_spec(parse_spec(path, text)?, path)
+}
+
+/// One file's text as written, not validated yet.
+fn parse_spec(path: &Path, text: &str) -> Result<EntrySpec, Vec<Problem>> {
+    toml::from_str(text).map_err(|e| {
         vec![Problem {
             file: path.to_path_buf(),
             entry: sniff_id(text),
             field: toml_field(&e),
             message: e.message().to_string(),
         }]
-    })?;
-    Entry::from_spec(spec, path)
+    })
 }
 
 /// Best-effort id of a file that does not parse, so the error still names the entry.
@@ -438,26 +557,99 @@ fn forbidden_look(hir: &Hir) -> Option<&'static str> {
 }
 
 /// FNV-1a over every path and text: a stable content hash (std's hasher is not stable).
-fn version_of(files: &[KbFile]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+fn content_hash(files: &[KbFile]) -> u64 {
+    let mut hash = crate::record::Fnv::new();
     for (path, text) in files {
-        for byte in path
-            .to_string_lossy()
-            .bytes()
-            .chain([0])
-            .chain(text.bytes())
-            .chain([0])
-        {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
+        hash.write(path.to_string_lossy().as_bytes());
+        hash.write(&[0]);
+        hash.write(text.as_bytes());
+        hash.write(&[0]);
     }
-    format!("{hash:016x}")[..12].to_string()
+    hash.finish()
+}
+
+/// The KB's version: the first 12 hex digits of [`content_hash`].
+#[cfg(test)]
+fn version_of(files: &[KbFile]) -> String {
+    format!("{:016x}", content_hash(files))[..12].to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kb_checked_before_loads_the_same_from_its_memo_and_parses_patterns_on_use() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = KnowledgeBase::embedded_files();
+        let (fresh, problems) = KnowledgeBase::build(files.clone(), "t");
+        assert!(problems.is_empty());
+        let memos = || {
+            fs::read_dir(dir.path())
+                .expect("list")
+                .filter(|e| {
+                    let name = e.as_ref().expect("entry").file_name();
+                    name.to_string_lossy().starts_with("kb-checked-")
+                })
+                .count()
+        };
+        assert_eq!(memos(), 0);
+        let (first, problems) = KnowledgeBase::build_with(files.clone(), "t", Some(dir.path()));
+        assert!(problems.is_empty());
+        assert_eq!(memos(), 1, "a KB that passed is remembered");
+        assert!(first.patterns.iter().all(Pattern::is_parsed));
+        let (second, problems) = KnowledgeBase::build_with(files.clone(), "t", Some(dir.path()));
+        assert!(problems.is_empty());
+        assert!(
+            second.patterns.iter().all(|p| !p.is_parsed()),
+            "a remembered KB parses no pattern at load"
+        );
+        assert_eq!(
+            format!("{:?}", second.entries),
+            format!("{:?}", fresh.entries)
+        );
+        assert_eq!(second.version, fresh.version);
+        assert_eq!(second.beats, fresh.beats);
+        let sources = |kb: &KnowledgeBase| -> Vec<String> {
+            kb.patterns
+                .iter()
+                .map(|p| format!("{} {} {}", p.entry, p.index, p.source))
+                .collect()
+        };
+        assert_eq!(sources(&second), sources(&fresh));
+        let (p, q) = (&second.patterns[7], &fresh.patterns[7]);
+        assert_eq!(p.hir(), q.hir(), "parsed on first use, the same tree");
+        assert!(p.is_parsed());
+
+        // A corrupt memo is not trusted: every pattern is checked again, and the memo rewritten.
+        for e in fs::read_dir(dir.path()).expect("list") {
+            fs::write(e.expect("entry").path(), b"garbage").expect("corrupt");
+        }
+        let (third, problems) = KnowledgeBase::build_with(files, "t", Some(dir.path()));
+        assert!(problems.is_empty());
+        assert!(third.patterns.iter().all(Pattern::is_parsed));
+    }
+
+    #[test]
+    fn a_kb_with_a_bad_pattern_is_never_remembered() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut files = KnowledgeBase::embedded_files();
+        files.truncate(3);
+        files[1].1 = files[1]
+            .1
+            .replacen("patterns = [", "patterns = [\n  '^anchored',", 1);
+        for _ in 0..2 {
+            let (_, problems) = KnowledgeBase::build_with(files.clone(), "t", Some(dir.path()));
+            assert!(
+                problems.iter().any(|p| p.message.contains("anchor")),
+                "{problems:?}"
+            );
+        }
+        assert_eq!(
+            fs::read_dir(dir.path()).map(Iterator::count).unwrap_or(0),
+            0
+        );
+    }
 
     #[test]
     fn anchors_and_empty_patterns_are_rejected() {

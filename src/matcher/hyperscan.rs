@@ -8,6 +8,7 @@ use hyperscan::prelude::*;
 
 use super::literals::Plan;
 use super::{MatchError, Matcher, RawHit};
+use crate::record::Fnv;
 
 const ENGINE: &str = "Hyperscan";
 const CACHE_MAGIC: &[u8] = b"FLHSDB01";
@@ -21,26 +22,6 @@ pub enum CacheUse {
     Stored,
     /// Loaded; nothing was compiled.
     Loaded,
-}
-
-/// FNV-1a, 64 bits: a stable hash for cache keys and checksums (std's hasher is not stable).
-pub(crate) struct Fnv(u64);
-
-impl Fnv {
-    pub(crate) fn new() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-
-    pub(crate) fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    pub(crate) fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 /// What Hyperscan says of a database it compiles on this host (version, CPU features, mode):
@@ -195,7 +176,8 @@ impl HyperscanMatcher {
             }
         }
         let matcher = Self::compile(patterns)?;
-        let stored = matcher.store(dir, &path).is_ok();
+        let stored = matcher.store(&path).is_ok();
+        crate::cache::prune(dir, "hs-", 2 * crate::cache::KEEP);
         Ok((
             matcher,
             if stored {
@@ -221,18 +203,14 @@ impl HyperscanMatcher {
         hyperscan::SerializedDatabase::deserialize(&payload).ok()
     }
 
-    fn store(&self, dir: &std::path::Path, path: &std::path::Path) -> std::io::Result<()> {
+    fn store(&self, path: &std::path::Path) -> std::io::Result<()> {
         let payload = self.db.serialize().map_err(std::io::Error::other)?;
         let mut fnv = Fnv::new();
         fnv.write(&payload);
         let mut bytes = CACHE_MAGIC.to_vec();
         bytes.extend(fnv.finish().to_le_bytes());
         bytes.extend_from_slice(&payload);
-        std::fs::create_dir_all(dir)?;
-        // Write then rename, so a concurrent reader never sees half a file.
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, path)
+        crate::cache::write_whole(path, &bytes)
     }
 
     /// Compiles one pattern alone: `kb check` uses it to name the pattern that fails.

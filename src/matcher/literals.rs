@@ -247,7 +247,7 @@ fn contains(text: &[u8], lit: &[u16]) -> bool {
 }
 
 /// What a prefiltered database scans for: its expressions, and which patterns each stands for.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
     /// Hyperscan expressions; the id of each is its index.
     pub expressions: Vec<String>,
@@ -255,7 +255,58 @@ pub struct Plan {
     start: Vec<u32>,
     targets: Vec<u32>,
     /// Per pattern: its literals, or `None` when it is scanned for itself.
+    #[serde(with = "literal_text")]
     literals: Vec<Option<Set>>,
+}
+
+/// A plan's literals kept as text, one character per byte (its caseless flag above the byte):
+/// a kept plan is read at every start-up, and arrays of numbers took longer to read than
+/// planning did.
+mod literal_text {
+    use super::{Lit, Set};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        literals: &[Option<Set>],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let text = |lit: &Lit| -> Result<String, S::Error> {
+            lit.iter()
+                .map(|&e| {
+                    char::from_u32(u32::from(e))
+                        .ok_or_else(|| serde::ser::Error::custom("a literal's unit is no char"))
+                })
+                .collect()
+        };
+        let mut out = Vec::with_capacity(literals.len());
+        for set in literals {
+            out.push(match set {
+                Some(set) => Some(set.iter().map(text).collect::<Result<Vec<_>, _>>()?),
+                None => None,
+            });
+        }
+        out.serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<Option<Set>>, D::Error> {
+        let text: Vec<Option<Vec<String>>> = Deserialize::deserialize(d)?;
+        let lit = |s: &str| -> Result<Lit, D::Error> {
+            s.chars()
+                .map(|c| {
+                    u16::try_from(u32::from(c))
+                        .map_err(|_| serde::de::Error::custom("a literal's unit is out of range"))
+                })
+                .collect()
+        };
+        text.into_iter()
+            .map(|set| {
+                set.map(|v| v.iter().map(|s| lit(s)).collect::<Result<Set, _>>())
+                    .transpose()
+            })
+            .collect()
+    }
 }
 
 impl Plan {
@@ -326,6 +377,20 @@ impl Plan {
         self.targets(id)
             .first()
             .is_some_and(|&p| matches!(self.literals.get(p as usize), Some(Some(_))))
+    }
+
+    /// Whether the tables agree with each other (a plan read back from the cache is checked):
+    /// one range per expression, in order, each naming patterns the plan has, and one literal
+    /// slot per pattern.
+    pub fn is_consistent(&self) -> bool {
+        self.start.len() == self.expressions.len() + 1
+            && self.start.first() == Some(&0)
+            && self.start.last().map(|&l| l as usize) == Some(self.targets.len())
+            && self.start.windows(2).all(|w| w[0] <= w[1])
+            && self
+                .targets
+                .iter()
+                .all(|&t| (t as usize) < self.literals.len())
     }
 
     /// How many patterns there are.
