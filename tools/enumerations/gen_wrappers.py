@@ -862,6 +862,19 @@ CURESULT_NVBUFSURF_CLOSE = r"\b"
 CURESULT_NVBUFSURF_EXAMPLES = [
     "nvbufsurftransform:cuInit failed : {n} ",
 ]
+# - torch_memory_saver's first CURESULT_CHECK (SGLang's and verl's GPU memory pause/resume; round kb90a): std::cerr <<
+#   "[torch_memory_saver.cpp] CUresult error " << " result=" << result << " file=" << __FILE__ << " func=" << __func__ << " line="
+#   << __LINE__ (csrc/torch_memory_saver.cpp from 5c99b42, 2024-12, until eafa341, 2025-07, which moved the check to csrc/utils.h
+#   and prints the cuGetErrorString text instead, read by the wrapper list above). Read with git show in fzyzcjy/torch_memory_saver
+#   at 5c99b42, 714a17f (setup.py 0.0.2), 1d7f53d (0.0.5), b0f7a02 (0.0.6) and eafa341 (0.0.8, the new form). The number is the CUresult of cuMemCreate, cuMemMap and the
+#   other VMM calls; quoted without the "[torch_memory_saver.cpp] " prefix in RLinf's FAQ (docs/source-en/rst_source/faq.rst:
+#   "CUresult error result=2 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103"), so the words from "CUresult error" count.
+CURESULT_TMS_OPEN = r"\bCUresult error {1,2}result="
+CURESULT_TMS_CLOSE = r" file="
+CURESULT_TMS_EXAMPLES = [
+    "[torch_memory_saver.cpp] CUresult error  result={n} file=csrc/torch_memory_saver.cpp func=cu_mem_create line=104",
+    "CUresult error result={n} file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103",
+]
 CURESULT_NUMBER_EXAMPLES = [
     "Exception: Error synchronizing on event for CCMA: CUDA error ({n}) at /home/user/OpenMM-7.1.1-Source/platforms/cuda/src/CudaIntegrationUtilities.cpp:736",
     "Exception: Error deleting array bondParams: CUDA error ({n})",
@@ -922,7 +935,7 @@ def cudart_examples(n, s):
 
 
 # The raw CUresult number after the words that open it and before the words that close it, with the examples of each form: PhysX,
-# OpenMM and LAMMPS, ollama, NeMo. A mapped row's number yields its entry; any other number the catch-all (CUDA_FALLBACK_ENTRY).
+# OpenMM and LAMMPS, ollama, NeMo, torch_memory_saver. A mapped row's number yields its entry; any other number the catch-all (CUDA_FALLBACK_ENTRY).
 CURESULT_NUMBER_FORMS = [
     (PHYSX_WRAP, "\\b", PHYSX_EXAMPLES),
     (CURESULT_NUMBER_OPEN, CURESULT_NUMBER_CLOSE, CURESULT_NUMBER_EXAMPLES),
@@ -932,6 +945,7 @@ CURESULT_NUMBER_FORMS = [
     (CURESULT_CUDART_OPEN, CURESULT_CUDART_CLOSE, CURESULT_CUDART_EXAMPLES),
     (CURESULT_NVHPC_OPEN, CURESULT_NVHPC_CLOSE, CURESULT_NVHPC_EXAMPLES),
     (CURESULT_NVBUFSURF_OPEN, CURESULT_NVBUFSURF_CLOSE, CURESULT_NVBUFSURF_EXAMPLES),
+    (CURESULT_TMS_OPEN, CURESULT_TMS_CLOSE, CURESULT_TMS_EXAMPLES),
 ]
 
 
