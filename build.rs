@@ -5,13 +5,14 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every file below `dir` whose extension is `ext` (any file when `ext` is `None`).
+fn collect(dir: &Path, ext: Option<&str>, out: &mut Vec<PathBuf>) {
     let Ok(read) = fs::read_dir(dir) else { return };
     for entry in read.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            collect(&path, out);
-        } else if path.extension().is_some_and(|e| e == "toml") {
+            collect(&path, ext, out);
+        } else if ext.is_none_or(|ext| path.extension().is_some_and(|e| e == ext)) {
             out.push(path);
         }
     }
@@ -22,7 +23,7 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
 /// between runs, so that another build never reads what this one wrote.
 fn build_id(root: &Path) -> String {
     let mut files = Vec::new();
-    collect_all(&root.join("src"), &mut files);
+    collect(&root.join("src"), None, &mut files);
     files.sort();
     files.push(root.join("Cargo.lock"));
     files.push(root.join("build.rs"));
@@ -48,18 +49,6 @@ fn build_id(root: &Path) -> String {
     format!("{hash:016x}")
 }
 
-fn collect_all(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(read) = fs::read_dir(dir) else { return };
-    for entry in read.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            collect_all(&path, out);
-        } else {
-            out.push(path);
-        }
-    }
-}
-
 fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let kb = root.join("kb");
@@ -68,7 +57,7 @@ fn main() {
     println!("cargo:rerun-if-changed=Cargo.lock");
     println!("cargo:rustc-env=FAULTLINE_BUILD_ID={}", build_id(&root));
     let mut files = Vec::new();
-    collect(&kb, &mut files);
+    collect(&kb, Some("toml"), &mut files);
     files.sort();
     let out =
         PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it")).join("embedded_kb.rs");
