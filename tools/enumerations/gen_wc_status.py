@@ -191,12 +191,34 @@ TEMPLATES = {
         "examples": ["  what():  an IB work item failed: {S} (mscclpp failure: SystemError)",
                      "IBConnection recv thread failed: recv work completion failed: {S} (mscclpp failure: SystemError)"],
     },
+    # Open MPI's openib BTL (v1.4 .. v4.1; removed in v5.0) btl_openib_component.c handle_wc: BTL_PEER_ERROR(remote_proc,
+    # ("error polling %s with status %s status number %d for wr_id %" PRIx64 " opcode %d  vendor error %d qp_idx %d",
+    # cq_name[cq] ('HP CQ'/'LP CQ'), btl_openib_component_status_to_string(wc->status) (Open MPI's own upper-case words,
+    # OMPI_STATUS below), wc->status, ...)); v1.4/v1.6 also send '\n\tIB polling %s with status %s status number %d for wr_id
+    # ...' to the notifier. The status is printed once per CQ for a flush. Numbers only: the words are Open MPI's, and the
+    # line is often wrapped before the words (real log ompi-www users/2014/03/23776).
+    "ompi_openib": {
+        "pattern": r"\bstatus number {NUM} for wr_id\b",
+        "source": "none", "levels": (),
+        "examples": ["[[41251,1],12][btl_openib_component.c:3685:handle_wc] from node17 to: node23 error polling LP CQ with status {OMPI} status number {N} for wr_id 1b8f400 opcode 1  vendor error 129 qp_idx 3"],
+    },
     # The strings that name their status anywhere (rdma-core's 'Work Request Flushed Error'): any program's line.
     "bare": {
         "pattern": r"{STR}",
         "source": "both", "levels": ("bare",),
         "examples": ["[2016/12/15-14:23:05.351703] xio_rdma_datapath.c:651      [TRACE] - rdma_hndl:0x7fffc0015640, wr_id:0x2aaad4c7c2b0, err:{S}, vendor_err:0xf9"],
     },
+}
+
+# Open MPI openib's btl_openib_component_status_to_string() (the same words at v1.4.5, v1.6.5, v1.8.8, v2.1.6, v3.1.6,
+# v4.1.8; 'LOCAL EEC OPERATION ERROR' only up to v1.6), for the ompi_openib examples.
+OMPI_STATUS = {
+    1: "LOCAL LENGTH ERROR", 2: "LOCAL QP OPERATION ERROR", 3: "LOCAL EEC OPERATION ERROR", 4: "LOCAL PROTOCOL ERROR",
+    5: "WORK REQUEST FLUSHED ERROR", 6: "MEMORY WINDOW BIND ERROR", 7: "BAD RESPONSE ERROR", 8: "LOCAL ACCESS ERROR",
+    9: "INVALID REQUEST ERROR", 10: "REMOTE ACCESS ERROR", 11: "REMOTE OPERATION ERROR", 12: "RETRY EXCEEDED ERROR",
+    13: "RECEIVER NOT READY RETRY EXCEEDED ERROR", 14: "LOCAL RDD VIOLATION ERROR", 15: "INVALID READ REQUEST ERROR",
+    16: "REMOTE ABORT ERROR", 17: "INVALID EECN ERROR", 18: "INVALID EEC STATE ERROR", 19: "FATAL ERROR",
+    20: "RESPONSE TIMEOUT ERROR", 21: "GENERAL ERROR",
 }
 
 # Near misses no generated pattern may match: the generic words without a status's place, prose, a success.
@@ -296,7 +318,9 @@ def template_patterns(t, rows, skip):
 
 
 def fill(example, row, s):
-    return example.replace("{N}", row["number"]).replace("{NAME}", row["name"]).replace("{S}", s or "")
+    ompi = OMPI_STATUS.get(int(row["number"]), "UNKNOWN ERROR")
+    return (example.replace("{N}", row["number"]).replace("{NAME}", row["name"]).replace("{S}", s or "")
+            .replace("{OMPI}", ompi))
 
 
 def samples(t, rows, skip):
