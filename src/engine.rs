@@ -166,7 +166,7 @@ impl JsonLines {
 impl Engine<HyperscanMatcher> {
     /// Compiles `kb` without its training-progress entries
     /// ([`KnowledgeBase::without_progress`]) into one Hyperscan database, or loads it from the
-    /// database cache ([`database_cache_dir`]) when this KB was compiled before.
+    /// database cache ([`crate::cache::dir`]) when this KB was compiled before.
     pub fn new(kb: KnowledgeBase) -> Result<Self, MatchError> {
         Self::compile(kb, Compile::default())
     }
@@ -190,7 +190,7 @@ impl Engine<HyperscanMatcher> {
         let mut sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
         let prefilter_from = (!how.prefilter.is_empty()).then_some(sources.len() as u32);
         sources.extend_from_slice(how.prefilter);
-        let cache = database_cache_dir();
+        let cache = crate::cache::dir();
         let plan = plan(&kb, &sources, literals::MIN_LEN);
         let (matcher, _) = HyperscanMatcher::compile_plan(plan, cache.as_deref())?;
         Ok(Engine {
@@ -254,11 +254,6 @@ fn read_plan(path: &std::path::Path, patterns: usize) -> Option<literals::Plan> 
     serde_json::from_slice::<literals::Plan>(&bytes)
         .ok()
         .filter(|plan| plan.patterns() == patterns && plan.is_consistent())
-}
-
-/// Where compiled Hyperscan databases are kept ([`crate::cache::dir`]).
-pub fn database_cache_dir() -> Option<std::path::PathBuf> {
-    crate::cache::dir()
 }
 
 impl<M: Matcher> Engine<M> {

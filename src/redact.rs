@@ -342,7 +342,7 @@ impl Redactor {
             .collect();
         // Without Hyperscan every rule's regex runs: slower, never less redacted.
         // Cached like the KB's database, so start-up does not recompile it every time.
-        let cache = crate::engine::database_cache_dir();
+        let cache = crate::cache::dir();
         let detect = HyperscanMatcher::compile_cached(&sources, cache.as_deref())
             .ok()
             .map(|(m, _)| m);

@@ -92,9 +92,9 @@ pub struct KbSource {
 
 /// Where a passed `kb check` of exactly `files` is remembered: a file named after a hash of
 /// every path and text and of this binary's version, in the compiled-database cache directory
-/// ([`crate::engine::database_cache_dir`]); `None` when the cache is off.
+/// ([`crate::cache::dir`]); `None` when the cache is off.
 pub fn checked_marker(files: &[kb::KbFile]) -> Option<PathBuf> {
-    let dir = crate::engine::database_cache_dir()?;
+    let dir = crate::cache::dir()?;
     let mut bytes = Vec::new();
     bytes.extend_from_slice(env!("CARGO_PKG_VERSION").as_bytes());
     bytes.extend_from_slice(CHECK_RULES.as_bytes());
@@ -113,8 +113,7 @@ pub fn checked_marker(files: &[kb::KbFile]) -> Option<PathBuf> {
 /// Remembers a passed check at `marker` ([`checked_marker`]). Best effort: a cache that cannot
 /// be written only costs the next check.
 pub fn record_pass(marker: &Path) {
-    let _ = std::fs::create_dir_all(marker.parent().unwrap_or(Path::new(".")))
-        .and_then(|()| std::fs::write(marker, b"passed kb check\n"));
+    let _ = crate::cache::write_whole(marker, b"passed kb check\n");
 }
 
 /// `kb check` of `dir` in a child process of this same binary: the check builds a regex for

@@ -209,7 +209,7 @@ pub fn raw_hyperscan_command(
     let min_literal = (!options.whole_patterns).then_some(options.min_literal);
     let sources: Vec<&str> = kb.patterns.iter().map(|p| p.source.as_str()).collect();
     let compile = std::time::Instant::now();
-    let cache = crate::engine::database_cache_dir();
+    let cache = crate::cache::dir();
     let mut split = None;
     let (matcher, cache_use) = match min_literal {
         None => HyperscanMatcher::compile_cached(&sources, cache.as_deref())?,
