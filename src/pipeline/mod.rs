@@ -771,6 +771,7 @@ impl Running {
             telemetry,
             ..
         } = self;
+        wait_stages(&threads, &stop, drain_timeout).await;
         let joined =
             tokio::task::spawn_blocking(move || threads.into_iter().all(|t| t.join().is_ok()))
                 .await
@@ -803,6 +804,43 @@ impl Running {
         Ok(StopReport {
             stats: health.stats(),
         })
+    }
+}
+
+/// Waits until every stage thread has ended. A stop that takes more than twice the drain
+/// timeout is logged with the stages still running (again every minute), so a process that
+/// will not exit says what it waits on.
+async fn wait_stages(
+    threads: &[std::thread::JoinHandle<()>],
+    stop: &Stop,
+    drain_timeout: Duration,
+) {
+    let patience = drain_timeout * 2;
+    let mut stopping_since: Option<std::time::Instant> = None;
+    let mut next_report = patience;
+    let mut ticks = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        ticks.tick().await;
+        let running: Vec<&str> = threads
+            .iter()
+            .filter(|t| !t.is_finished())
+            .map(|t| t.thread().name().unwrap_or("unnamed"))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        if !stop.requested() {
+            continue;
+        }
+        let since = *stopping_since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() >= next_report {
+            tracing::warn!(
+                stopping_for_s = since.elapsed().as_secs(),
+                stages = ?running,
+                "still stopping: these stages have not ended"
+            );
+            next_report += Duration::from_secs(60);
+        }
     }
 }
 

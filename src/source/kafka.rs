@@ -199,6 +199,10 @@ pub struct SourceContext {
     partitions: Mutex<HashMap<String, std::collections::BTreeSet<i32>>>,
     /// Past the shutdown drain: the close's revoke must not wait again.
     closing: AtomicBool,
+    /// The group's assignment protocol, from `partition.assignment.strategy` (librdkafka
+    /// refuses a list that mixes eager and cooperative assignors): the rebalance callback
+    /// never asks librdkafka for it (see [`SourceContext::rebalance`]).
+    cooperative: bool,
     drain_timeout: Duration,
     /// When the stored offsets are committed; revokes forget their partitions there.
     commits: Mutex<CommitPolicy>,
@@ -312,7 +316,19 @@ impl SourceContext {
             if let Err(e) = c.store_offsets(&tpl) {
                 tracing::debug!(error = %e, "storing offsets of revoked partitions");
             }
-            match c.commit(&tpl, CommitMode::Sync) {
+            // In the close, asynchronously: librdkafka's close waits for the commit's answer
+            // itself, and a synchronous commit would be one more request from the callback
+            // to a closing group.
+            let closing = self.closing.load(Ordering::Relaxed);
+            let mode = if closing {
+                CommitMode::Async
+            } else {
+                CommitMode::Sync
+            };
+            match c.commit(&tpl, mode) {
+                Ok(()) if closing => {
+                    tracing::info!(partitions = tps.len(), "committing revoked partitions")
+                }
                 Ok(()) => tracing::info!(partitions = tps.len(), "committed revoked partitions"),
                 Err(e) => tracing::warn!(error = %e, "committing revoked partitions"),
             }
@@ -384,7 +400,51 @@ impl ClientContext for SourceContext {
     }
 }
 
+/// Whether the consumer's `partition.assignment.strategy` (the last setting wins, as in
+/// librdkafka's configuration) names the cooperative assignor.
+fn cooperative_assignor(consumer: &[(String, String)]) -> bool {
+    consumer
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "partition.assignment.strategy")
+        .is_some_and(|(_, v)| v.split(',').any(|a| a.trim() == "cooperative-sticky"))
+}
+
 impl ConsumerContext for SourceContext {
+    /// rdkafka's default callback with one difference: it does not ask librdkafka for the
+    /// rebalance protocol. That question is a request to the group's thread that waits without
+    /// a deadline, and a request made from the rebalance callback while the consumer closes
+    /// may never be answered (librdkafka issue 4041), leaving `run` unable to exit after
+    /// SIGTERM. The protocol follows from the configuration instead.
+    fn rebalance(
+        &self,
+        c: &BaseConsumer<Self>,
+        err: rdkafka::types::RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        use rdkafka::types::RDKafkaRespErr::{
+            RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS as ASSIGN,
+            RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS as REVOKE,
+        };
+        let tpl: &TopicPartitionList = tpl;
+        let rebalance = match err {
+            ASSIGN => Rebalance::Assign(tpl),
+            REVOKE => Rebalance::Revoke(tpl),
+            other => Rebalance::Error(KafkaError::Rebalance(other.into())),
+        };
+        self.pre_rebalance(c, &rebalance);
+        let done = match (err == ASSIGN, self.cooperative) {
+            (true, true) => c.incremental_assign(tpl),
+            (true, false) => c.assign(tpl),
+            (false, true) => c.incremental_unassign(tpl),
+            (false, false) => c.unassign(),
+        };
+        if let Err(e) = done {
+            tracing::warn!(error = %e, "answering a rebalance");
+        }
+        self.post_rebalance(c, &rebalance);
+    }
+
     fn pre_rebalance(&self, c: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         // A partition taken over is read from its commit: behind until the statistics say not.
         self.health.set_input_current(false);
@@ -406,6 +466,11 @@ impl ConsumerContext for SourceContext {
     }
 
     fn post_rebalance(&self, c: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        // The close's revoke: nothing is read any more, and asking the closing group for
+        // its assignment is another request that may never be answered.
+        if self.closing.load(Ordering::Relaxed) {
+            return;
+        }
         if let Rebalance::Assign(tpl) = rebalance {
             if self.paused.load(Ordering::Relaxed) {
                 if let Err(e) = c.pause(tpl) {
@@ -554,6 +619,7 @@ impl KafkaSource {
             assigned: Mutex::new(HashMap::new()),
             partitions: Mutex::new(HashMap::new()),
             closing: AtomicBool::new(false),
+            cooperative: cooperative_assignor(&settings.consumer),
             drain_timeout: kafka.drain_timeout,
             commits: Mutex::new(CommitPolicy::new(kafka.commit_interval)),
             links,
@@ -854,6 +920,25 @@ impl KafkaSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_assignment_protocol_follows_the_last_strategy_setting() {
+        let set = |v: &[&str]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|s| ("partition.assignment.strategy".to_string(), s.to_string()))
+                .collect()
+        };
+        assert!(cooperative_assignor(&set(&["cooperative-sticky"])));
+        assert!(!cooperative_assignor(&set(&[
+            "cooperative-sticky",
+            "range,roundrobin"
+        ])));
+        assert!(cooperative_assignor(&set(&[
+            "range",
+            " cooperative-sticky"
+        ])));
+        assert!(!cooperative_assignor(&[]), "librdkafka's default is eager");
+    }
 
     fn id(partition: i32, offset: i64) -> RecordId {
         RecordId {

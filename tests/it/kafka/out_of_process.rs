@@ -167,22 +167,55 @@ pub(super) fn signal(child: &Child, name: &str) {
     assert!(status.success(), "kill -{name}");
 }
 
-/// Waits for the child to exit; a watchdog kills it (and the test fails) past the deadline.
+/// Waits for the child to exit; a watchdog kills it (and the test fails, naming the threads
+/// it still had) past the deadline.
 pub(super) fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let pid = child.id().to_string();
+    let pid = child.id();
     let (exited, exit_seen) = std::sync::mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || {
-        let timed_out = exit_seen.recv_timeout(DEADLINE).is_err();
-        if timed_out {
-            let _ = Command::new("kill").args(["-9", &pid]).status();
+        if exit_seen.recv_timeout(DEADLINE).is_ok() {
+            return None;
         }
-        timed_out
+        let threads = threads_of(pid);
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        Some(threads)
     });
     let status = child.wait().expect("wait");
     let _ = exited.send(());
-    let timed_out = watchdog.join().expect("watchdog");
-    assert!(!timed_out, "faultline did not exit");
+    let stuck = watchdog.join().expect("watchdog");
+    assert!(
+        stuck.is_none(),
+        "faultline (pid {pid}) did not exit; its threads (name, state, kernel wait):\n{}",
+        stuck.unwrap_or_default()
+    );
     status
+}
+
+/// Each thread of process `pid` as `name state wchan`, one per line, from `/proc`: which stage
+/// of a process that will not exit is still running, and on what it waits.
+fn threads_of(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "(no /proc entry)".to_string();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let read = |f: &str| {
+            std::fs::read_to_string(t.path().join(f))
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        };
+        let stat = read("stat");
+        // The state follows the parenthesised name, which may itself hold spaces.
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').next())
+            .unwrap_or("?")
+            .to_string();
+        out.push(format!("  {} {state} {}", read("comm"), read("wchan")));
+    }
+    out.sort();
+    out.join("\n")
 }
 
 pub(super) fn sum_ends(bootstrap: &str, topic: &str, partitions: i32) -> i64 {
