@@ -314,6 +314,19 @@ pub struct KafkaSettings {
     pub producer: Vec<(String, String)>,
 }
 
+impl KafkaSettings {
+    /// Whether the consumer's `partition.assignment.strategy` (the last setting wins, as in
+    /// librdkafka's configuration) names the cooperative assignor; librdkafka refuses a list
+    /// that mixes eager and cooperative assignors, so this is the group's protocol.
+    pub fn cooperative(&self) -> bool {
+        self.consumer
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "partition.assignment.strategy")
+            .is_some_and(|(_, v)| v.split(',').any(|a| a.trim() == "cooperative-sticky"))
+    }
+}
+
 /// Every librdkafka property faultline sets. Pass-through options come last and win over the
 /// defaults here (but not over the managed ones, which validation forbids).
 pub fn kafka_settings(k: &KafkaConfig) -> KafkaSettings {

@@ -199,9 +199,7 @@ pub struct SourceContext {
     partitions: Mutex<HashMap<String, std::collections::BTreeSet<i32>>>,
     /// Past the shutdown drain: the close's revoke must not wait again.
     closing: AtomicBool,
-    /// The group's assignment protocol, from `partition.assignment.strategy` (librdkafka
-    /// refuses a list that mixes eager and cooperative assignors): the rebalance callback
-    /// never asks librdkafka for it (see [`SourceContext::rebalance`]).
+    /// The group's assignment protocol ([`KafkaSettings::cooperative`]).
     cooperative: bool,
     drain_timeout: Duration,
     /// When the stored offsets are committed; revokes forget their partitions there.
@@ -316,15 +314,9 @@ impl SourceContext {
             if let Err(e) = c.store_offsets(&tpl) {
                 tracing::debug!(error = %e, "storing offsets of revoked partitions");
             }
-            // In the close, asynchronously: librdkafka's close waits for the commit's answer
-            // itself, and a synchronous commit would be one more request from the callback
-            // to a closing group.
+            // In the close, asynchronously: the close waits for the answer itself.
             let closing = self.closing.load(Ordering::Relaxed);
-            let mode = if closing {
-                CommitMode::Async
-            } else {
-                CommitMode::Sync
-            };
+            let mode = [CommitMode::Sync, CommitMode::Async][usize::from(closing)];
             match c.commit(&tpl, mode) {
                 Ok(()) if closing => {
                     tracing::info!(partitions = tps.len(), "committing revoked partitions")
@@ -400,22 +392,10 @@ impl ClientContext for SourceContext {
     }
 }
 
-/// Whether the consumer's `partition.assignment.strategy` (the last setting wins, as in
-/// librdkafka's configuration) names the cooperative assignor.
-fn cooperative_assignor(consumer: &[(String, String)]) -> bool {
-    consumer
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "partition.assignment.strategy")
-        .is_some_and(|(_, v)| v.split(',').any(|a| a.trim() == "cooperative-sticky"))
-}
-
 impl ConsumerContext for SourceContext {
-    /// rdkafka's default callback with one difference: it does not ask librdkafka for the
-    /// rebalance protocol. That question is a request to the group's thread that waits without
-    /// a deadline, and a request made from the rebalance callback while the consumer closes
-    /// may never be answered (librdkafka issue 4041), leaving `run` unable to exit after
-    /// SIGTERM. The protocol follows from the configuration instead.
+    /// rdkafka's default, except that the protocol comes from the configuration: asking
+    /// librdkafka waits without a deadline, and in a close may never be answered (librdkafka
+    /// issue 4041), leaving `run` unable to exit after SIGTERM.
     fn rebalance(
         &self,
         c: &BaseConsumer<Self>,
@@ -466,8 +446,7 @@ impl ConsumerContext for SourceContext {
     }
 
     fn post_rebalance(&self, c: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        // The close's revoke: nothing is read any more, and asking the closing group for
-        // its assignment is another request that may never be answered.
+        // The close's revoke: nothing is read any more (and the request may go unanswered).
         if self.closing.load(Ordering::Relaxed) {
             return;
         }
@@ -619,7 +598,7 @@ impl KafkaSource {
             assigned: Mutex::new(HashMap::new()),
             partitions: Mutex::new(HashMap::new()),
             closing: AtomicBool::new(false),
-            cooperative: cooperative_assignor(&settings.consumer),
+            cooperative: settings.cooperative(),
             drain_timeout: kafka.drain_timeout,
             commits: Mutex::new(CommitPolicy::new(kafka.commit_interval)),
             links,
@@ -923,21 +902,17 @@ mod tests {
 
     #[test]
     fn the_assignment_protocol_follows_the_last_strategy_setting() {
-        let set = |v: &[&str]| -> Vec<(String, String)> {
-            v.iter()
+        let set = |v: &[&str]| KafkaSettings {
+            consumer: v
+                .iter()
                 .map(|s| ("partition.assignment.strategy".to_string(), s.to_string()))
-                .collect()
+                .collect(),
+            producer: Vec::new(),
         };
-        assert!(cooperative_assignor(&set(&["cooperative-sticky"])));
-        assert!(!cooperative_assignor(&set(&[
-            "cooperative-sticky",
-            "range,roundrobin"
-        ])));
-        assert!(cooperative_assignor(&set(&[
-            "range",
-            " cooperative-sticky"
-        ])));
-        assert!(!cooperative_assignor(&[]), "librdkafka's default is eager");
+        assert!(set(&["cooperative-sticky"]).cooperative());
+        assert!(!set(&["cooperative-sticky", "range,roundrobin"]).cooperative());
+        assert!(set(&["range", " cooperative-sticky"]).cooperative());
+        assert!(!set(&[]).cooperative(), "librdkafka's default is eager");
     }
 
     fn id(partition: i32, offset: i64) -> RecordId {
