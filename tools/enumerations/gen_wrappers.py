@@ -1270,6 +1270,8 @@ def cuda_blocks(rows, hip_rows):
 # "checkHipErrors() HIP API error = %04d \"%s\" from file <%s>, line %i.\n", err, hipGetErrorString(err), ...):
 # the one HIP wrapper CUDA_WRAPPERS lacks.
 CHECK_HIP = r'\bcheckHipErrors\(\) HIP API error = \d{1,4} "'
+OLCF_HIP = r"\bHIP Error - [^\n:\x27]{1,300}:\d{1,6}: \x27"
+OLCF_HIP_EXAMPLE = "HIP Error - hello_jobstep.cpp:54: \x27{s}\x27"
 HIP_WRAPPERS = [
     # PyTorch c10/cuda/CUDAException.cpp on ROCm builds (hipified): "HIP error: " + hipGetErrorString; raised as
     # RuntimeError, torch.AcceleratorError (2.8+) or torch.cuda error classes.
@@ -1293,6 +1295,10 @@ HIP_WRAPPERS = [
     r"\boperation hip[A-Za-z]{1,40}\([^\n]{0,200}\) failed: ",
     # The ROCm math libraries' CHECK_HIP_ERROR (hipBLASLt hipblaslt.cpp, rocBLAS clients): "Hip error: '<text>'(<n>) at <file>:<line>".
     ROCM_LIB_HIP,
+    # OLCF's hipErrorCheck, copied into the HIP exercises of OLCF, LUMI and CSC trainings (hello_jobstep.cpp and others):
+    # printf("HIP Error - %s:%d: '%s'\n", __FILE__, __LINE__, hipGetErrorString(hipErr)) (code-index copies; ROCm 5.x's
+    # hipGetErrorString returned the name: "HIP Error - hello_jobstep.cpp:54: 'hipErrorNoDevice'", LUMI training notes 2023-02).
+    OLCF_HIP,
 ]
 HIP_WRAP = "(?:" + "|".join(HIP_WRAPPERS) + ")"
 CHECK_HIP_EXAMPLE = 'checkHipErrors() HIP API error = {n:04d} "{s}" from file <hipInfo.cpp>, line 181.'
@@ -1308,6 +1314,7 @@ HIP_WRAP_EXAMPLES = [
     "RuntimeError: ROCm operation failed: {s}",
     "INTERNAL: solver_kernels_ffi.cc:452: operation hipGetLastError() failed: {s}",
     "hip error: '{s}'({n}) at /src/rocBLAS/clients/samples/example_sgemm.cpp:88",
+    OLCF_HIP_EXAMPLE,
 ]
 # Lines that print the enumerator name (hipGetErrorName, or hipGetErrorString of ROCm 4.x, which returned the name),
 # each from a real log: AMDGPU.jl's HIPError (JuliaGPU/AMDGPU.jl#591), AMReX's HIP check (BLAST-WarpX/warpx#3398),
@@ -1382,6 +1389,7 @@ def hip_blocks(rows, cuda_rows):
             if r["names"] == "yes":
                 exs += [t.format(name=r["name"], s=r["string"], n=r["number"]) for t in HIP_NAME_EXAMPLES]
             exs.append("  what():  HIP error: " + r["name"])
+            exs.append(OLCF_HIP_EXAMPLE.format(s=r["name"]))
             if r["names"] == "yes":
                 exs.append(XLA_NUMBER_EXAMPLE.format(n=r["number"]))
             exs += [t.format(s=r["string"], n=int(r["number"])) for t in HIP_CHECK_EQ_EXAMPLES]
