@@ -1348,6 +1348,7 @@ HIP_CHECK_EQ_EXAMPLES = [
 XLA_NUMBER = r"\bhipError_t\("
 XLA_NUMBER_EXAMPLE = "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Failed call to hipGetFuncBySymbol: hipError_t({n})"
 XLA_NAME_EXAMPLE = "E0101 00:00:00.000000 1176048 pjrt_stream_executor_client.cc:2091] Execution of replica 0 failed: INTERNAL: Failed to retrieve branch_index value on stream 0x4715eec0: Could not synchronize on ROCM stream: {x}."
+XLA_LEGACY_ALLOC_EXAMPLE = "2019-01-08 19:06:11.303639: E tensorflow/stream_executor/rocm/rocm_driver.cc:601] failed to allocate 7.35G (7889485824 bytes) from device: hipError_t({n})"
 XLA_ALLOC_EXAMPLE = "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606] failed to allocate 890.06M (933298432 bytes) from device: {x}"
 
 
@@ -1377,7 +1378,11 @@ def hip_blocks(rows, cuda_rows):
         if xla:
             pats.append("\\b(?:" + "|".join(xla) + ")\\b")
         if names:
-            pats.append(XLA_NUMBER + "(?:" + "|".join(r["number"] for r in rs if r["names"] == "yes") + ")\\)")
+            # With the number HIP gave the name before roc-3.1.0 (legacy_number: hipErrorMemoryAllocation's 1002 is
+            # hipErrorOutOfMemory's), which TensorFlow-ROCm 1.x printed in the same hipError_t(N) form (round kb97a).
+            nums = [r["number"] for r in rs if r["names"] == "yes"]
+            nums += [r["legacy_number"] for r in rs if r["names"] == "yes" and r["legacy_number"] != "-"]
+            pats.append(XLA_NUMBER + "(?:" + "|".join(nums) + ")\\)")
         pats.append(HIP_CHECK_EQ + "(?:" + "|".join(r["number"] for r in rs) + ") vs\\. 0\\)")
         own = minimal([r["string"] for r in rs if r["string"] not in cuda_strings])
         if own:
@@ -1397,6 +1402,10 @@ def hip_blocks(rows, cuda_rows):
                 exs.append(XLA_NAME_EXAMPLE.format(x=r["xla_name"]))
                 if r["name"] == "hipErrorOutOfMemory":
                     exs.append(XLA_ALLOC_EXAMPLE.format(x=r["xla_name"]))
+            if r["names"] == "yes" and r["legacy_number"] != "-":
+                exs.append(XLA_NUMBER_EXAMPLE.format(n=r["legacy_number"]))
+                if r["name"] == "hipErrorOutOfMemory":
+                    exs.append(XLA_LEGACY_ALLOC_EXAMPLE.format(n=r["legacy_number"]))
             if r["string"] not in cuda_strings:
                 exs += [t.format(s=r["string"], n=int(r["number"]), name=r["name"]) for t in HIP_WRAP_EXAMPLES]
             if r["triton1_text"] != "-":
@@ -1620,11 +1629,20 @@ MATH_BARE_EXAMPLES = {
 # _cudaGetErrorEnum(error), the name; a value with no case gives "unknown error N"); Ginkgo's CusparseError / CufftError
 # (include/ginkgo/core/base/exception.hpp: file + ":" + line + ": " + func + ": " + get_error(code), cuda/base/exception.cpp
 # get_error returns the name, "Unknown error" for a value it does not list; v1.0.0 .. v1.11.0).
+# PyTorch's TORCH_CUSOLVER_CHECK (aten/src/ATen/cuda/Exceptions.h; round kb97a): "cusolver error: " <<
+# at::cuda::solver::cusolverGetErrorMessage(__err) (CUDASolver.cpp: the enumerator name) << ", when calling `" #EXPR "`", raised as
+# torch._C._LinAlgError with ". This error may appear if the input matrix contains NaN. ..." for INVALID_VALUE (EXECUTION_FAILED before
+# CUDA 11.5); its first form printed the number (`"cusolver error: ", __err, ", when calling `"`, MATH_NUMBER_WRAPPERS). Code-index
+# copies of all three forms (the pytorch tree is too large to fetch); Theseus's CUSOLVER_CHECK prints the same words. Real log
+# jiaweizzhao/GaLore#7 (CUSOLVER_STATUS_INVALID_VALUE from cusolverDnSgesvdj_bufferSize in torch.linalg.svd).
 MATH_NAME_WRAPPERS = {
+    "cusolver": [r"\bcusolver error: "],
     "cufft": [r"\bcuFFT error: ", r"\.(?:hpp|cuh|cu|cpp):\d{1,6}: [A-Za-z_][A-Za-z0-9_]{0,80}: "],
     "cusparse": [r"\.(?:hpp|cuh|cu|cpp):\d{1,6}: [A-Za-z_][A-Za-z0-9_]{0,80}: "],
 }
 MATH_NAME_EXAMPLES = {
+    "cusolver": ["RuntimeError: cusolver error: {name}, when calling `cusolverDnSgesvdj_bufferSize(handle, jobz, econ, m, n, A, lda, S, U, ldu, V, ldv, lwork, params)`",
+                 "torch._C._LinAlgError: cusolver error: {name}, when calling `cusolverDnXgeev_bufferSize(handle, params, jobvl, jobvr, n, dataTypeA, A, lda, dataTypeW, W, dataTypeVL, VL, ldvl, dataTypeVR, VR, ldvr, computeType, workspaceInBytesOnDevice, workspaceInBytesOnHost)`. This error may appear if the input matrix contains NaN."],
     "cufft": ["  what():  cuFFT error: {name} (CUFFT_CHECK at /pytorch/aten/src/ATen/native/cuda/CuFFTUtils.h:70)",
               "RuntimeError: cuFFT error: {name}",
               "  what():  /ginkgo/cuda/matrix/fft_kernels.cu:142: fft: {name}"],
@@ -1665,14 +1683,16 @@ MATH_NUMBER_WRAPPERS = {
               r"\b[Ff]ailed to run cuFFT routine(?: cufftSetStream)?: {n}\b"],
     "cudss": [r"\bCUDSS call ended unsuccessfully with status = {n}\b",
               r"\bCUDSS call ended unsuccessfully \[code: {n}\]"],
-    "cusolver": [r"\bcuSolverDN call failed with status ={n}\b"],
+    "cusolver": [r"\bcuSolverDN call failed with status ={n}\b",
+                 r"\bcusolver error: {n}, when calling \x60"],
 }
 MATH_NUMBER_EXAMPLES = {
     "cufft": ["2020-12-09 16:54:19.478050: E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_fft.cc:207] failed to create cuFFT batched plan:{n}",
               "E0101 00:00:00.000000 1234 cuda_fft.cc:223] Failed to make cuFFT batched plan: {n}",
               "E0101 00:00:00.000000 1234 cuda_fft.cc:380] Failed to run cuFFT routine: {n}"],
     "cusolver": ["tensorflow.python.framework.errors_impl.InternalError: cuSolverDN call failed with status ={n}",
-                 "InternalError (see above for traceback): tensorflow/core/kernels/cuda_solvers.cc:541: cuSolverDN call failed with status ={n}"],
+                 "InternalError (see above for traceback): tensorflow/core/kernels/cuda_solvers.cc:541: cuSolverDN call failed with status ={n}",
+                 "RuntimeError: cusolver error: {n}, when calling `cusolverDnCreate(&handle)`"],
     "cudss": ['FAILED: CUDSS call ended unsuccessfully with status = {n}, details: "cudssSetThreadingLayer"',
               'Example FAILED: CUDSS call ended unsuccessfully with status = {n}, details: "cudssExecute for factor"',
               " --> CUDSS call ended unsuccessfully [code: {n}]"],
